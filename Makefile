@@ -1,0 +1,45 @@
+# Plimsoll: `make run` starts everything on the embedded default; `make test` runs the suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+DEMO_PORT ?= 8001
+
+.PHONY: run test lint format install migrate bench clean
+
+$(VENV)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Plimsoll needs Python 3.11, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+migrate: install
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	$(BIN)/python manage.py seed_demo --base-url http://127.0.0.1:$(DEMO_PORT)
+	@echo
+	@echo "  Plimsoll: http://127.0.0.1:$(PORT)/   log in as demo / demo   (Ctrl-C stops everything)"
+	@echo
+	PLIMSOLL_PORT=$(PORT) PLIMSOLL_DEMO_PORT=$(DEMO_PORT) $(BIN)/honcho start -f Procfile
+
+# Tests keep their database, broker folder and key under var/test, apart from a running `make run`.
+test: install
+	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) var

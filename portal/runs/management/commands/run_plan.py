@@ -1,0 +1,70 @@
+"""Starts a plan from the shell and, with --wait, waits for its verdict (for scripts and CI).
+
+Exit codes: 0 passed, 1 failed thresholds, 2 error / partial / cancelled, 3 timed out waiting.
+"""
+
+import json
+import time
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from portal.projects.models import Plan
+from portal.runs.models import Run
+from portal.runs.services import RunError, run_create
+
+
+class Command(BaseCommand):
+    help = "Starts a run of a plan (by project and plan name) as a user; --wait prints the summary as JSON."
+
+    def add_arguments(self, parser):
+        parser.add_argument("project", help="project name")
+        parser.add_argument("plan", help="plan name")
+        parser.add_argument("--user", required=True, help="username the run is started as (must be an editor)")
+        parser.add_argument("--wait", action="store_true", help="wait until the run ends and print its summary")
+        parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait at most (with --wait)")
+
+    def handle(self, *args, project, plan, user, wait, timeout, **options):
+        from portal.accounts.access import require_write, scoped
+
+        try:
+            actor = get_user_model().objects.get(username=user)
+        except get_user_model().DoesNotExist:
+            raise CommandError(f"no user called {user!r}") from None
+        try:
+            plan_obj = scoped(Plan.objects.select_related("project", "environment"), actor).get(
+                project__name=project, name=plan
+            )
+        except Plan.DoesNotExist:
+            raise CommandError(f"{user} has no plan {plan!r} in a project {project!r}") from None
+        try:
+            require_write(actor, plan_obj)
+            run = run_create(plan=plan_obj, user=actor)
+        except (RunError, Exception) as exc:
+            raise CommandError(str(exc) or type(exc).__name__) from None
+        self.stderr.write(f"Run #{run.number} queued: {run.get_absolute_url()}")
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run.refresh_from_db()
+            if run.status in Run.FINISHED:
+                break
+            time.sleep(0.5)
+        else:
+            self.stderr.write(f"Run #{run.number} still {run.status} after {timeout:.0f} s")
+            raise SystemExit(3)
+        self.stdout.write(
+            json.dumps(
+                {
+                    "run": str(run.code),
+                    "number": run.number,
+                    "status": run.status,
+                    "error": run.error_message,
+                    "summary": run.summary,
+                },
+                indent=2,
+            )
+        )
+        if run.status != Run.Status.PASSED:
+            raise SystemExit(1 if run.status == Run.Status.FAILED else 2)

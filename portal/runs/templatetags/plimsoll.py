@@ -1,0 +1,62 @@
+"""Formatting of measured figures, so every page writes them the same way."""
+
+from django import template
+
+register = template.Library()
+MISSING = "—"
+
+
+def _number(value):
+    """The value as a float, or None when there is nothing to show (None, "", a missing key)."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@register.filter
+def ms(value):
+    """A duration in milliseconds: 0.84 ms, 123 ms, 4.02 s."""
+    value = _number(value)
+    if value is None:
+        return MISSING
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    if value >= 10:
+        return f"{value:.0f} ms"
+    return f"{value:.2f} ms"
+
+
+@register.filter
+def rate(value):
+    """A per-second figure with sensible precision."""
+    value = _number(value)
+    if value is None:
+        return MISSING
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:,.2f}"
+
+
+@register.filter
+def pct(value):
+    value = _number(value)
+    if value is None:
+        return MISSING
+    return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
+
+
+@register.filter
+def seconds(value):
+    """A length of time: 45 s, 12 min 5 s, 3 h 2 min."""
+    value = _number(value)
+    if value is None:
+        return MISSING
+    value = int(round(value))
+    if value < 60:
+        return f"{value} s"
+    if value < 3600:
+        m, s = divmod(value, 60)
+        return f"{m} min {s} s" if s else f"{m} min"
+    h, rest = divmod(value, 3600)
+    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"

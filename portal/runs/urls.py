@@ -1,0 +1,16 @@
+from django.urls import path
+
+from . import views
+
+app_name = "runs"
+
+urlpatterns = [
+    # /runs/
+    path("runs/", views.run_list, name="list"),
+    path("runs/<uuid:code>/", views.run_detail, name="detail"),
+    path("runs/<uuid:code>/series.json", views.run_series, name="series"),
+    path("runs/<uuid:code>/stop/", views.run_stop, name="stop"),
+    # /projects/<code>/runs/, /plans/<code>/run/
+    path("projects/<uuid:code>/runs/", views.project_runs, name="project"),
+    path("plans/<uuid:code>/run/", views.run_start, name="start"),
+]

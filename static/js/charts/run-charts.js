@@ -1,0 +1,85 @@
+// The four charts of a run page (users, page duration, throughput, errors), fed by
+// the run's series.json. While the run is active the data is fetched again every 2 s.
+(function () {
+  "use strict";
+  const box = document.getElementById("charts");
+  if (!box || !window.Chart) return;
+  const url = box.dataset.seriesUrl;
+  const charts = {};
+
+  // Shades the measurement window, so readers see which seconds the summary uses.
+  const windowBand = {
+    id: "windowBand",
+    beforeDatasetsDraw(chart, args, opts) {
+      const w = opts.window;
+      if (!w) return;
+      const x = chart.scales.x, area = chart.chartArea;
+      const left = Math.max(x.getPixelForValue(w[0]), area.left);
+      const right = Math.min(x.getPixelForValue(w[1]), area.right);
+      if (right <= left) return;
+      const ctx = chart.ctx;
+      ctx.save();
+      ctx.fillStyle = "rgba(31, 95, 191, 0.07)";
+      ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
+      ctx.restore();
+    },
+  };
+
+  function makeChart(id, title, datasets, yTitle) {
+    const el = document.getElementById(id);
+    return new Chart(el, {
+      type: "line",
+      data: { datasets: datasets.map((d) => ({ label: d.label, data: [], borderColor: d.color, backgroundColor: d.color,
+        borderWidth: 1.6, pointRadius: 0, tension: 0.15, spanGaps: true })) },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+        interaction: { mode: "index", intersect: false },
+        plugins: { title: { display: true, text: title }, legend: { position: "bottom" }, windowBand: {} },
+        scales: {
+          x: { type: "linear", title: { display: true, text: "seconds since start" }, min: 0 },
+          y: { beginAtZero: true, title: { display: true, text: yTitle } },
+        },
+      },
+      plugins: [windowBand],
+    });
+  }
+
+  charts.users = makeChart("chart-users", "Active users", [{ label: "users", color: "#1f5fbf" }], "users");
+  charts.latency = makeChart("chart-latency", "Page duration", [
+    { label: "APD (ms)", color: "#1c7c3c" }, { label: "p95 (ms)", color: "#9a6300" }], "ms");
+  charts.throughput = makeChart("chart-throughput", "Throughput", [
+    { label: "pages/s", color: "#1f5fbf" }, { label: "hits/s", color: "#7a8aa6" }], "per second");
+  charts.errors = makeChart("chart-errors", "Errors", [{ label: "errors/s", color: "#b3261e" }], "per second");
+
+  function points(t, ys) {
+    return t.map((x, i) => ({ x: x, y: ys[i] }));
+  }
+
+  function update(data) {
+    const fill = {
+      users: [data.users],
+      latency: [data.apd_ms, data.p95_ms],
+      throughput: [data.pages_per_s, data.hits_per_s],
+      errors: [data.errors_per_s],
+    };
+    for (const [name, series] of Object.entries(fill)) {
+      const chart = charts[name];
+      series.forEach((ys, i) => { chart.data.datasets[i].data = points(data.t, ys); });
+      chart.options.plugins.windowBand.window = data.window;
+      chart.options.scales.x.max = Math.max(data.duration_s, data.t.length ? data.t[data.t.length - 1] + data.bucket_s : 0);
+      chart.update("none");
+    }
+    box.dataset.points = String(data.t.length);
+  }
+
+  function load() {
+    fetch(url, { credentials: "same-origin" })
+      .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
+      .then((data) => {
+        update(data);
+        if (data.active) setTimeout(load, 2000);
+      })
+      .catch(() => setTimeout(load, 5000));
+  }
+  load();
+})();

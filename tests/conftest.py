@@ -1,0 +1,88 @@
+"""Personas present in every portal test (after healthchecks' hc/test.py).
+
+alice owns a team with a project; bob is a viewer in alice's team; charlie is an
+outsider with a team of his own. Each view test checks that charlie gets 404 and
+bob gets 403 for a change.
+"""
+
+import pytest
+
+from portal.accounts.models import Membership
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create_user("alice", password="alice-password")
+
+
+@pytest.fixture
+def bob(django_user_model, alice):
+    user = django_user_model.objects.create_user("bob", password="bob-password")
+    Membership.objects.create(team=alice.teams.get(), user=user, role=Membership.Role.VIEWER)
+    return user
+
+
+@pytest.fixture
+def charlie(django_user_model):
+    return django_user_model.objects.create_user("charlie", password="charlie-password")
+
+
+@pytest.fixture
+def team(alice):
+    return alice.teams.get()
+
+
+@pytest.fixture
+def project(team):
+    from portal.projects.models import Project
+
+    return Project.objects.create(team=team, name="Intranet", description="The SharePoint farm")
+
+
+@pytest.fixture
+def environment(project):
+    from portal.projects.models import Environment
+
+    return Environment.objects.create(
+        project=project,
+        name="Staging",
+        base_url="http://127.0.0.1:8001",
+        configuration=[{"key": "search.index", "value": "off"}],
+    )
+
+
+@pytest.fixture
+def test_case(project):
+    from portal.projects.models import Step, TestCase
+
+    tc = TestCase.objects.create(project=project, name="Browse")
+    Step.objects.create(test_case=tc, position=0, name="Home", path="/", think_time=0.5, text_present="Demo")
+    Step.objects.create(test_case=tc, position=1, name="Articles", path="/articles", think_time=0.5)
+    return tc
+
+
+@pytest.fixture
+def plan(project, environment, test_case):
+    from portal.projects.models import MixEntry, Plan
+
+    p = Plan.objects.create(project=project, environment=environment, name="Smoke", users=5, ramp_up=1, hold=5)
+    MixEntry.objects.create(plan=p, test_case=test_case, weight=1)
+    return p
+
+
+@pytest.fixture
+def alice_client(client, alice):
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def bob_client(client, bob):
+    client.force_login(bob)
+    return client
+
+
+@pytest.fixture
+def charlie_client(client, charlie):
+    client.force_login(charlie)
+    return client

@@ -1,0 +1,33 @@
+"""Interval rows with known contents, for testing the analysis without running load."""
+
+from portal.runs.models import PageInterval, ShardInterval
+from workers.engine.histogram import Histogram
+
+
+def hist_of(*values_ms: float) -> dict:
+    h = Histogram()
+    for v in values_ms:
+        h.record(int(v * 1000))
+    return h.to_dict()
+
+
+def add_second(run, second, *, shard_no=0, users=10, iterations=0, labels=None):
+    """labels: {label: (latencies_ms list, errors dict)}"""
+    ShardInterval.objects.create(
+        run=run, shard_no=shard_no, second=second, active_users=users, iterations_completed=iterations
+    )
+    for label, (latencies, errors) in (labels or {}).items():
+        n_err = sum(errors.values())
+        PageInterval.objects.create(
+            run=run,
+            shard_no=shard_no,
+            second=second,
+            label=label,
+            pages=len(latencies) + n_err,
+            hits=len(latencies) + n_err,
+            errors=n_err,
+            errors_by_kind=errors,
+            error_samples={k: f"sample {k}" for k in errors},
+            bytes_in=1000 * len(latencies),
+            hist=hist_of(*latencies),
+        )

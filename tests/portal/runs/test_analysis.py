@@ -1,0 +1,129 @@
+import pytest
+
+from portal.runs import analysis
+from tests.portal.runs.factories import add_second
+
+pytestmark = pytest.mark.django_db
+
+
+def test_summary_uses_only_the_measurement_window(run):
+    # given: ramp_up 1 s, hold 5 s → window = seconds 1..5; second 0 and 6 are outside
+    add_second(run, 0, labels={"Browse: Home": ([1000.0] * 5, {})})  # slow, during ramp-up
+    for s in range(1, 6):
+        add_second(run, s, iterations=2, labels={"Browse: Home": ([10.0, 20.0], {})})
+    add_second(run, 6, labels={"Browse: Home": ([5000.0], {"timeout": 1})})
+
+    # when
+    summary = analysis.summarize(run)
+
+    # then
+    assert summary["window"] == {"start": 1, "end": 6, "seconds": 5, "note": ""}
+    totals = summary["totals"]
+    assert totals["pages"] == 10
+    assert totals["pages_per_s"] == 2.0
+    assert totals["apd_ms"] == pytest.approx(15.0, rel=0.002)
+    assert totals["max_ms"] == pytest.approx(20.0, rel=0.002)
+    assert totals["errors"] == 0
+    assert totals["transactions_per_s"] == 2.0
+    assert summary["whole_run"]["pages"] == 17  # charts and totals of the whole run still see everything
+
+
+def test_percentiles_come_from_merged_histograms_not_averaged_percentiles(run):
+    # given: shard 0 is fast, shard 1 is slow in the same seconds
+    for s in range(1, 6):
+        add_second(run, s, shard_no=0, labels={"Browse: Home": ([10.0] * 9, {})})
+        add_second(run, s, shard_no=1, labels={"Browse: Home": ([1000.0], {})})
+
+    # when
+    totals = analysis.summarize(run)["totals"]
+
+    # then: 10 % of pages took 1 s → p95 is 1 s, p50 is 10 ms
+    assert totals["p50_ms"] == pytest.approx(10.0, rel=0.002)
+    assert totals["p95_ms"] == pytest.approx(1000.0, rel=0.002)
+    assert totals["apd_ms"] == pytest.approx((9 * 10 + 1000) / 10, rel=0.002)
+
+
+def test_errors_are_grouped_by_kind_with_a_sample_and_their_pages(run):
+    for s in range(1, 6):
+        add_second(
+            run,
+            s,
+            labels={
+                "Browse: Home": ([10.0], {"http_status": 1}),
+                "Browse: Search": ([10.0], {"http_status": 1, "timeout": 1}),
+            },
+        )
+
+    summary = analysis.summarize(run)
+
+    assert summary["errors"][0] == {
+        "kind": "http_status",
+        "count": 10,
+        "sample": "sample http_status",
+        "pages": ["Browse: Home", "Browse: Search"],
+    }
+    assert summary["errors"][1]["kind"] == "timeout"
+    assert summary["totals"]["error_rate_pct"] == pytest.approx(100 * 15 / 25)
+
+
+def test_thresholds_judge_the_window(run):
+    run.plan_snapshot["thresholds"] = {"apd_ms": 100, "p95_ms": 15, "error_rate_pct": 1.0}
+    for s in range(1, 6):
+        add_second(run, s, labels={"Browse: Home": ([10.0, 20.0], {})})
+
+    summary = analysis.summarize(run)
+
+    results = {t["name"]: t["passed"] for t in summary["thresholds"]}
+    assert results == {"APD": True, "p95": False, "Error rate": True}
+    assert summary["verdict"] == "failed"
+
+
+def test_no_thresholds_means_no_verdict(run):
+    run.plan_snapshot["thresholds"] = {"apd_ms": None, "p95_ms": None, "error_rate_pct": None}
+    add_second(run, 2, labels={"Browse: Home": ([10.0], {})})
+    assert analysis.summarize(run)["verdict"] is None
+
+
+def test_a_latency_threshold_cannot_hold_when_no_page_succeeded(run):
+    run.plan_snapshot["thresholds"] = {"apd_ms": 100, "p95_ms": None, "error_rate_pct": None}
+    add_second(run, 2, labels={"Browse: Home": ([], {"connection_refused": 3})})
+    summary = analysis.summarize(run)
+    assert summary["thresholds"][0]["actual"] is None
+    assert summary["verdict"] == "failed"
+
+
+def test_a_run_cut_short_reports_on_what_ran(run):
+    # given: the run was stopped during its ramp-up (window 1..6 never reached beyond second 0)
+    add_second(run, 0, labels={"Browse: Home": ([10.0, 30.0], {})})
+
+    summary = analysis.summarize(run)
+
+    assert summary["window"]["note"].startswith("The run ended before its measurement window")
+    assert summary["totals"]["pages"] == 2
+
+
+def test_series_sums_shards_per_second_and_merges_latency(run):
+    add_second(run, 0, shard_no=0, users=3, labels={"A": ([10.0], {})})
+    add_second(run, 0, shard_no=1, users=4, labels={"A": ([30.0], {"timeout": 1})})
+    add_second(run, 1, shard_no=0, users=3)
+
+    data = analysis.series(run)
+
+    assert data["t"] == [0, 1]
+    assert data["users"] == [7, 3]
+    assert data["pages_per_s"] == [3, 0]
+    assert data["errors_per_s"] == [1, 0]
+    assert data["apd_ms"][0] == pytest.approx(20.0, rel=0.002)
+    assert data["apd_ms"][1] is None
+
+
+def test_series_of_a_long_run_is_downsampled(run):
+    from portal.runs.models import ShardInterval
+
+    ShardInterval.objects.bulk_create(
+        [ShardInterval(run=run, shard_no=0, second=s, active_users=s % 7) for s in range(3000)]
+    )
+    data = analysis.series(run)
+    assert len(data["t"]) <= analysis.MAX_POINTS
+    assert data["bucket_s"] == 5
+    assert data["users"][0] == 4  # the most users in seconds 0..4

@@ -1,0 +1,207 @@
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from portal.runs import services
+from portal.runs.models import PageInterval, Run, RunShard, ShardInterval
+from tests.portal.runs.factories import add_second, hist_of
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_create_snapshots_plan_and_configuration(plan, alice):
+    # when
+    run = services.run_create(plan=plan, user=alice)
+
+    # then: later edits don't change the run
+    plan.users = 999
+    plan.save()
+    plan.environment.configuration = [{"key": "search.index", "value": "on"}]
+    plan.environment.save()
+    run.refresh_from_db()
+    assert run.status == Run.Status.QUEUED
+    assert run.plan_snapshot["profile"]["users"] == 5
+    assert run.plan_snapshot["base_url"] == "http://127.0.0.1:8001"
+    assert run.plan_snapshot["test_cases"][0]["steps"][1]["path"] == "/articles"
+    assert run.config_snapshot == [{"key": "search.index", "value": "off"}]
+    assert (run.number, run.plan_name, run.environment_name) == (1, "Smoke", "Staging")
+
+
+def test_runs_are_numbered_per_project(plan, alice):
+    assert [services.run_create(plan=plan, user=alice).number for _ in range(3)] == [1, 2, 3]
+
+
+def test_a_plan_without_mix_cannot_run(plan, alice):
+    plan.mix.all().delete()
+    with pytest.raises(services.RunError, match="Add at least one test case"):
+        services.run_create(plan=plan, user=alice)
+    assert not Run.objects.exists()
+
+
+def test_a_plan_longer_than_allowed_cannot_run(plan, alice, settings):
+    settings.PLIMSOLL_MAX_RUN_SECONDS = 3
+    with pytest.raises(services.RunError, match="more than the 3 s allowed"):
+        services.run_create(plan=plan, user=alice)
+
+
+def test_run_start_refuses_a_target_outside_the_allowlist(run):
+    # given: a target outside loopback (never contacted: the check happens before any shard exists)
+    run.plan_snapshot["base_url"] = "http://192.0.2.10"
+    run.save()
+
+    services.run_start(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.ERROR
+    assert "192.0.2.10" in run.error_message and "not in the allowed targets" in run.error_message
+    assert not run.shards.exists()
+
+
+def test_run_start_splits_users_into_shards_with_a_common_start(run, settings):
+    settings.PLIMSOLL_SHARD_MAX_USERS = 2  # 5 users → 3 shards of 2, 2, 1
+
+    services.run_start(run.id)
+    services.run_start(run.id)  # a repeated message does nothing
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.STARTING
+    assert run.shard_count == 3
+    assert [s.user_count for s in run.shards.all()] == [2, 2, 1]
+    assert run.start_at > timezone.now() - timedelta(seconds=5)
+
+
+def test_a_claimed_shard_is_not_run_again(run):
+    # given: a shard another worker already claimed
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.RUNNING, worker="other:1")
+
+    # when: the same message is delivered again
+    services.shard_execute(run.id, 0)
+
+    # then: nothing ran, the claim is untouched
+    shard = run.shards.get()
+    assert (shard.status, shard.worker) == (RunShard.Status.RUNNING, "other:1")
+    assert not PageInterval.objects.exists()
+
+
+def _report(second, pages=2):
+    return {
+        "second": second,
+        "active_users": 5,
+        "iterations_started": 1,
+        "iterations_completed": 1,
+        "labels": {
+            "Browse: Home": {
+                "pages": pages,
+                "hits": pages,
+                "errors": 0,
+                "errors_by_kind": {},
+                "error_samples": {},
+                "bytes_in": 100,
+                "bytes_out": 10,
+                "hist": hist_of(*[10.0] * pages),
+            }
+        },
+    }
+
+
+def test_the_sink_never_counts_a_repeated_flush_twice(run):
+    run.status = Run.Status.STARTING
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.RUNNING)
+    sink = services.ShardSink(run.id, 0)
+
+    assert sink(_report(3)) is False
+    assert sink(_report(3)) is False  # the same second again (a retried write)
+
+    assert PageInterval.objects.get().pages == 2
+    assert ShardInterval.objects.count() == 1
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING  # the first flush marks the run running
+
+
+def test_the_sink_asks_to_stop_when_the_run_is_cancelled(run):
+    run.status = Run.Status.RUNNING
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.RUNNING)
+    sink = services.ShardSink(run.id, 0)
+    assert sink(_report(1)) is False
+
+    services.run_cancel(run=run)
+
+    assert sink(_report(2)) is True
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLING
+
+
+def test_cancelling_a_queued_run_ends_it_at_once(run):
+    services.run_cancel(run=run)
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED and run.finished_at
+
+
+def test_the_watchdog_marks_a_silent_shard_lost_and_keeps_its_data(run, settings):
+    # given: two shards; shard 1 stopped sending heartbeats 31 s ago, shard 0 finished
+    now = timezone.now()
+    run.status, run.shard_count, run.start_at = Run.Status.RUNNING, 2, now - timedelta(seconds=60)
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=3, status=RunShard.Status.DONE, heartbeat_at=now)
+    RunShard.objects.create(
+        run=run,
+        shard_no=1,
+        user_count=2,
+        status=RunShard.Status.RUNNING,
+        worker="w:9",
+        heartbeat_at=now - timedelta(seconds=settings.PLIMSOLL_SHARD_TIMEOUT + 1),
+    )
+    for s in range(1, 4):
+        add_second(run, s, shard_no=1, labels={"Browse: Home": ([10.0], {})})
+
+    # when
+    services.watchdog()
+
+    # then
+    run.refresh_from_db()
+    lost = run.shards.get(shard_no=1)
+    assert lost.status == RunShard.Status.LOST and "no heartbeat" in lost.error_message
+    assert run.status == Run.Status.PARTIAL
+    assert run.summary["totals"]["pages"] == 3  # every interval flushed before the loss
+
+
+def test_the_watchdog_leaves_a_live_shard_alone(run):
+    now = timezone.now()
+    run.status, run.start_at = Run.Status.RUNNING, now
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.RUNNING, heartbeat_at=now)
+
+    services.watchdog()
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+    assert run.shards.get().status == RunShard.Status.RUNNING
+
+
+def test_the_watchdog_ends_a_run_no_worker_took(run):
+    Run.objects.filter(id=run.id).update(created_at=timezone.now() - services.QUEUED_TIMEOUT - timedelta(seconds=1))
+
+    services.watchdog()
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.ERROR
+    assert "No Celery worker took this run" in run.error_message
+
+
+def test_finalize_runs_once(run):
+    run.status = Run.Status.RUNNING
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    add_second(run, 2, labels={"Browse: Home": ([10.0], {})})
+
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+    first = run.finished_at
+    services.run_finalize(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.PASSED
+    assert run.finished_at == first

@@ -1,0 +1,116 @@
+import uuid
+
+import pytest
+from django.urls import reverse
+
+from portal.runs.models import Run
+from tests.portal.runs.factories import add_second
+
+pytestmark = pytest.mark.django_db
+
+
+def test_run_start_creates_a_run_and_redirects_to_it(alice_client, plan):
+    response = alice_client.post(reverse("runs:start", args=[plan.code]))
+    run = Run.objects.get()
+    assert response.status_code == 302 and response.url == run.get_absolute_url()
+    assert run.status == Run.Status.QUEUED
+
+
+def test_run_start_says_why_a_plan_cannot_run(alice_client, plan):
+    plan.mix.all().delete()
+    response = alice_client.post(reverse("runs:start", args=[plan.code]), follow=True)
+    assert "Add at least one test case to the mix." in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_a_viewer_cannot_start_or_stop_a_run(bob_client, plan, run):
+    assert bob_client.post(reverse("runs:start", args=[plan.code])).status_code == 403
+    assert bob_client.post(reverse("runs:stop", args=[run.code])).status_code == 403
+    run.refresh_from_db()
+    assert Run.objects.count() == 1 and not run.cancel_requested
+
+
+def test_a_viewer_reads_runs(bob_client, run):
+    for url in (
+        reverse("runs:detail", args=[run.code]),
+        reverse("runs:series", args=[run.code]),
+        reverse("runs:list"),
+        reverse("runs:project", args=[run.project.code]),
+    ):
+        assert bob_client.get(url).status_code == 200, url
+
+
+@pytest.mark.parametrize("name", ["runs:detail", "runs:series", "runs:stop"])
+def test_an_outsider_gets_404_for_another_teams_run(charlie_client, run, name):
+    url = reverse(name, args=[run.code])
+    response = charlie_client.post(url) if name == "runs:stop" else charlie_client.get(url)
+    assert response.status_code == 404
+
+
+def test_an_outsider_gets_404_for_another_teams_plan_and_project(charlie_client, plan):
+    assert charlie_client.post(reverse("runs:start", args=[plan.code])).status_code == 404
+    assert charlie_client.get(reverse("runs:project", args=[plan.project.code])).status_code == 404
+    assert not Run.objects.exists()
+
+
+def test_the_run_list_shows_only_my_teams_runs(charlie_client, run):
+    response = charlie_client.get(reverse("runs:list"))
+    assert response.status_code == 200
+    assert "No runs yet" in response.content.decode()
+
+
+def test_an_unknown_run_is_404(alice_client):
+    assert alice_client.get(reverse("runs:detail", args=[uuid.uuid4()])).status_code == 404
+
+
+def test_anonymous_users_are_sent_to_login(client, run):
+    response = client.get(reverse("runs:detail", args=[run.code]))
+    assert response.status_code == 302 and response.url.startswith(reverse("login"))
+
+
+def test_the_report_shows_the_summary(alice_client, run):
+    from portal.runs import services
+    from portal.runs.models import RunShard
+
+    run.status = Run.Status.RUNNING
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    for s in range(1, 6):
+        add_second(
+            run, s, labels={"Browse: Home": ([12.0, 12.0], {}), "Browse: Articles": ([30.0], {"http_status": 1})}
+        )
+    services.run_finalize(run.id)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert "Measurement window" in page
+    assert 'data-figure="pages">20<' in page
+    assert "Browse: Articles" in page and "http_status" in page and "sample http_status" in page
+    assert "Passed" in page
+
+
+def test_the_live_fragment_polls_while_active_and_refreshes_when_done(alice_client, run):
+    url = reverse("runs:detail", args=[run.code])
+    live = alice_client.get(url, headers={"HX-Request": "true"})
+    assert 'hx-trigger="every 2s"' in live.content.decode()
+    assert "topbar" not in live.content.decode()  # only the fragment
+    assert "HX-Refresh" not in live
+
+    Run.objects.filter(id=run.id).update(status=Run.Status.CANCELLED)
+    done = alice_client.get(url, headers={"HX-Request": "true"})
+    assert done["HX-Refresh"] == "true"
+
+
+def test_series_json_has_the_window_and_points(alice_client, run):
+    add_second(run, 0, users=3, labels={"Browse: Home": ([10.0], {})})
+    data = alice_client.get(reverse("runs:series", args=[run.code])).json()
+    assert data["users"] == [3]
+    assert data["window"] == [1.0, 6.0]
+    assert data["active"] is True
+
+
+def test_stop_asks_a_running_run_to_stop(alice_client, run):
+    Run.objects.filter(id=run.id).update(status=Run.Status.RUNNING)
+    alice_client.post(reverse("runs:stop", args=[run.code]))
+    run.refresh_from_db()
+    assert run.cancel_requested and run.status == Run.Status.CANCELLING
