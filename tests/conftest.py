@@ -7,7 +7,11 @@ bob gets 403 for a change.
 
 import pytest
 
-from portal.accounts.models import Membership
+
+@pytest.fixture(autouse=True)
+def fast_password_hasher(settings):
+    # The personas are created in every test; the default hasher makes each cost a quarter of a second.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -17,6 +21,8 @@ def alice(django_user_model):
 
 @pytest.fixture
 def bob(django_user_model, alice):
+    from portal.accounts.models import Membership
+
     user = django_user_model.objects.create_user("bob", password="bob-password")
     Membership.objects.create(team=alice.teams.get(), user=user, role=Membership.Role.VIEWER)
     return user

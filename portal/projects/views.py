@@ -1,0 +1,532 @@
+"""Pages of projects, environments, test cases (with their steps) and plans (with their mix).
+
+Each view's first line fetches its object through ``access.get_for_user``: another team's
+object is a 404, and a viewer's attempt to change it a 403. Templates hide the buttons a
+viewer may not use, but these checks are what counts.
+
+Steps and the mix are edited in place with HTMX: one template per page, whose live region
+is a ``partialdef`` that HTMX requests get alone. Without JavaScript the same URLs take
+plain form posts and redirect back to the page.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget
+
+from portal.accounts import access
+from portal.accounts.models import Membership
+
+from . import selectors, services
+from .forms import (
+    EnvironmentForm,
+    MixAddForm,
+    MixWeightForm,
+    PlanForm,
+    ProjectForm,
+    ServerFormSet,
+    StepForm,
+    TestCaseForm,
+)
+from .models import Environment, MixEntry, Plan, Project, Step, TestCase
+
+RECENT_RUNS = 10
+PLAN_RUNS = 20
+DIRECTIONS = ("up", "down")
+
+
+def _fragment(request) -> bool:
+    """HTMX asks for a page region (a boosted link wants the whole page)."""
+    return bool(request.htmx) and not request.htmx.boosted
+
+
+def _can_write(user, project: Project) -> bool:
+    membership = Membership.objects.filter(team_id=project.team_id, user=user).first()
+    return membership is not None and membership.can_write
+
+
+def _save(form, save):
+    """Runs ``save``; a name taken by a concurrent request becomes a form error, not a 500."""
+    try:
+        with transaction.atomic():
+            return save()
+    except IntegrityError:
+        form.add_error("name", "That name was taken a moment ago; choose another.")
+        return None
+
+
+def _confirm_delete(
+    request, obj, *, kind: str, crumbs: list, cancel_url: str, consequences=(), blocker=None, note=None
+):
+    context = {
+        "note": note,
+        "object": obj,
+        "kind": kind,
+        "crumbs": crumbs,
+        "cancel_url": cancel_url,
+        "consequences": consequences,
+        "blocker": blocker,
+        "nav": "projects",
+    }
+    return render(request, "projects/confirm_delete.html", context)
+
+
+# Projects
+
+
+@login_required
+def project_list(request):
+    projects = list(selectors.project_list(user=request.user))
+    context = {
+        "projects": projects,
+        "show_team": Membership.objects.filter(user=request.user).count() > 1,
+        "can_create": access.writable_teams(request.user).exists(),
+        "nav": "projects",
+    }
+    return render(request, "projects/project_list.html", context)
+
+
+@login_required
+def project_new(request):
+    teams = list(access.writable_teams(request.user).order_by("name"))
+    if not teams:
+        raise PermissionDenied("You are a viewer in all your teams; an owner can make you an editor.")
+    form = ProjectForm(request.POST or None, teams=teams)
+    if request.method == "POST" and form.is_valid():
+        team = form.cleaned_data.get("team") or form.instance.team
+        project = _save(
+            form,
+            lambda: services.project_create(
+                team=team, name=form.cleaned_data["name"], description=form.cleaned_data["description"]
+            ),
+        )
+        if project:
+            messages.success(request, f"Project “{project}” created. Next, add an environment.")
+            return redirect(project)
+    return render(request, "projects/project_form.html", {"form": form, "nav": "projects"})
+
+
+@login_required
+def project_detail(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code)
+    context = {
+        "project": project,
+        "environments": project.environments.annotate(
+            server_count=Count("servers", distinct=True), plan_count=Count("plans", distinct=True)
+        ),
+        "test_cases": project.test_cases.annotate(
+            step_count=Count("steps", distinct=True), plan_count=Count("mix_entries", distinct=True)
+        ),
+        "plans": project.plans.select_related("environment").annotate(mix_count=Count("mix")),
+        "runs": project.runs.order_by("-number")[:RECENT_RUNS],
+        "can_write": _can_write(request.user, project),
+        "nav": "projects",
+    }
+    return render(request, "projects/project_detail.html", context)
+
+
+@login_required
+def project_edit(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    form = ProjectForm(request.POST or None, instance=project)
+    if request.method == "POST" and form.is_valid() and _save(form, form.save):
+        messages.success(request, "Project saved.")
+        return redirect(project)
+    return render(request, "projects/project_form.html", {"form": form, "project": project, "nav": "projects"})
+
+
+@login_required
+def project_delete(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    if request.method == "POST":
+        services.project_delete(project=project)
+        messages.success(request, f"Project “{project}” deleted.")
+        return redirect("projects:list")
+    counts = [
+        (project.environments.count(), "environment"),
+        (project.test_cases.count(), "test case"),
+        (project.plans.count(), "plan"),
+        (project.runs.count(), "run and its results"),
+    ]
+    return _confirm_delete(
+        request,
+        project,
+        kind="project",
+        crumbs=[(str(project), project.get_absolute_url())],
+        cancel_url=project.get_absolute_url(),
+        consequences=[f"{n} {label}{'' if n == 1 else 's'}" for n, label in counts if n],
+    )
+
+
+# Environments
+
+
+@login_required
+def environment_detail(request, code):
+    environment = access.get_for_user(request.user, Environment.objects.select_related("project__team"), code=code)
+    context = {
+        "environment": environment,
+        "project": environment.project,
+        "servers": environment.servers.all(),
+        "plans": environment.plans.all(),
+        "can_write": _can_write(request.user, environment.project),
+        "nav": "projects",
+    }
+    return render(request, "projects/environment_detail.html", context)
+
+
+def _environment_form(request, project: Project, environment: Environment | None):
+    form = EnvironmentForm(request.POST or None, instance=environment, project=project)
+    servers = ServerFormSet(request.POST or None, instance=form.instance, prefix="servers")
+    if request.method == "POST" and form.is_valid() and servers.is_valid():
+        saved = _save(form, lambda: services.environment_save(form=form, servers=servers))
+        if saved:
+            messages.success(request, f"Environment “{saved}” saved.")
+            return redirect(saved)
+    context = {"form": form, "servers": servers, "project": project, "environment": environment, "nav": "projects"}
+    return render(request, "projects/environment_form.html", context)
+
+
+@login_required
+def environment_new(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    return _environment_form(request, project, None)
+
+
+@login_required
+def environment_edit(request, code):
+    environment = access.get_for_user(
+        request.user, Environment.objects.select_related("project__team"), code=code, write=True
+    )
+    return _environment_form(request, environment.project, environment)
+
+
+@login_required
+def environment_delete(request, code):
+    environment = access.get_for_user(
+        request.user, Environment.objects.select_related("project__team"), code=code, write=True
+    )
+    project = environment.project
+    if request.method == "POST":
+        try:
+            services.environment_delete(environment=environment)
+        except services.InUse as refusal:
+            messages.error(request, f"Not deleted: {refusal}")
+            return redirect(environment)
+        messages.success(request, f"Environment “{environment}” deleted.")
+        return redirect(project)
+    plans = list(environment.plans.values_list("name", flat=True))
+    return _confirm_delete(
+        request,
+        environment,
+        kind="environment",
+        crumbs=[(str(project), project.get_absolute_url()), (str(environment), environment.get_absolute_url())],
+        cancel_url=environment.get_absolute_url(),
+        blocker=(
+            f"It is used by the plans {', '.join(f'“{p}”' for p in plans)}; point them at another environment "
+            "or delete them first."
+            if plans
+            else None
+        ),
+        consequences=["its servers and configuration (past runs keep their snapshot of it)"],
+    )
+
+
+# Test cases and their steps
+
+
+def _testcase_context(request, test_case: TestCase, **extra) -> dict:
+    return {
+        "test_case": test_case,
+        "project": test_case.project,
+        "steps": test_case.steps.all(),
+        "plans": Plan.objects.filter(mix__test_case=test_case).order_by("name"),
+        "can_write": _can_write(request.user, test_case.project),
+        "nav": "projects",
+        **extra,
+    }
+
+
+def _steps_changed(request, test_case: TestCase):
+    """After a change to the steps: the list fragment for HTMX, else back to the page."""
+    if _fragment(request):
+        return render(request, "projects/testcase_detail.html#steps-list", _testcase_context(request, test_case))
+    return redirect(test_case.get_absolute_url() + "#steps")
+
+
+def _step_form(request, test_case: TestCase, form: StepForm, *, container: str):
+    """The step form again (empty, or with its errors): in place for HTMX, else on the whole page."""
+    if _fragment(request):
+        context = {"form": form, "test_case": test_case}
+        response = render(request, "projects/testcase_detail.html#step-form", context)
+        if request.method == "POST":
+            # The form posts to replace the whole list; with errors, it replaces only itself.
+            retarget(response, f"#{container}")
+            reswap(response, "innerHTML")
+        return response
+    editing = "editing" if form.instance.pk else "adding"
+    return render(request, "projects/testcase_detail.html", _testcase_context(request, test_case, **{editing: form}))
+
+
+@login_required
+@vary_on_headers("HX-Request")  # a page or its fragment, from one URL
+def testcase_detail(request, code):
+    test_case = access.get_for_user(request.user, TestCase.objects.select_related("project__team"), code=code)
+    context = _testcase_context(request, test_case)
+    if _fragment(request):
+        return render(request, "projects/testcase_detail.html#steps-list", context)
+    return render(request, "projects/testcase_detail.html", context)
+
+
+def _testcase_form(request, project: Project, test_case: TestCase | None):
+    form = TestCaseForm(request.POST or None, instance=test_case, project=project)
+    if request.method == "POST" and form.is_valid():
+        saved = _save(form, form.save)
+        if saved:
+            messages.success(request, f"Test case “{saved}” saved." + ("" if test_case else " Now add its steps."))
+            return redirect(saved)
+    context = {"form": form, "project": project, "test_case": test_case, "nav": "projects"}
+    return render(request, "projects/testcase_form.html", context)
+
+
+@login_required
+def testcase_new(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    return _testcase_form(request, project, None)
+
+
+@login_required
+def testcase_edit(request, code):
+    test_case = access.get_for_user(
+        request.user, TestCase.objects.select_related("project__team"), code=code, write=True
+    )
+    return _testcase_form(request, test_case.project, test_case)
+
+
+@login_required
+def testcase_delete(request, code):
+    test_case = access.get_for_user(
+        request.user, TestCase.objects.select_related("project__team"), code=code, write=True
+    )
+    project = test_case.project
+    if request.method == "POST":
+        try:
+            services.test_case_delete(test_case=test_case)
+        except services.InUse as refusal:
+            messages.error(request, f"Not deleted: {refusal}")
+            return redirect(test_case)
+        messages.success(request, f"Test case “{test_case}” deleted.")
+        return redirect(project)
+    plans = list(Plan.objects.filter(mix__test_case=test_case).order_by("name").values_list("name", flat=True))
+    return _confirm_delete(
+        request,
+        test_case,
+        kind="test case",
+        crumbs=[(str(project), project.get_absolute_url()), (str(test_case), test_case.get_absolute_url())],
+        cancel_url=test_case.get_absolute_url(),
+        blocker=(
+            f"It is in the mix of the plans {', '.join(f'“{p}”' for p in plans)}; remove it from them first."
+            if plans
+            else None
+        ),
+        consequences=[f"its {test_case.steps.count()} steps"],
+    )
+
+
+@login_required
+@vary_on_headers("HX-Request")  # a page or its fragment, from one URL
+def step_new(request, code):
+    test_case = access.get_for_user(
+        request.user, TestCase.objects.select_related("project__team"), code=code, write=True
+    )
+    form = StepForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        services.step_create(test_case=test_case, step=form.save(commit=False))
+        return _steps_changed(request, test_case)
+    return _step_form(request, test_case, form, container="step-new-slot")
+
+
+@login_required
+@vary_on_headers("HX-Request")  # a page or its fragment, from one URL
+def step_edit(request, code):
+    step = access.get_for_user(
+        request.user, Step.objects.select_related("test_case__project__team"), code=code, write=True
+    )
+    form = StepForm(request.POST or None, instance=step)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        return _steps_changed(request, step.test_case)
+    return _step_form(request, step.test_case, form, container=f"step-{step.code}")
+
+
+@login_required
+def step_delete(request, code):
+    step = access.get_for_user(
+        request.user, Step.objects.select_related("test_case__project__team"), code=code, write=True
+    )
+    test_case = step.test_case
+    if request.method == "POST":
+        services.step_delete(step=step)
+        return _steps_changed(request, test_case)
+    project = test_case.project
+    return _confirm_delete(
+        request,
+        step,
+        kind="step",
+        crumbs=[(str(project), project.get_absolute_url()), (str(test_case), test_case.get_absolute_url())],
+        cancel_url=test_case.get_absolute_url() + "#steps",
+    )
+
+
+@login_required
+@require_POST
+def step_move(request, code, direction):
+    step = access.get_for_user(
+        request.user, Step.objects.select_related("test_case__project__team"), code=code, write=True
+    )
+    if direction not in DIRECTIONS:
+        raise Http404
+    services.step_move(step=step, direction=direction)
+    return _steps_changed(request, step.test_case)
+
+
+# Plans and their mix
+
+
+def _plan_context(request, plan: Plan, **extra) -> dict:
+    can_write = _can_write(request.user, plan.project)
+    context = {
+        "plan": plan,
+        "project": plan.project,
+        "mix": selectors.plan_mix(plan=plan),
+        "problems": plan.problems(),
+        "runs": plan.runs.order_by("-number")[:PLAN_RUNS],
+        "can_write": can_write,
+        "nav": "projects",
+    }
+    if can_write and "add_form" not in extra:
+        context["add_form"] = MixAddForm(plan=plan)
+    return {**context, **extra}
+
+
+def _mix_changed(request, plan: Plan, *, status_ok: bool = True, **extra):
+    """After a change to the mix: the mix fragment (with the run box out of band) for HTMX, else the page."""
+    if _fragment(request):
+        context = _plan_context(request, plan, oob=True, **extra)
+        return render(request, "projects/plan_detail.html#mix", context)
+    if status_ok:
+        return redirect(plan.get_absolute_url() + "#mix")
+    return render(request, "projects/plan_detail.html", _plan_context(request, plan, **extra))
+
+
+@login_required
+@vary_on_headers("HX-Request")  # a page or its fragment, from one URL
+def plan_detail(request, code):
+    plan = access.get_for_user(request.user, Plan.objects.select_related("project__team", "environment"), code=code)
+    if _fragment(request):
+        return render(request, "projects/plan_detail.html#mix", _plan_context(request, plan, oob=True))
+    return render(request, "projects/plan_detail.html", _plan_context(request, plan))
+
+
+def _plan_form(request, project: Project, plan: Plan | None):
+    form = PlanForm(request.POST or None, instance=plan, project=project)
+    if request.method == "POST" and form.is_valid():
+        saved = _save(form, form.save)
+        if saved:
+            messages.success(request, f"Plan “{saved}” saved." + ("" if plan else " Now choose its mix of test cases."))
+            return redirect(saved)
+    context = {
+        "form": form,
+        "project": project,
+        "plan": plan,
+        "has_environments": project.environments.exists(),
+        "nav": "projects",
+    }
+    return render(request, "projects/plan_form.html", context)
+
+
+@login_required
+def plan_new(request, code):
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    return _plan_form(request, project, None)
+
+
+@login_required
+def plan_edit(request, code):
+    plan = access.get_for_user(request.user, Plan.objects.select_related("project__team"), code=code, write=True)
+    return _plan_form(request, plan.project, plan)
+
+
+@login_required
+def plan_delete(request, code):
+    plan = access.get_for_user(request.user, Plan.objects.select_related("project__team"), code=code, write=True)
+    project = plan.project
+    if request.method == "POST":
+        plan.delete()
+        messages.success(request, f"Plan “{plan}” deleted.")
+        return redirect(project)
+    runs = plan.runs.count()
+    return _confirm_delete(
+        request,
+        plan,
+        kind="plan",
+        crumbs=[(str(project), project.get_absolute_url()), (str(plan), plan.get_absolute_url())],
+        cancel_url=plan.get_absolute_url(),
+        consequences=["its mix"],
+        note=f"Its {runs} run{'' if runs == 1 else 's'} and their results stay in the project's history."
+        if runs
+        else None,
+    )
+
+
+@login_required
+@require_POST
+def mix_add(request, code):
+    plan = access.get_for_user(request.user, Plan.objects.select_related("project__team"), code=code, write=True)
+    form = MixAddForm(request.POST, plan=plan)
+    if not form.is_valid():
+        return _mix_changed(request, plan, status_ok=False, add_form=form)
+    services.mix_entry_add(plan=plan, test_case=form.cleaned_data["test_case"], weight=form.cleaned_data["weight"])
+    return _mix_changed(request, plan)
+
+
+def _get_entry(request, pk) -> MixEntry:
+    return access.get_for_user(
+        request.user, MixEntry.objects.select_related("plan__project__team", "test_case"), pk=pk, write=True
+    )
+
+
+@login_required
+@require_POST
+def mix_update(request, pk):
+    entry = _get_entry(request, pk)
+    form = MixWeightForm(request.POST, instance=entry)
+    if not form.is_valid():
+        error = f"Weight of “{entry.test_case}”: {' '.join(form.errors['weight'])}"
+        return _mix_changed(request, entry.plan, status_ok=False, mix_error=error)
+    form.save()
+    return _mix_changed(request, entry.plan)
+
+
+@login_required
+@require_POST
+def mix_delete(request, pk):
+    entry = _get_entry(request, pk)
+    services.mix_entry_remove(entry=entry)
+    return _mix_changed(request, entry.plan)
+
+
+@login_required
+@require_POST
+def mix_move(request, pk, direction):
+    entry = _get_entry(request, pk)
+    if direction not in DIRECTIONS:
+        raise Http404
+    services.mix_entry_move(entry=entry, direction=direction)
+    return _mix_changed(request, entry.plan)

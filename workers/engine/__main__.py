@@ -1,0 +1,156 @@
+"""Command line: drive the engine without the portal (quick checks, benchmarks).
+
+    python -m workers.engine run --url http://127.0.0.1:8001/ --users 10 --duration 5 [--json]
+    python -m workers.engine run --plan plan.json [--users N] [--duration S]
+
+Targets must be allowed: ``--allow`` or the ``PLIMSOLL_ALLOWED_TARGETS``
+environment variable (default: loopback only). A target that is not allowed is
+refused before any request is sent, with exit code 2 (as for any bad input).
+Ctrl-C stops the run the way the portal's Stop button does, and still prints
+the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from .plan import Plan, PlanError
+from .runner import RunTotals, latency_ms, new_event_loop_factory, run
+from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, check_url, parse_allowlist
+
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.engine", description="Plimsoll load engine")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("run", help="run a one-page test (--url) or a plan file (--plan)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="one-page test: GET this URL in a loop (any 2xx/3xx is a success)")
+    target.add_argument("--plan", metavar="FILE", help="a plan as JSON (the portal's plan format)")
+    p.add_argument("--users", type=int, help="virtual users (default 1; overrides the plan's)")
+    p.add_argument("--duration", type=float, help="seconds of hold (default 10; overrides the plan's)")
+    p.add_argument("--ramp-up", type=float, default=0.0, help="seconds of ramp-up for --url (default 0)")
+    p.add_argument("--think-time", type=float, default=0.0, help="seconds between pages for --url (default 0)")
+    p.add_argument("--timeout", type=float, default=30.0, help="request timeout for --url in seconds (default 30)")
+    p.add_argument("--seed", type=int, help="seed for the mix and think times")
+    p.add_argument("--allow", metavar="NETS", help=f"allowed targets (default: ${ENV_VAR} or {DEFAULT_ALLOWLIST})")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        allow = parse_allowlist(args.allow if args.allow is not None else os.environ.get(ENV_VAR) or DEFAULT_ALLOWLIST)
+        plan = _plan(args)
+        check_url(plan.base_url, allow)  # before anything else touches the network
+    except (ValueError, OSError) as exc:  # PlanError, a bad allowlist, TargetNotAllowed, an unreadable file
+        print(f"plimsoll: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    totals = _execute(plan, allow, args)
+    if args.json:
+        print(json.dumps(_json_summary(totals)))
+    else:
+        print(_human_summary(plan, totals))
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    if args.url:
+        return Plan.single_page(
+            args.url,
+            users=1 if args.users is None else args.users,
+            hold=10.0 if args.duration is None else args.duration,
+            think_time=args.think_time,
+            ramp_up=args.ramp_up,
+            timeout=args.timeout,
+        )
+    with open(args.plan, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise PlanError(f"{args.plan}: not valid JSON ({exc})") from None
+    plan = Plan.from_dict(data)
+    overrides = {k: v for k, v in (("users", args.users), ("hold", args.duration)) if v is not None}
+    if overrides:
+        plan = Plan.from_dict({**plan.to_dict(), "profile": {**plan.profile.to_dict(), **overrides}})
+    return plan
+
+
+def _execute(plan: Plan, allow: Allowlist, args: argparse.Namespace) -> RunTotals:
+    stop = threading.Event()  # read by the sink, in its thread
+
+    def sink(report: dict[str, Any]) -> bool:
+        if not args.json:
+            labels = report["labels"].values()
+            hits = sum(v["hits"] for v in labels)
+            errs = sum(v["errors"] for v in labels)
+            print(
+                f"  {report['second']:>4} s  users {report['active_users']:>5}  requests {hits:>7}  errors {errs}",
+                file=sys.stderr,
+            )
+        return stop.is_set()
+
+    async def main_async() -> RunTotals:
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            print("plimsoll: stopping (Ctrl-C again to abort)", file=sys.stderr)
+            stop.set()
+            loop.remove_signal_handler(signal.SIGINT)
+
+        try:
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+            pass
+        return await run(plan, sink=sink, allowlist=allow, seed=args.seed)
+
+    with asyncio.Runner(loop_factory=new_event_loop_factory()) as runner:
+        return runner.run(main_async())
+
+
+def _json_summary(t: RunTotals) -> dict[str, Any]:
+    return {
+        "requests": t.requests,
+        "pages": t.pages,
+        "errors": t.errors,
+        "aborted": t.aborted,
+        "duration_s": round(t.duration_s, 3),
+        "rps": round(t.rps, 1),
+        "bytes_in": t.bytes_in,
+        "latency_ms": {k: v for k, v in _latency(t).items() if k in ("p50", "p90", "p99", "max")},
+        "errors_by_kind": dict(t.errors_by_kind),
+    }
+
+
+def _latency(t: RunTotals) -> dict[str, float]:
+    return latency_ms(t.histogram)
+
+
+def _human_summary(plan: Plan, t: RunTotals) -> str:
+    lat = _latency(t)
+    rate = 100 * t.errors / t.pages if t.pages else 0.0
+    lines = [
+        f"{plan.base_url}: {plan.profile.users} users, {plan.profile.hold:g} s hold"
+        + (" (stopped)" if t.stopped else ""),
+        f"requests  {t.requests:,} in {t.duration_s:.2f} s = {t.rps:,.1f}/s   pages {t.pages:,}   "
+        f"errors {t.errors:,} ({rate:.2f} %)   aborted {t.aborted:,}",
+        f"latency   p50 {lat['p50']:g} ms   p90 {lat['p90']:g} ms   p99 {lat['p99']:g} ms   max {lat['max']:g} ms"
+        f"   (mean {lat['mean']:g} ms; successful pages)",
+        f"received  {t.bytes_in / 1e6:,.2f} MB of bodies",
+    ]
+    for kind, n in sorted(t.errors_by_kind.items()):
+        lines.append(f"errors    {kind} {n:,}: {t.error_samples.get(kind, '')}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""Target safety: a load test only goes to allowed hosts and networks.
+
+A run is a flood of requests, so pointing one at somebody else's server is an
+attack. An *allowlist* (a setting; default loopback only) names the networks and
+host names a run may reach, and it is enforced twice:
+
+1. **Before the run** (``check_url``): the portal, the Celery task and the CLI
+   refuse a plan whose base URL is not allowed, with a message a person can act
+   on, before any request is sent.
+2. **At connect time** (``TargetGuard``): every connection the engine opens goes
+   through an aiohttp resolver that refuses disallowed addresses, and through a
+   socket factory that checks the address the socket is about to connect to.
+   The resolver covers host names (so DNS cannot answer 127.0.0.1 for the
+   check and 10.0.0.5 a second later); the socket factory covers IP literals,
+   which aiohttp never passes to a resolver - for instance a redirect to
+   ``http://10.0.0.5/``. This is the shape of healthchecks' ``hc/lib/curl.py``:
+   refuse when the socket opens, after DNS.
+
+Host name entries (e.g. ``demo`` for a docker-compose service) allow that name
+**whatever it resolves to**: the person who wrote the setting vouched for the
+name, typically a service on a private network that no IP range would describe
+well. Every other name must resolve only to addresses inside an allowed network
+(one address outside is enough to refuse). At connect time, the addresses a
+guarded resolver obtained for an allowed name are remembered by the guard, so
+the socket factory accepts them too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+DEFAULT_ALLOWLIST = "127.0.0.0/8,::1/128,localhost"
+ENV_VAR = "PLIMSOLL_ALLOWED_TARGETS"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+
+
+class TargetNotAllowed(PermissionError):
+    """The target is not in the allowed targets.
+
+    A PermissionError (hence an OSError) on purpose: raised inside aiohttp's
+    resolver or socket factory, it then travels aiohttp's connection-error paths
+    like any refused connection instead of escaping them as a foreign exception.
+    """
+
+
+class Allowlist:
+    """Parsed allowed targets: IP networks and host names, in the order written."""
+
+    __slots__ = ("networks", "hostnames", "_entries")
+
+    def __init__(self, entries: Iterable[IPNetwork | str]) -> None:
+        self._entries = tuple(entries)
+        self.networks = tuple(e for e in self._entries if not isinstance(e, str))
+        self.hostnames = frozenset(e for e in self._entries if isinstance(e, str))
+
+    def __iter__(self) -> Iterator[IPNetwork | str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __str__(self) -> str:
+        return ", ".join(str(e) for e in self._entries) or "nothing"
+
+    def __repr__(self) -> str:
+        return f"Allowlist({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Allowlist) and self._entries == other._entries
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def allows_hostname(self, host: str) -> bool:
+        return _normalise_host(host) in self.hostnames
+
+    def allows_address(self, address: str | IPAddress) -> bool:
+        ip = _ip(address)
+        if ip is None:
+            return False
+        return any(ip.version == net.version and ip in net for net in self.networks)
+
+
+def parse_allowlist(spec: str | Iterable[str] | Allowlist) -> Allowlist:
+    """Parse ``"127.0.0.0/8,::1,localhost"`` (or a list of entries).
+
+    An IP address is a one-address network (``::1`` becomes ``::1/128``); host
+    bits are tolerated (``10.1.2.3/8`` means ``10.0.0.0/8``). A bad entry raises
+    ValueError naming it. An empty spec allows nothing.
+    """
+    if isinstance(spec, Allowlist):
+        return spec
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    entries: list[IPNetwork | str] = []
+    for raw in items:
+        entry = raw.strip()
+        if not entry:
+            continue
+        try:
+            entries.append(ipaddress.ip_network(entry, strict=False))
+            continue
+        except ValueError:
+            pass
+        host = _normalise_host(entry)
+        labels = host.split(".")
+        if "/" in entry or len(host) > 253 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
+            raise ValueError(f"allowed targets: {entry!r} is neither an IP network (10.0.0.0/8, ::1) nor a host name")
+        entries.append(host)
+    return Allowlist(entries)
+
+
+def check_url(url: str, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> list[str]:
+    """Refuse ``url`` unless its host is allowed; returns the addresses checked.
+
+    Resolves the host (blocking getaddrinfo; call it from a thread in async code)
+    and raises TargetNotAllowed unless every address is inside an allowed
+    network, or the host name itself is an allowed entry (then nothing is
+    resolved and ``[]`` is returned). A name that does not resolve is refused
+    too: it cannot be checked.
+    """
+    allow = parse_allowlist(allowlist)
+    parts = urlsplit(url)
+    host = parts.hostname
+    if parts.scheme not in ("http", "https") or not host:
+        raise TargetNotAllowed(f"{url} is not an http:// or https:// URL with a host")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise TargetNotAllowed(f"{url} has a bad port ({exc})") from None
+    origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
+    if parts.port is None:
+        origin += f":{port}"
+    if allow.allows_hostname(host):
+        return []
+    literal = _ip(host)
+    if literal is not None:
+        addresses = [str(literal)]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise TargetNotAllowed(f"{origin} could not be resolved ({exc}), so it cannot be checked") from None
+        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    for address in addresses:
+        if not allow.allows_address(address):
+            raise TargetNotAllowed(_refusal(origin, address, allow))
+    return addresses
+
+
+class TargetGuard:
+    """Connect-time enforcement of an allowlist for one HTTP client (see the module docstring).
+
+    Give ``resolver()`` and ``socket_factory`` to an aiohttp TCPConnector.
+    """
+
+    def __init__(self, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> None:
+        self.allowlist = parse_allowlist(allowlist)
+        # Addresses that a guarded resolver returned for an allowed host name.
+        self._vouched: set[str] = set()
+
+    def resolver(self, inner: AbstractResolver | None = None) -> AllowlistResolver:
+        return AllowlistResolver(self, inner)
+
+    def check_resolved(self, host: str, results: list[ResolveResult]) -> None:
+        if self.allowlist.allows_hostname(host):
+            self._vouched.update(str(_ip(r["host"]) or r["host"]) for r in results)
+            return
+        for r in results:
+            if not self.allowlist.allows_address(r["host"]):
+                raise TargetNotAllowed(_refusal(f"{host}:{r['port']}", r["host"], self.allowlist))
+
+    def socket_factory(self, addr_info: tuple[Any, ...]) -> socket.socket:
+        """aiohttp/aiohappyeyeballs socket factory: the last check before ``connect()``."""
+        family, type_, proto, _, sockaddr = addr_info
+        address = sockaddr[0]
+        ip = _ip(address)
+        if not (self.allowlist.allows_address(address) or (ip is not None and str(ip) in self._vouched)):
+            raise TargetNotAllowed(_refusal(f"{address}:{sockaddr[1]}", address, self.allowlist))
+        return socket.socket(family=family, type=type_, proto=proto)
+
+
+class AllowlistResolver(AbstractResolver):
+    """An aiohttp resolver that refuses names resolving outside the allowlist.
+
+    Wraps aiohttp's default resolver (threaded getaddrinfo unless aiodns is
+    installed) and raises TargetNotAllowed instead of returning a disallowed
+    address, so the request fails as ``target_not_allowed`` without connecting.
+    """
+
+    def __init__(self, guard: TargetGuard, inner: AbstractResolver | None = None) -> None:
+        self._guard = guard
+        self._inner = inner or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        self._guard.check_resolved(host, results)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def _normalise_host(host: str) -> str:
+    return host.strip().strip("[]").rstrip(".").lower()
+
+
+def _ip(address: str | IPAddress) -> IPAddress | None:
+    """Parse an address (dropping an IPv6 zone); an IPv4-mapped IPv6 address counts as its IPv4 address."""
+    if not isinstance(address, str):
+        ip = address
+    else:
+        try:
+            ip = ipaddress.ip_address(address.strip("[]").split("%", 1)[0])
+        except ValueError:
+            return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _refusal(origin: str, address: str, allow: Allowlist) -> str:
+    return f"{origin} resolves to {address}, which is not in the allowed targets ({allow})"
