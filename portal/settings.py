@@ -185,12 +185,14 @@ REST_FRAMEWORK = {
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem"):
     _broker_dir = VAR_DIR / "broker"
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        # Exchange bindings; without this kombu writes them to ./control in the working directory.
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
