@@ -442,3 +442,16 @@ def test_active_users_is_the_peak_within_each_second(target):
     # second 1: user 1 left at 1.5 s, before the report at 2.0 s; it still ran in that second
     assert [r["active_users"] for r in sink.reports][:2] == [2, 2]
     assert all(r["active_users"] <= 2 for r in sink.reports)
+
+
+def test_users_leaving_at_the_end_of_the_hold_count_in_the_last_second(target):
+    # given: 3 users for exactly 2 s; the report for second 1 runs at 2.0 s, when they are leaving
+    plan = make_plan(
+        target.url, [{"name": "A", "steps": [{"name": "Home", "path": "/", "think_time": 0.1}]}], users=3, hold=2.0
+    )
+    sink = Reports()
+
+    run_sync(plan, sink=sink)
+
+    # then: both full seconds report the 3 users that ran in them, whenever the report ran
+    assert [r["active_users"] for r in sink.reports][:2] == [3, 3]

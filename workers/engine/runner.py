@@ -193,15 +193,18 @@ class _LabelInterval:
 
 
 class _Interval:
-    __slots__ = ("labels", "iterations_started", "iterations_completed", "peak_users")
+    __slots__ = ("labels", "iterations_started", "iterations_completed", "start_users", "peak_users")
 
-    def __init__(self) -> None:
+    def __init__(self, users: int) -> None:
         self.labels: dict[str, _LabelInterval] = {}
         self.iterations_started = 0
         self.iterations_completed = 0
-        # The most users active at once during this second; noted whenever a user leaves, so a
-        # second in which users stop still reports the users that ran in it.
-        self.peak_users = 0
+        # Users active when the second began: an interval is created by the first event of its
+        # second, and every change of the user count is such an event, so nothing changed before.
+        self.start_users = users
+        # The most users active at once during the second (the start, or right after an arrival),
+        # so the report doesn't depend on when it runs: users leaving at 35.0 s ran in second 34.
+        self.peak_users = users
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +427,12 @@ class _Run:
         self.next_second = max(self.next_second, end_second)
 
     def _report(self, second: int) -> dict[str, Any]:
-        interval = self.intervals.pop(second, None) or _Interval()
+        interval = self.intervals.pop(second, None)
+        if interval is None:
+            # Nothing happened in that second, so its users were those active when the next
+            # interval began (or now, if none has begun yet).
+            later = [k for k in self.intervals if k > second]
+            interval = _Interval(self.intervals[min(later)].start_users if later else self.active)
         t = self.totals
         labels = {}
         for label, li in interval.labels.items():
@@ -447,7 +455,7 @@ class _Run:
         t.iterations_completed += interval.iterations_completed
         return {
             "second": second,
-            "active_users": max(interval.peak_users, self.active),
+            "active_users": interval.peak_users,
             "iterations_started": interval.iterations_started,
             "iterations_completed": interval.iterations_completed,
             "labels": labels,
@@ -459,7 +467,7 @@ class _Run:
             s = self.next_second
         interval = self.intervals.get(s)
         if interval is None:
-            interval = self.intervals[s] = _Interval()
+            interval = self.intervals[s] = _Interval(self.active)
         return interval
 
     # -- a virtual user --
@@ -473,7 +481,9 @@ class _Run:
             return
         rng = random.Random(f"{self.seed}:{k}") if self.seed is not None else random.Random()
         client = self.client_factory()
+        interval = self._interval()  # before the change: a new interval notes the users at its start
         self.active += 1
+        interval.peak_users = max(interval.peak_users, self.active)
         try:
             while loop.time() < stop_at:
                 steps = self.mix.choose(rng)
@@ -503,8 +513,7 @@ class _Run:
                     # Let the loop turn (and its clock advance) even if a client answered without waiting.
                     await asyncio.sleep(0)
         finally:
-            interval = self._interval()
-            interval.peak_users = max(interval.peak_users, self.active)
+            self._interval()  # before the change, as above
             self.active -= 1
             await client.close()
 

@@ -114,3 +114,17 @@ def test_stop_asks_a_running_run_to_stop(alice_client, run):
     alice_client.post(reverse("runs:stop", args=[run.code]))
     run.refresh_from_db()
     assert run.cancel_requested and run.status == Run.Status.CANCELLING
+
+
+def test_a_queued_run_page_already_has_the_live_charts(alice_client, run):
+    # The page is rendered once and only #live is polled afterwards, so the charts must be there from the start.
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+    assert 'id="charts"' in page and 'data-live="1"' in page
+    assert "js/charts/run-charts.js" in page
+
+
+def test_a_run_refused_before_start_has_no_charts(alice_client, run):
+    Run.objects.filter(id=run.id).update(status=Run.Status.ERROR, error_message="Target refused")
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+    assert 'id="charts"' not in page
+    assert "Target refused" in page
