@@ -112,6 +112,7 @@ class Worker:
     """A real Celery worker process consuming both queues."""
 
     def __init__(self, log_path: Path, env: dict, *, name: str = "e2e", concurrency: int = 2):
+        self.name = name
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -137,8 +138,20 @@ class Worker:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            # Its own process group, so a test can kill the worker with its pool processes at once.
+            start_new_session=True,
         )
         wait_until(self._ready, timeout=60, what="the Celery worker")
+
+    def pids(self) -> set[int]:
+        """The worker's main process and its pool processes."""
+        out = subprocess.run(["pgrep", "-g", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return {int(p) for p in out.split()}
+
+    def kill_hard(self) -> None:
+        """kill -9 of the whole worker, as when its machine dies."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -23,7 +23,9 @@ def worker_env(django_db_setup, django_db_blocker):
     return env
 
 
-@pytest.fixture(scope="session")
+# Module scope: modules that need other workers (tests/e2e/test_distribution.py) start their own,
+# and a worker left over from another module would take their shards.
+@pytest.fixture(scope="module")
 def celery_worker(worker_env, tmp_path_factory):
     from workers.celery import app
 
