@@ -9,9 +9,14 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def fast_password_hasher(settings):
-    # The personas are created in every test; the default hasher makes each cost a quarter of a second.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def fast_password_hasher(request):
+    """The personas are created in every test; the default hasher makes each cost a quarter of a second.
+
+    Engine and demo tests run without Django too (``-p no:django``): then there is nothing to do.
+    """
+    if not request.config.pluginmanager.hasplugin("django"):
+        return
+    request.getfixturevalue("settings").PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
