@@ -133,7 +133,16 @@ def test_the_sink_gets_one_report_per_second_in_order_from_one_thread(target):
     assert 0.9 < first_call < 1.5  # about a second after the start, not at the end
     # active_users is the peak within each second: the user ran until 2.5 s, so second 2 counts it
     assert [r["active_users"] for r in sink.reports] == [1, 1, 1]
-    assert set(sink.reports[0]) == {"second", "active_users", "iterations_started", "iterations_completed", "labels"}
+    assert set(sink.reports[0]) == {
+        "second",
+        "active_users",
+        "iterations_started",
+        "iterations_completed",
+        "iterations_dropped",
+        "loop_lag_ms",
+        "cpu_pct",
+        "labels",
+    }
     assert set(sink.reports[0]["labels"]["A: Home"]) == {
         "pages",
         "hits",
@@ -143,6 +152,8 @@ def test_the_sink_gets_one_report_per_second_in_order_from_one_thread(target):
         "bytes_in",
         "bytes_out",
         "hist",
+        "connect_hist",
+        "ttfb_hist",
     }
 
 

@@ -55,6 +55,7 @@ def run(coro_fn, *args, loop: str = "uvloop", limit_s: float = 15.0, **kwargs):
         assert not leftover, f"tasks left running: {leftover}"
         return result
 
+    gc.collect()  # garbage left by earlier tests (other modules) is not this test's leak
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
         with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:

@@ -1,7 +1,13 @@
 """Command line: drive the engine without the portal (quick checks, benchmarks).
 
     python -m workers.engine run --url http://127.0.0.1:8001/ --users 10 --duration 5 [--json]
-    python -m workers.engine run --plan plan.json [--users N] [--duration S]
+    python -m workers.engine run --url http://127.0.0.1:8001/ --rate 500 --users 200 --duration 10 [--json]
+    python -m workers.engine run --plan plan.json [--users N] [--duration S] [--rate R]
+
+``--rate`` makes it an open-model test (``arrival_rate``): R iterations start
+per second whatever the response times, on at most ``--users`` users (default:
+R, enough for one-second pages); an iteration that finds no free user is
+dropped and counted (``iterations_dropped``).
 
 Targets must be allowed: ``--allow`` or the ``PLIMSOLL_ALLOWED_TARGETS``
 environment variable (default: loopback only). A target that is not allowed is
@@ -15,14 +21,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
+import resource
 import signal
 import sys
 import threading
 from typing import Any
 
 from .plan import Plan, PlanError
-from .runner import RunTotals, latency_ms, new_event_loop_factory, run
+from .runner import RunTotals, lag_ms, latency_ms, new_event_loop_factory, run
 from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, check_url, parse_allowlist
 
 EXIT_BAD_INPUT = 2
@@ -35,8 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="one-page test: GET this URL in a loop (any 2xx/3xx is a success)")
     target.add_argument("--plan", metavar="FILE", help="a plan as JSON (the portal's plan format)")
-    p.add_argument("--users", type=int, help="virtual users (default 1; overrides the plan's)")
+    p.add_argument(
+        "--users",
+        type=int,
+        help="virtual users (default 1; with --rate: at most this many, default R; overrides the plan's)",
+    )
     p.add_argument("--duration", type=float, help="seconds of hold (default 10; overrides the plan's)")
+    p.add_argument(
+        "--rate", type=float, help="open model: iterations started per second (arrival_rate; overrides the plan's)"
+    )
     p.add_argument("--ramp-up", type=float, default=0.0, help="seconds of ramp-up for --url (default 0)")
     p.add_argument("--think-time", type=float, default=0.0, help="seconds between pages for --url (default 0)")
     p.add_argument("--timeout", type=float, default=30.0, help="request timeout for --url in seconds (default 30)")
@@ -65,13 +80,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _plan(args: argparse.Namespace) -> Plan:
     if args.url:
+        if args.rate is not None and args.rate <= 0:
+            raise PlanError("--rate: must be greater than 0")
+        default_users = 1 if args.rate is None else max(1, math.ceil(args.rate))
         return Plan.single_page(
             args.url,
-            users=1 if args.users is None else args.users,
+            users=default_users if args.users is None else args.users,
             hold=10.0 if args.duration is None else args.duration,
             think_time=args.think_time,
             ramp_up=args.ramp_up,
             timeout=args.timeout,
+            rate=args.rate,
         )
     with open(args.plan, encoding="utf-8") as f:
         try:
@@ -79,9 +98,20 @@ def _plan(args: argparse.Namespace) -> Plan:
         except json.JSONDecodeError as exc:
             raise PlanError(f"{args.plan}: not valid JSON ({exc})") from None
     plan = Plan.from_dict(data)
-    overrides = {k: v for k, v in (("users", args.users), ("hold", args.duration)) if v is not None}
+    profile = plan.profile.to_dict()
+    kind = plan.profile.kind
+    if kind == "steps" and (args.users is not None or args.duration is not None):
+        raise PlanError(f"{args.plan}: --users and --duration do not apply to a steps profile (edit its levels)")
+    if args.rate is not None and kind != "arrival_rate":
+        raise PlanError(f"{args.plan}: --rate applies to an arrival_rate profile, not {kind}")
+    overrides = {"max_users" if kind == "arrival_rate" else "users": args.users, "hold": args.duration}
+    if args.rate is not None:
+        overrides["rate"] = args.rate
+        if profile["rate_start"] == profile["rate"]:
+            overrides["rate_start"] = args.rate
+    overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
-        plan = Plan.from_dict({**plan.to_dict(), "profile": {**plan.profile.to_dict(), **overrides}})
+        plan = Plan.from_dict({**plan.to_dict(), "profile": {**profile, **overrides}})
     return plan
 
 
@@ -93,8 +123,10 @@ def _execute(plan: Plan, allow: Allowlist, args: argparse.Namespace) -> RunTotal
             labels = report["labels"].values()
             hits = sum(v["hits"] for v in labels)
             errs = sum(v["errors"] for v in labels)
+            dropped = f"  dropped {report['iterations_dropped']}" if report["iterations_dropped"] else ""
             print(
-                f"  {report['second']:>4} s  users {report['active_users']:>5}  requests {hits:>7}  errors {errs}",
+                f"  {report['second']:>4} s  users {report['active_users']:>5}  requests {hits:>7}  errors {errs}"
+                f"{dropped}  lag p99 {report['loop_lag_ms']['p99']:g} ms  cpu {report['cpu_pct']:g} %",
                 file=sys.stderr,
             )
         return stop.is_set()
@@ -128,7 +160,19 @@ def _json_summary(t: RunTotals) -> dict[str, Any]:
         "bytes_in": t.bytes_in,
         "latency_ms": {k: v for k, v in _latency(t).items() if k in ("p50", "p90", "p99", "max")},
         "errors_by_kind": dict(t.errors_by_kind),
+        "iterations_started": t.iterations_started,
+        "iterations_completed": t.iterations_completed,
+        "iterations_dropped": t.iterations_dropped,
+        "loop_lag_ms_p99": lag_ms(t.loop_lag)["p99"],
+        "cpu_pct_max": round(t.cpu_pct_max, 1),
+        "max_rss_kb": _max_rss_kb(),
     }
+
+
+def _max_rss_kb() -> int:
+    """This process's peak resident memory in KiB (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss // 1024 if sys.platform == "darwin" else rss
 
 
 def _latency(t: RunTotals) -> dict[str, float]:
@@ -139,17 +183,36 @@ def _human_summary(plan: Plan, t: RunTotals) -> str:
     lat = _latency(t)
     rate = 100 * t.errors / t.pages if t.pages else 0.0
     lines = [
-        f"{plan.base_url}: {plan.profile.users} users, {plan.profile.hold:g} s hold"
-        + (" (stopped)" if t.stopped else ""),
+        f"{plan.base_url}: {_describe(plan)}" + (" (stopped)" if t.stopped else ""),
         f"requests  {t.requests:,} in {t.duration_s:.2f} s = {t.rps:,.1f}/s   pages {t.pages:,}   "
         f"errors {t.errors:,} ({rate:.2f} %)   aborted {t.aborted:,}",
         f"latency   p50 {lat['p50']:g} ms   p90 {lat['p90']:g} ms   p99 {lat['p99']:g} ms   max {lat['max']:g} ms"
         f"   (mean {lat['mean']:g} ms; successful pages)",
         f"received  {t.bytes_in / 1e6:,.2f} MB of bodies",
     ]
+    lines.append(
+        f"iterations started {t.iterations_started:,}   completed {t.iterations_completed:,}"
+        f"   dropped {t.iterations_dropped:,}"
+    )
+    lag = lag_ms(t.loop_lag)
+    lines.append(
+        f"generator loop lag p99 {lag['p99']:g} ms (max {lag['max']:g} ms)   CPU max {t.cpu_pct_max:.0f} %"
+        f"   max RSS {_max_rss_kb() / 1024:,.0f} MiB"
+    )
     for kind, n in sorted(t.errors_by_kind.items()):
         lines.append(f"errors    {kind} {n:,}: {t.error_samples.get(kind, '')}")
     return "\n".join(lines)
+
+
+def _describe(plan: Plan) -> str:
+    p = plan.profile
+    if p.kind == "steps":
+        return f"steps of {', '.join(str(level.users) for level in p.levels)} users"
+    if p.kind == "arrival_rate":
+        ramp = f" (from {p.rate_start:g}/s over {p.ramp_up:g} s)" if p.ramp_up else ""
+        return f"{p.rate:g} iterations/s{ramp}, at most {p.users} users, {p.hold:g} s hold"
+    pacing = f", one iteration every {p.pacing:g} s" if p.kind == "pacing" else ""
+    return f"{p.users} users, {p.hold:g} s hold{pacing}"
 
 
 if __name__ == "__main__":

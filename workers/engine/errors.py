@@ -19,8 +19,17 @@ TIMEOUT = "timeout"  # no complete response within the plan's request_timeout
 HTTP_STATUS = "http_status"  # a response, but not the expected status
 CHECK_FAILED = "check_failed"  # expected status, but a text check failed
 TARGET_NOT_ALLOWED = "target_not_allowed"  # refused by the allowlist before connecting
+EXTRACTION_FAILED = "extraction_failed"  # a {{variable}} had no value (nothing sent), or an extraction found nothing
 
-KINDS = (CONNECTION_REFUSED, CONNECTION_ERROR, TIMEOUT, HTTP_STATUS, CHECK_FAILED, TARGET_NOT_ALLOWED)
+KINDS = (
+    CONNECTION_REFUSED,
+    CONNECTION_ERROR,
+    TIMEOUT,
+    HTTP_STATUS,
+    CHECK_FAILED,
+    TARGET_NOT_ALLOWED,
+    EXTRACTION_FAILED,
+)
 
 MAX_MESSAGE = 200
 

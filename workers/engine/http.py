@@ -18,6 +18,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Protocol
 
 import aiohttp
@@ -40,6 +41,7 @@ class Response:
     reason: str = ""
     hits: int = 1  # HTTP requests this took: 1 + redirects followed
     url: str = ""  # final URL, after redirects
+    connect_s: float = 0.0  # time spent opening new connections (TCP + TLS) for this request; 0.0 = reused
 
 
 class HttpClient(Protocol):
@@ -71,13 +73,21 @@ class AiohttpClient:
             timeout=aiohttp.ClientTimeout(total=None),  # request() enforces its own deadline
             headers={"User-Agent": USER_AGENT},
             trust_env=False,  # never route through an environment proxy: the allowlist checks the real target
+            trace_configs=[_CONNECT_TRACE],
         )
 
     async def request(self, method: str, url: str, headers: Mapping[str, str], body: bytes, timeout: float) -> Response:
         start = time.perf_counter()
+        timing = _ConnectTiming()
         async with asyncio.timeout(timeout):
             resp = await self._session.request(
-                method, url, headers=headers, data=body or None, allow_redirects=True, max_redirects=MAX_REDIRECTS
+                method,
+                url,
+                headers=headers,
+                data=body or None,
+                allow_redirects=True,
+                max_redirects=MAX_REDIRECTS,
+                trace_request_ctx=timing,
             )
             try:
                 ttfb = time.perf_counter() - start
@@ -96,6 +106,7 @@ class AiohttpClient:
             reason=resp.reason or "",
             hits=1 + len(resp.history),
             url=str(resp.url),
+            connect_s=timing.connect_s,
         )
 
     @property
@@ -105,6 +116,40 @@ class AiohttpClient:
     async def close(self) -> None:
         await self._session.close()
         await self._resolver.close()
+
+
+class _ConnectTiming:
+    """Per request: the time spent in aiohttp's connection creation (TCP connect + TLS), redirects included."""
+
+    __slots__ = ("connect_s", "started")
+
+    def __init__(self) -> None:
+        self.connect_s = 0.0
+        self.started = 0.0
+
+
+async def _on_connect_start(session: object, ctx: SimpleNamespace, params: object) -> None:
+    timing = ctx.trace_request_ctx
+    if isinstance(timing, _ConnectTiming):
+        timing.started = time.perf_counter()
+
+
+async def _on_connect_end(session: object, ctx: SimpleNamespace, params: object) -> None:
+    timing = ctx.trace_request_ctx
+    if isinstance(timing, _ConnectTiming) and timing.started:
+        timing.connect_s += time.perf_counter() - timing.started
+        timing.started = 0.0
+
+
+def _connect_trace() -> aiohttp.TraceConfig:
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_on_connect_start)
+    trace.on_connection_create_end.append(_on_connect_end)
+    trace.freeze()
+    return trace
+
+
+_CONNECT_TRACE = _connect_trace()
 
 
 def make_client(allowlist: str | Allowlist | TargetGuard = DEFAULT_ALLOWLIST) -> AiohttpClient:

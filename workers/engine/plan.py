@@ -12,15 +12,28 @@ too: a typo such as ``think_tme`` would otherwise silently run a different test.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from . import variables
+
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 THINK_TIME_MODES = ("fixed", "uniform", "exponential")
 MAX_REQUEST_TIMEOUT = 600.0  # the histogram's range (10 min)
 MAX_USERS = 1_000_000
+PROFILE_KINDS = ("constant", "ramp", "steps", "pacing", "arrival_rate")
+MAX_LEVELS = 100
+MAX_RATE = 1_000_000.0  # arrivals per second
+BODY_TYPES = ("raw", "form", "json")
+EXTRACT_SOURCES = variables.SOURCES  # regex, json, form_field, header
+DATA_SET_MODES = ("sequential", "random", "unique")
+MAX_EXTRACTIONS = 50  # per step
+MAX_RESOURCES = 200  # per step
+MAX_DATA_SET_COLUMNS = 100
+MAX_DATA_SET_ROWS = 1_000_000
 
 
 class PlanError(ValueError):
@@ -28,18 +41,47 @@ class PlanError(ValueError):
 
 
 @dataclass(frozen=True)
+class Extraction:
+    """A value taken from a step's response for later steps: ``{{name}}``."""
+
+    name: str
+    source: str  # regex | json | form_field | header
+    expression: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "expression": self.expression}
+
+
+@dataclass(frozen=True)
+class DataSet:
+    """Rows of values for a test case's iterations; each column is a variable (see datasets.py)."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    mode: str = "sequential"  # sequential | random | unique
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"columns": list(self.columns), "rows": [list(r) for r in self.rows], "mode": self.mode}
+
+
+@dataclass(frozen=True)
 class Step:
-    """One page: a request, its checks and the think time after it."""
+    """One page: a request (plus its resources), its checks, its extractions and the think time after it."""
 
     name: str
     path: str
     method: str = "GET"
     headers: MappingProxyType[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    body_type: str = "raw"  # raw | form | json
     body: str = ""
     think_time: float = 0.0
+    timeout: float | None = None  # None: the plan's request_timeout
     expect_status: int | None = 200  # None: any 2xx or 3xx
     text_present: str = ""  # "": no check
     text_absent: str = ""
+    max_duration_ms: float | None = None  # a slower page is an error (check_failed)
+    extract: tuple[Extraction, ...] = ()
+    resources: tuple[str, ...] = ()  # paths fetched in parallel after the main response
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,39 +89,118 @@ class Step:
             "method": self.method,
             "path": self.path,
             "headers": dict(self.headers),
+            "body_type": self.body_type,
             "body": self.body,
             "think_time": self.think_time,
+            "timeout": self.timeout,
             "expect_status": self.expect_status,
             "text_present": self.text_present,
             "text_absent": self.text_absent,
+            "max_duration_ms": self.max_duration_ms,
+            "extract": [e.to_dict() for e in self.extract],
+            "resources": list(self.resources),
         }
 
 
 @dataclass(frozen=True)
 class TestCase:
-    """A navigation path: ordered steps, chosen by the mix with ``weight``."""
+    """A navigation path: ordered steps, chosen by the mix with ``weight``, optionally fed by a data set."""
 
     __test__ = False  # not a pytest class, despite the name
 
     name: str
     steps: tuple[Step, ...]
     weight: int = 1
+    data_set: DataSet | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "weight": self.weight, "steps": [s.to_dict() for s in self.steps]}
+        return {
+            "name": self.name,
+            "weight": self.weight,
+            "data_set": None if self.data_set is None else self.data_set.to_dict(),
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
 
 @dataclass(frozen=True)
-class Profile:
-    """Closed-model load profile: ``users`` virtual users with a linear ramp (see schedule.py)."""
+class Level:
+    """One level of a ``steps`` profile: ramp up to ``users``, hold (measured), ramp down to 0, stay quiet."""
 
     users: int
     hold: float
     ramp_up: float = 0.0
     ramp_down: float = 0.0
+    quiet: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"users": self.users, "ramp_up": self.ramp_up, "hold": self.hold, "ramp_down": self.ramp_down}
+        return {
+            "users": self.users,
+            "ramp_up": self.ramp_up,
+            "hold": self.hold,
+            "ramp_down": self.ramp_down,
+            "quiet": self.quiet,
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The load profile, one of ``PROFILE_KINDS`` (docs/plan-format.md; the shapes are in schedule.py).
+
+    ``users`` is, for every kind, how many virtual-user numbers the profile
+    uses, which is what shards split: the users of ``constant``, ``ramp`` and
+    ``pacing``, the largest level of ``steps``, ``max_users`` of
+    ``arrival_rate``. Fields a kind does not use keep their defaults
+    (``steps`` keeps its durations in ``levels``).
+    """
+
+    users: int
+    hold: float
+    ramp_up: float = 0.0
+    ramp_down: float = 0.0
+    kind: str = "ramp"
+    levels: tuple[Level, ...] = ()
+    pacing: float = 0.0  # pacing: seconds between the starts of a user's iterations
+    rate: float = 0.0  # arrival_rate: iterations started per second during the hold
+    rate_start: float = 0.0  # arrival_rate: the rate at the start of the ramp-up
+
+    @property
+    def max_users(self) -> int:
+        return self.users
+
+    @property
+    def open_model(self) -> bool:
+        """Iterations arrive at a rate (arrival_rate) instead of being looped by users."""
+        return self.kind == "arrival_rate"
+
+    @property
+    def timed_from_intended_start(self) -> bool:
+        """The first page of an iteration is timed from when the iteration was due (no coordinated omission)."""
+        return self.kind in ("pacing", "arrival_rate")
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "constant":
+            return {"kind": "constant", "users": self.users, "hold": self.hold}
+        if self.kind == "steps":
+            return {"kind": "steps", "levels": [level.to_dict() for level in self.levels]}
+        if self.kind == "arrival_rate":
+            return {
+                "kind": "arrival_rate",
+                "rate": self.rate,
+                "rate_start": self.rate_start,
+                "ramp_up": self.ramp_up,
+                "hold": self.hold,
+                "max_users": self.users,
+            }
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "users": self.users,
+            "ramp_up": self.ramp_up,
+            "hold": self.hold,
+            "ramp_down": self.ramp_down,
+        }
+        if self.kind == "pacing":
+            d["pacing"] = self.pacing
+        return d
 
 
 @dataclass(frozen=True)
@@ -154,9 +275,21 @@ class Plan:
 
     @classmethod
     def single_page(
-        cls, url: str, *, users: int, hold: float, think_time: float = 0.0, ramp_up: float = 0.0, timeout: float = 30.0
+        cls,
+        url: str,
+        *,
+        users: int,
+        hold: float,
+        think_time: float = 0.0,
+        ramp_up: float = 0.0,
+        timeout: float = 30.0,
+        rate: float | None = None,
     ) -> Plan:
-        """A one-page test (the CLI's ``--url``): one test case with one GET of ``url``, any 2xx/3xx accepted."""
+        """A one-page test (the CLI's ``--url``): one test case with one GET of ``url``, any 2xx/3xx accepted.
+
+        With ``rate``, an ``arrival_rate`` profile: ``rate`` iterations per second
+        (ramping from 0 over ``ramp_up``, if any), at most ``users`` users.
+        """
         parts = urlsplit(url)
         path = parts.path or "/"
         if parts.query:
@@ -170,15 +303,39 @@ class Plan:
                         "steps": [{"name": path, "path": path, "think_time": think_time, "expect_status": None}],
                     }
                 ],
-                "profile": {"users": users, "ramp_up": ramp_up, "hold": hold},
+                "profile": (
+                    {"users": users, "ramp_up": ramp_up, "hold": hold}
+                    if rate is None
+                    else {
+                        "kind": "arrival_rate",
+                        "rate": rate,
+                        "rate_start": 0.0 if ramp_up > 0 else rate,
+                        "ramp_up": ramp_up,
+                        "hold": hold,
+                        "max_users": users,
+                    }
+                ),
                 "request_timeout": timeout,
             }
         )
 
 
 _PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds")
-_CASE_OPTIONAL = ("weight",)
-_STEP_OPTIONAL = ("method", "headers", "body", "think_time", "expect_status", "text_present", "text_absent")
+_CASE_OPTIONAL = ("weight", "data_set")
+_STEP_OPTIONAL = (
+    "method",
+    "headers",
+    "body_type",
+    "body",
+    "think_time",
+    "timeout",
+    "expect_status",
+    "text_present",
+    "text_absent",
+    "max_duration_ms",
+    "extract",
+    "resources",
+)
 
 
 def _obj(d: Any, path: str, *, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
@@ -242,6 +399,9 @@ def _test_case(d: Any, path: str) -> TestCase:
     _obj(d, path, required=("name", "steps"), optional=_CASE_OPTIONAL)
     name = _string(d["name"], f"{path}.name", non_empty=True, max_len=200)
     weight = _int(d.get("weight", 1), f"{path}.weight", minimum=1)
+    data_set = d.get("data_set")
+    if data_set is not None:
+        data_set = _data_set(data_set, f"{path}.data_set")
     steps = d["steps"]
     if not isinstance(steps, list) or not steps:
         raise PlanError(f"{path}.steps: must be a non-empty list")
@@ -254,7 +414,7 @@ def _test_case(d: Any, path: str) -> TestCase:
                 f"(see steps[{names[step.name]}]; results are reported per step name)"
             )
         names[step.name] = i
-    return TestCase(name=name, steps=parsed, weight=weight)
+    return TestCase(name=name, steps=parsed, weight=weight, data_set=data_set)
 
 
 def _step(d: Any, path: str) -> Step:
@@ -263,11 +423,7 @@ def _step(d: Any, path: str) -> Step:
     method = d.get("method", "GET")
     if method not in METHODS:
         raise PlanError(f"{path}.method: must be one of {', '.join(METHODS)}")
-    step_path = _string(d["path"], f"{path}.path", non_empty=True, max_len=8000)
-    if not step_path.startswith("/"):
-        raise PlanError(f"{path}.path: must start with '/'")
-    if any(c in step_path for c in " \r\n\t"):
-        raise PlanError(f"{path}.path: must not contain spaces or line breaks (percent-encode them)")
+    step_path = _request_path(d["path"], f"{path}.path")
     headers = d.get("headers", {})
     if not isinstance(headers, dict):
         raise PlanError(f"{path}.headers: must be an object of header names to strings")
@@ -279,30 +435,213 @@ def _step(d: Any, path: str) -> Step:
     expect = d.get("expect_status", 200)
     if expect is not None:
         expect = _int(expect, f"{path}.expect_status", minimum=100, maximum=599)
+    body_type = d.get("body_type", "raw")
+    if body_type not in BODY_TYPES:
+        raise PlanError(f"{path}.body_type: must be one of {', '.join(BODY_TYPES)}")
+    body = _string(d.get("body", ""), f"{path}.body", max_len=10_000_000)
+    if body_type == "json":
+        problem = variables.json_body_problem(body)
+        if problem:
+            raise PlanError(f"{path}.body: {problem}")
+    timeout = d.get("timeout")
+    if timeout is not None:
+        timeout = _number(timeout, f"{path}.timeout", minimum=0.0, exclusive=True)
+        if timeout > MAX_REQUEST_TIMEOUT:
+            raise PlanError(f"{path}.timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
+    max_duration = d.get("max_duration_ms")
+    if max_duration is not None:
+        max_duration = _number(max_duration, f"{path}.max_duration_ms", minimum=0.0, exclusive=True)
     return Step(
         name=name,
         method=method,
         path=step_path,
         headers=MappingProxyType(dict(headers)),
-        body=_string(d.get("body", ""), f"{path}.body", max_len=10_000_000),
+        body_type=body_type,
+        body=body,
         think_time=_number(d.get("think_time", 0.0), f"{path}.think_time"),
+        timeout=timeout,
         expect_status=expect,
         text_present=_string(d.get("text_present", ""), f"{path}.text_present"),
         text_absent=_string(d.get("text_absent", ""), f"{path}.text_absent"),
+        max_duration_ms=max_duration,
+        extract=_extractions(d.get("extract", []), f"{path}.extract"),
+        resources=_resources(d.get("resources", []), f"{path}.resources"),
     )
 
 
+def _request_path(v: Any, path: str) -> str:
+    text = _string(v, path, non_empty=True, max_len=8000)
+    if not text.startswith("/"):
+        raise PlanError(f"{path}: must start with '/'")
+    if any(c in text for c in " \r\n\t"):
+        raise PlanError(f"{path}: must not contain spaces or line breaks (percent-encode them)")
+    return text
+
+
+_IDENTIFIER = "must be an identifier (ASCII letters, digits and _, not starting with a digit)"
+
+
+def _extractions(v: Any, path: str) -> tuple[Extraction, ...]:
+    if not isinstance(v, list):
+        raise PlanError(f"{path}: must be a list of extractions")
+    if len(v) > MAX_EXTRACTIONS:
+        raise PlanError(f"{path}: at most {MAX_EXTRACTIONS} extractions per step")
+    out: list[Extraction] = []
+    seen: dict[str, int] = {}
+    for i, d in enumerate(v):
+        here = f"{path}[{i}]"
+        _obj(d, here, required=("name", "source", "expression"), optional=())
+        name = _string(d["name"], f"{here}.name", non_empty=True, max_len=100)
+        if not variables.NAME.fullmatch(name):
+            raise PlanError(f"{here}.name: {_IDENTIFIER}")
+        if name in seen:
+            raise PlanError(f"{here}.name: {name!r} is already extracted by {path}[{seen[name]}]")
+        seen[name] = i
+        source = d["source"]
+        if source not in EXTRACT_SOURCES:
+            raise PlanError(f"{here}.source: must be one of {', '.join(EXTRACT_SOURCES)}")
+        expression = _string(d["expression"], f"{here}.expression", non_empty=True, max_len=2000)
+        if source == "regex":
+            try:
+                re.compile(expression)
+            except re.error as exc:
+                raise PlanError(f"{here}.expression: not a valid regular expression ({exc})") from None
+        elif source == "json":
+            try:
+                variables.parse_jsonpath(expression)
+            except ValueError as exc:
+                raise PlanError(f"{here}.expression: not a supported JSONPath ({exc}; e.g. $.items[0].id)") from None
+        elif source == "header" and any(c in expression for c in " :\r\n\t"):
+            raise PlanError(f"{here}.expression: {expression!r} is not a valid header name")
+        out.append(Extraction(name=name, source=source, expression=expression))
+    return tuple(out)
+
+
+def _resources(v: Any, path: str) -> tuple[str, ...]:
+    if not isinstance(v, list):
+        raise PlanError(f"{path}: must be a list of paths")
+    if len(v) > MAX_RESOURCES:
+        raise PlanError(f"{path}: at most {MAX_RESOURCES} resources per step")
+    return tuple(_request_path(p, f"{path}[{i}]") for i, p in enumerate(v))
+
+
+def _data_set(d: Any, path: str) -> DataSet:
+    _obj(d, path, required=("columns", "rows"), optional=("mode",))
+    columns = d["columns"]
+    if not isinstance(columns, list) or not columns:
+        raise PlanError(f"{path}.columns: must be a non-empty list of names")
+    if len(columns) > MAX_DATA_SET_COLUMNS:
+        raise PlanError(f"{path}.columns: at most {MAX_DATA_SET_COLUMNS} columns")
+    for i, c in enumerate(columns):
+        if not isinstance(c, str) or not variables.NAME.fullmatch(c):
+            raise PlanError(f"{path}.columns[{i}]: {_IDENTIFIER}")
+        if columns.index(c) != i:
+            raise PlanError(f"{path}.columns[{i}]: duplicate column {c!r}")
+    rows = d["rows"]
+    if not isinstance(rows, list) or not rows:
+        raise PlanError(f"{path}.rows: must be a non-empty list of rows")
+    if len(rows) > MAX_DATA_SET_ROWS:
+        raise PlanError(f"{path}.rows: at most {MAX_DATA_SET_ROWS} rows")
+    width = len(columns)
+    parsed: list[tuple[str, ...]] = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, list):
+            raise PlanError(f"{path}.rows[{i}]: must be a list of {width} values")
+        if len(row) != width:
+            raise PlanError(
+                f"{path}.rows[{i}]: has {len(row)} value{'s' if len(row) != 1 else ''}, "
+                f"but there {'are' if width != 1 else 'is'} {width} column{'s' if width != 1 else ''} "
+                f"({', '.join(columns)})"
+            )
+        parsed.append(tuple(_cell(v, f"{path}.rows[{i}][{j}]") for j, v in enumerate(row)))
+    mode = d.get("mode", "sequential")
+    if mode not in DATA_SET_MODES:
+        raise PlanError(f"{path}.mode: must be one of {', '.join(DATA_SET_MODES)}")
+    return DataSet(columns=tuple(columns), rows=tuple(parsed), mode=mode)
+
+
+def _cell(v: Any, path: str) -> str:
+    """A data set value: a string, or a number (kept as its text)."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        return str(v)
+    raise PlanError(f"{path}: must be a string or a number")
+
+
+_PROFILE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # kind: (required, optional)
+    "constant": (("users", "hold"), ("kind",)),
+    "ramp": (("users", "hold"), ("kind", "ramp_up", "ramp_down")),
+    "steps": (("levels",), ("kind",)),
+    "pacing": (("users", "hold", "pacing"), ("kind", "ramp_up", "ramp_down")),
+    "arrival_rate": (("rate", "hold", "max_users"), ("kind", "rate_start", "ramp_up")),
+}
+
+
 def _profile(d: Any, path: str) -> Profile:
-    _obj(d, path, required=("users", "hold"), optional=("ramp_up", "ramp_down"))
+    if not isinstance(d, dict):
+        raise PlanError(f"{path}: must be an object")
+    kind = d.get("kind", "ramp")
+    if kind not in PROFILE_KINDS:
+        raise PlanError(f"{path}.kind: must be one of {', '.join(PROFILE_KINDS)}")
+    required, optional = _PROFILE_KEYS[kind]
+    _obj(d, path, required=required, optional=optional)
+    if kind == "steps":
+        return _steps_profile(d, path)
+    if kind == "arrival_rate":
+        rate = _number(d["rate"], f"{path}.rate", exclusive=True)
+        if rate > MAX_RATE:
+            raise PlanError(f"{path}.rate: must be at most {MAX_RATE:g} per second")
+        rate_start = _number(d.get("rate_start", rate), f"{path}.rate_start")
+        if rate_start > MAX_RATE:
+            raise PlanError(f"{path}.rate_start: must be at most {MAX_RATE:g} per second")
+        profile = Profile(
+            kind=kind,
+            users=_int(d["max_users"], f"{path}.max_users", minimum=1, maximum=MAX_USERS),
+            rate=rate,
+            rate_start=rate_start,
+            ramp_up=_number(d.get("ramp_up", 0.0), f"{path}.ramp_up"),
+            hold=_number(d["hold"], f"{path}.hold"),
+        )
+        if profile.ramp_up + profile.hold <= 0:
+            raise PlanError(f"{path}: ramp_up + hold must be greater than 0")
+        return profile
     profile = Profile(
+        kind=kind,
         users=_int(d["users"], f"{path}.users", minimum=1, maximum=MAX_USERS),
         ramp_up=_number(d.get("ramp_up", 0.0), f"{path}.ramp_up"),
-        hold=_number(d["hold"], f"{path}.hold"),
+        hold=_number(d["hold"], f"{path}.hold", exclusive=kind == "constant"),
         ramp_down=_number(d.get("ramp_down", 0.0), f"{path}.ramp_down"),
+        pacing=_number(d["pacing"], f"{path}.pacing", exclusive=True) if kind == "pacing" else 0.0,
     )
     if profile.ramp_up + profile.hold + profile.ramp_down <= 0:
         raise PlanError(f"{path}: ramp_up + hold + ramp_down must be greater than 0")
     return profile
+
+
+def _steps_profile(d: dict[str, Any], path: str) -> Profile:
+    levels = d["levels"]
+    if not isinstance(levels, list) or not levels:
+        raise PlanError(f"{path}.levels: must be a non-empty list")
+    if len(levels) > MAX_LEVELS:
+        raise PlanError(f"{path}.levels: must have at most {MAX_LEVELS} levels")
+    parsed = []
+    for i, level in enumerate(levels):
+        at = f"{path}.levels[{i}]"
+        _obj(level, at, required=("users", "hold"), optional=("ramp_up", "ramp_down", "quiet"))
+        users = _int(level["users"], f"{at}.users", minimum=1)
+        if users > MAX_USERS:
+            raise PlanError(f"{at}.users: must be at most {MAX_USERS}")
+        parsed.append(
+            Level(
+                users=users,
+                ramp_up=_number(level.get("ramp_up", 0.0), f"{at}.ramp_up"),
+                hold=_number(level["hold"], f"{at}.hold", exclusive=True),
+                ramp_down=_number(level.get("ramp_down", 0.0), f"{at}.ramp_down"),
+                quiet=_number(level.get("quiet", 0.0), f"{at}.quiet"),
+            )
+        )
+    return Profile(kind="steps", users=max(level.users for level in parsed), hold=0.0, levels=tuple(parsed))
 
 
 def _thresholds(d: Any, path: str) -> Thresholds:

@@ -1,4 +1,4 @@
-"""The runner: virtual users in a closed model, aggregated per second, reported to a sink.
+"""The runner: virtual users run a load profile, aggregated per second, reported to a sink.
 
 ``run(plan, sink=...)`` is the engine's entry point. It knows nothing of Django
 or Celery: the Celery task passes a sink that writes rows, tests pass a list's
@@ -12,11 +12,35 @@ requests the target served; think time is cut short at the window's end. A
 failed step ends its iteration (after its think time, a new one starts): later
 steps usually depend on earlier ones (log in, then open the inbox).
 
+**Profiles** (shapes in schedule.py). ``constant``, ``ramp`` and ``steps`` are
+closed models as above; in ``steps`` a user has one window per level it takes
+part in, each a new session (a fresh client: cookies, connections).
+``pacing`` is a closed model whose users start an iteration every ``pacing``
+seconds on a fixed schedule (late: at once, catching up). ``arrival_rate`` is
+an open model: a scheduler starts each arrival when due on a free user of a
+pool that grows up to ``max_users`` (each with its own client); with none free
+the arrival is dropped and counted in ``iterations_dropped``. In these two the
+first page of an iteration is timed from when the iteration was *due*, so a
+stalled target (or generator) cannot hide behind the users it slowed down (no
+coordinated omission); the last page has no think time after it, since the
+schedule decides when the next iteration starts.
+
+**Generator health** (health.py). A watcher task records the event loop's lag
+every 50 ms into each second's histogram, and each report carries this
+process's CPU in that second, so a saturated generator can be told apart from
+a slow target. Nothing grows with the run's length: a second's aggregates are
+dropped once reported, so a 72-hour soak holds only the current seconds (and
+the reports a failing sink has not accepted yet).
+
 **What is measured.** Page duration is from sending a step's request to the
-last byte of its body (redirects included). Only successful pages go into the
+last byte of its body (redirects included), or of its last resource when the
+step has resources (fetched in parallel after the main response, each a hit).
+Only successful pages go into the
 latency histogram: a refused connection takes microseconds and a timeout takes
 exactly the timeout, so mixing them in would describe the failure, not the
-site. Errors are counted per kind with a sample message instead. Requests still
+site. (One exception: a complete page that failed only for being slower than
+its ``max_duration_ms`` keeps its duration, or the percentiles would hide
+exactly the slow pages.) Errors are counted per kind with a sample message instead. Requests still
 in flight when a run is stopped or hits its hard end are *aborted*: counted in
 ``RunTotals.aborted``, never as samples, because their duration is unknown.
 
@@ -41,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import random
 import time
 from collections import deque
@@ -49,13 +74,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors
+from . import errors, health
+from .datasets import DataFeed
 from .histogram import Histogram
 from .http import HttpClient, Response, make_client
 from .mix import Mix
-from .plan import Plan, Step, TestCase
-from .schedule import total_duration, user_window
+from .plan import DataSet, Plan, Step, TestCase
+from .schedule import arrivals, shard_user_ids, total_duration, user_windows
 from .targets import DEFAULT_ALLOWLIST, Allowlist, check_url, parse_allowlist
+from .variables import (
+    ExtractionError,
+    Extractor,
+    MissingVariable,
+    Page,
+    Template,
+    VariableError,
+    body_needs_json_check,
+    check_json_body,
+    compile_template,
+)
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +105,7 @@ FINAL_SINK_ATTEMPTS = 3  # at the end, give up on a failing sink after this many
 FINAL_DELIVERY_TIMEOUT_S = 15.0  # ...or after this long, if it hangs
 PERCENTILES = (50, 90, 95, 99)
 TICK_LATENESS_S = 0.002  # wake just after a second's end: loop timers have millisecond granularity
+ARRIVAL_BATCH = 64  # arrivals started back to back (catching up) before the scheduler lets the loop turn
 
 
 # -- results -------------------------------------------------------------------
@@ -85,6 +123,8 @@ class LabelTotals:
     bytes_in: int = 0
     bytes_out: int = 0
     histogram: Histogram = field(default_factory=Histogram)
+    connect_histogram: Histogram = field(default_factory=Histogram)  # new connections of successful pages
+    ttfb_histogram: Histogram = field(default_factory=Histogram)  # time to first byte of successful pages
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +136,8 @@ class LabelTotals:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "latency_ms": latency_ms(self.histogram),
+            "connect_ms": latency_ms(self.connect_histogram),
+            "ttfb_ms": latency_ms(self.ttfb_histogram),
         }
 
 
@@ -112,6 +154,7 @@ class RunTotals:
     bytes_out: int = 0
     iterations_started: int = 0
     iterations_completed: int = 0
+    iterations_dropped: int = 0  # due but not started: no free user (arrival_rate), or a user too late (pacing)
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     error_samples: dict[str, str] = field(default_factory=dict)
     histogram: Histogram = field(default_factory=Histogram)  # successful pages, all labels
@@ -119,6 +162,8 @@ class RunTotals:
     stopped: bool = False  # the sink asked to stop
     reports_sent: int = 0
     reports_dropped: int = 0  # the sink kept failing at the end
+    loop_lag: Histogram = field(default_factory=Histogram)  # generator health: event-loop lag (µs), whole run
+    cpu_pct_max: float = 0.0  # generator health: the busiest second's process CPU
 
     @property
     def rps(self) -> float:
@@ -136,10 +181,13 @@ class RunTotals:
             "bytes_out": self.bytes_out,
             "iterations_started": self.iterations_started,
             "iterations_completed": self.iterations_completed,
+            "iterations_dropped": self.iterations_dropped,
             "errors_by_kind": dict(self.errors_by_kind),
             "error_samples": dict(self.error_samples),
             "latency_ms": latency_ms(self.histogram),
             "labels": {label: t.to_dict() for label, t in self.labels.items()},
+            "loop_lag_ms": lag_ms(self.loop_lag),
+            "cpu_pct_max": round(self.cpu_pct_max, 1),
             "stopped": self.stopped,
             "reports_sent": self.reports_sent,
             "reports_dropped": self.reports_dropped,
@@ -155,17 +203,35 @@ def latency_ms(h: Histogram) -> dict[str, float]:
     return out
 
 
+def lag_ms(h: Histogram) -> dict[str, float]:
+    """Event-loop lag as reported: ``{"p99", "max"}`` in milliseconds (0 when empty)."""
+    return {"p99": round(h.percentile(99) / 1000, 3), "max": round(h.max / 1000, 3)}
+
+
 # -- per-second aggregation --------------------------------------------------------
 
 
 class _LabelInterval:
-    __slots__ = ("pages", "hits", "errors", "errors_by_kind", "error_samples", "bytes_in", "bytes_out", "hist")
+    __slots__ = (
+        "pages",
+        "hits",
+        "errors",
+        "errors_by_kind",
+        "error_samples",
+        "bytes_in",
+        "bytes_out",
+        "hist",
+        "connect_hist",
+        "ttfb_hist",
+    )
 
     def __init__(self) -> None:
         self.pages = self.hits = self.errors = self.bytes_in = self.bytes_out = 0
         self.errors_by_kind: dict[str, int] = {}
         self.error_samples: dict[str, str] = {}
         self.hist = Histogram()
+        self.connect_hist = Histogram()
+        self.ttfb_hist = Histogram()
 
     def to_report(self) -> dict[str, Any]:
         return {
@@ -177,6 +243,8 @@ class _LabelInterval:
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "hist": self.hist.to_dict(),
+            "connect_hist": self.connect_hist.to_dict(),
+            "ttfb_hist": self.ttfb_hist.to_dict(),
         }
 
     def add_to(self, t: LabelTotals) -> None:
@@ -190,15 +258,27 @@ class _LabelInterval:
         for kind, message in self.error_samples.items():
             t.error_samples.setdefault(kind, message)
         t.histogram.merge(self.hist)
+        t.connect_histogram.merge(self.connect_hist)
+        t.ttfb_histogram.merge(self.ttfb_hist)
 
 
 class _Interval:
-    __slots__ = ("labels", "iterations_started", "iterations_completed", "start_users", "peak_users")
+    __slots__ = (
+        "labels",
+        "iterations_started",
+        "iterations_completed",
+        "iterations_dropped",
+        "start_users",
+        "peak_users",
+        "loop_lag",
+    )
 
     def __init__(self, users: int) -> None:
         self.labels: dict[str, _LabelInterval] = {}
         self.iterations_started = 0
         self.iterations_completed = 0
+        self.iterations_dropped = 0
+        self.loop_lag = Histogram()  # µs by which the loop watcher woke late in this second
         # Users active when the second began: an interval is created by the first event of its
         # second, and every change of the user count is such an event, so nothing changed before.
         self.start_users = users
@@ -207,35 +287,108 @@ class _Interval:
         self.peak_users = users
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class _CompiledStep:
-    """A step with everything precomputed that the hot loop needs."""
+    """A step with everything precomputed that the hot loop needs.
+
+    ``url``, ``headers`` and ``body`` are ready to send when the step has no
+    ``{{placeholder}}`` (``templated`` is False): such a step costs nothing
+    extra. Otherwise ``render(values)`` fills its templates (variables.py).
+    """
 
     label: str
+    case: str  # the test case's name (keys its data feed)
     method: str
     path: str
     url: str
     headers: Mapping[str, str]
     body: bytes
     think_time: float
+    timeout: float  # the step's own, else the plan's request_timeout
     expect_status: int | None
     text_present: str
     text_absent: str
+    max_duration_ms: float | None
+    extractors: tuple[Extractor, ...]
+    resources: tuple[tuple[str, str], ...]  # (path, url)
+    data_set: DataSet | None  # the test case's
+    templated: bool
+    base_url: str
+    path_template: Template | None
+    header_templates: tuple[tuple[str, Template], ...]
+    body_template: Template | None
+    json_check: bool  # a json body with a placeholder outside a string: parse it after substitution
+    missing: Mapping[str, str]  # variable name -> the sample message when it has no value
 
     @classmethod
     def build(cls, plan: Plan, tc: TestCase, step: Step) -> _CompiledStep:
+        headers = dict(step.headers)
+        content_type = _CONTENT_TYPES.get(step.body_type)
+        if content_type and not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = content_type
+        path_template = compile_template(step.path, "path")
+        header_templates = tuple(
+            (name, t) for name, value in headers.items() if (t := compile_template(value, "header")) is not None
+        )
+        body_template = compile_template(step.body, step.body_type)
+        names = [*(path_template.names if path_template else ()), *(n for _, t in header_templates for n in t.names)]
+        names += body_template.names if body_template else ()
         return cls(
             label=plan.label(tc, step),
+            case=tc.name,
             method=step.method,
             path=step.path,
             url=plan.url_for(step),
-            headers=dict(step.headers),
+            headers=headers,
             body=step.body.encode(),
             think_time=step.think_time,
+            timeout=plan.request_timeout if step.timeout is None else step.timeout,
             expect_status=step.expect_status,
             text_present=step.text_present,
             text_absent=step.text_absent,
+            max_duration_ms=step.max_duration_ms,
+            extractors=tuple(Extractor(e.name, e.source, e.expression) for e in step.extract),
+            resources=tuple((p, plan.base_url + p) for p in step.resources),
+            data_set=tc.data_set,
+            templated=bool(path_template or header_templates or body_template),
+            base_url=plan.base_url,
+            path_template=path_template,
+            header_templates=header_templates,
+            body_template=body_template,
+            json_check=body_template is not None and step.body_type == "json" and body_needs_json_check(step.body),
+            missing={name: _missing_message(name, tc, step) for name in names},
         )
+
+    def render(self, values: Mapping[str, str]) -> tuple[str, Mapping[str, str], bytes]:
+        """(url, headers, body) with the values filled in; raises VariableError (nothing is to be sent)."""
+        url = self.url if self.path_template is None else self.base_url + self.path_template.render(values)
+        headers = self.headers
+        if self.header_templates:
+            headers = dict(headers)
+            for name, template in self.header_templates:
+                headers[name] = template.render(values)
+        body = self.body
+        if self.body_template is not None:
+            text = self.body_template.render(values)
+            if self.json_check:
+                check_json_body(text, self.body_template)
+            body = text.encode()
+        return url, headers, body
+
+
+_CONTENT_TYPES = {"form": "application/x-www-form-urlencoded", "json": "application/json"}
+RESOURCE_CONNECTIONS = 6  # resources fetched at once per page, as a browser per host
+_NO_HEADERS: Mapping[str, str] = {}
+DATA_EXHAUSTED_PAUSE_S = 1.0  # closed model: a user whose test case has no row left waits this long before a new draw
+
+
+def _missing_message(name: str, tc: TestCase, step: Step) -> str:
+    variable = "{{" + name + "}}"
+    later = [s.name for s in tc.steps[tc.steps.index(step) + 1 :] if any(e.name == name for e in s.extract)]
+    if later:
+        return errors.short(f"{variable} has no value: only a later step ({later[0]!r}) extracts it")
+    no_column = " and the data set has no such column" if tc.data_set is not None else ""
+    return f"{variable} has no value: no earlier step extracted it{no_column}"
 
 
 # -- the sink, in its own thread ------------------------------------------------------
@@ -328,9 +481,11 @@ class _Run:
         user_ids: list[int],
         seed: Any,
         client_factory: Callable[[], HttpClient],
+        shard: tuple[int, int] | None = None,
     ) -> None:
         self.plan = plan
         self.profile = plan.profile
+        self.shard = shard  # arrival_rate: (shard_no, shard_count) of the arrivals this run starts
         self.timeout = plan.request_timeout
         self.think_mode = plan.think_time_mode
         self.user_ids = user_ids
@@ -344,28 +499,38 @@ class _Run:
         self.intervals: dict[int, _Interval] = {}
         self.next_second = 0  # the first second not yet reported
         self.loop = asyncio.get_running_loop()
-        self.t0 = 0.0
+        self.t0 = 0.0  # the common start on the loop's clock (timers)
+        self.t0_perf = 0.0  # the same instant on time.perf_counter()'s clock (when iterations were due)
+        self._cpu_mark = (time.perf_counter(), time.process_time())
 
     # -- orchestration --
 
     async def execute(self, start_at: float | None) -> RunTotals:
         loop = self.loop
         wall = time.time()
+        perf = time.perf_counter()
         if start_at is None:
             start_at = wall
         self.t0 = t0 = loop.time() + (start_at - wall)
+        self.t0_perf = perf + (start_at - wall)
         hard_end = t0 + total_duration(self.profile) + self.timeout + HARD_END_GRACE_S
         reporter = _Reporter(self.sink, loop)
         self.reporter = reporter
         tasks: list[asyncio.Task[None]] = []
         ticker: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         finished = False
         try:
             await _sleep_until(loop, t0)
             # A shard that starts late reports from the second it started, not from 0.
             self.next_second = max(0, int(loop.time() - t0))
-            tasks = [loop.create_task(self._user(k)) for k in self.user_ids]
+            self._cpu_mark = (time.perf_counter(), time.process_time())
+            if self.profile.open_model:
+                tasks = [loop.create_task(self._arrivals())]
+            else:
+                tasks = [loop.create_task(self._user(k)) for k in self.user_ids]
             ticker = loop.create_task(self._tick())
+            watcher = loop.create_task(self._watch_loop())
             users_done = loop.create_task(self._wait_users(tasks))
             stop = loop.create_task(reporter.stop_requested.wait())
             done, _ = await asyncio.wait(
@@ -382,6 +547,7 @@ class _Run:
                 await self._cancel(tasks)
             end = loop.time()
             ticker.cancel()
+            watcher.cancel()
             self._flush_until(int(end - t0) + 1)  # every second left, the last partial one included
             await reporter.close()
             finished = True
@@ -389,6 +555,8 @@ class _Run:
             if not finished:  # run() itself was cancelled or failed: leave nothing running
                 if ticker is not None:
                     ticker.cancel()
+                if watcher is not None:
+                    watcher.cancel()
                 await self._cancel(tasks)
                 reporter.abandon()
         totals = self.totals
@@ -420,13 +588,31 @@ class _Run:
             self._flush_until(current)
             await _sleep_until(loop, self.t0 + current + 1 + TICK_LATENESS_S)
 
+    async def _watch_loop(self) -> None:
+        """Generator health: how late the loop wakes a timer (its lag), into each second's histogram."""
+        while True:
+            expected = time.perf_counter() + health.LAG_TICK_S
+            await asyncio.sleep(health.LAG_TICK_S)
+            lag = time.perf_counter() - expected
+            self._interval().loop_lag.record(lag * 1_000_000 if lag > 0 else 0)
+
+    def _cpu_pct(self) -> float:
+        """This process's CPU (all threads) since the last call, in % of the wall time."""
+        perf, cpu = time.perf_counter(), time.process_time()
+        perf0, cpu0 = self._cpu_mark
+        self._cpu_mark = (perf, cpu)
+        return 100.0 * (cpu - cpu0) / (perf - perf0) if perf > perf0 else 0.0
+
     def _flush_until(self, end_second: int) -> None:
         """Report every second before ``end_second`` that is not reported yet."""
+        if end_second <= self.next_second:
+            return
+        cpu_pct = self._cpu_pct()  # normally one second; several at once share the figure
         for s in range(self.next_second, end_second):
-            self.reporter.push(self._report(s))
-        self.next_second = max(self.next_second, end_second)
+            self.reporter.push(self._report(s, cpu_pct))
+        self.next_second = end_second
 
-    def _report(self, second: int) -> dict[str, Any]:
+    def _report(self, second: int, cpu_pct: float = 0.0) -> dict[str, Any]:
         interval = self.intervals.pop(second, None)
         if interval is None:
             # Nothing happened in that second, so its users were those active when the next
@@ -453,11 +639,17 @@ class _Run:
             t.histogram.merge(li.hist)
         t.iterations_started += interval.iterations_started
         t.iterations_completed += interval.iterations_completed
+        t.iterations_dropped += interval.iterations_dropped
+        t.loop_lag.merge(interval.loop_lag)
+        t.cpu_pct_max = max(t.cpu_pct_max, cpu_pct)
         return {
             "second": second,
             "active_users": interval.peak_users,
             "iterations_started": interval.iterations_started,
             "iterations_completed": interval.iterations_completed,
+            "iterations_dropped": interval.iterations_dropped,
+            "loop_lag_ms": lag_ms(interval.loop_lag),
+            "cpu_pct": round(cpu_pct, 1),
             "labels": labels,
         }
 
@@ -470,64 +662,244 @@ class _Run:
             interval = self.intervals[s] = _Interval(self.active)
         return interval
 
-    # -- a virtual user --
+    # -- a virtual user (closed model) --
+
+    def _rng(self, k: int) -> random.Random:
+        return random.Random(f"{self.seed}:{k}") if self.seed is not None else random.Random()
 
     async def _user(self, k: int) -> None:
+        """Virtual user ``k`` of a closed model: one session per window (one per level it is in, for steps)."""
+        rng = self._rng(k)
+        for start_offset, stop_offset in user_windows(k, self.profile):
+            await self._session(k, rng, start_offset, stop_offset)
+
+    async def _session(self, k: int, rng: random.Random, start_offset: float, stop_offset: float) -> None:
+        """One window of user ``k``: a fresh client (cookies, connections), then iterations until the window ends.
+
+        With ``pacing``, iteration i is due at ``start_offset + i * pacing``:
+        the user waits for it when early and starts at once when late (the
+        schedule does not slip, so a late user catches up), and the first page
+        is timed from when the iteration was due. Iterations that fall due
+        before the window ends but could not start (the user was still busy)
+        are counted as dropped.
+        """
         loop = self.loop
-        start_offset, stop_offset = user_window(k, self.profile)
         stop_at = self.t0 + stop_offset
         await _sleep_until(loop, self.t0 + start_offset)
         if loop.time() >= stop_at:
             return
-        rng = random.Random(f"{self.seed}:{k}") if self.seed is not None else random.Random()
         client = self.client_factory()
         interval = self._interval()  # before the change: a new interval notes the users at its start
         self.active += 1
         interval.peak_users = max(interval.peak_users, self.active)
+        pacing = self.profile.pacing if self.profile.kind == "pacing" else 0.0
+        n_due = math.ceil((stop_offset - start_offset) / pacing - 1e-9) if pacing else 0  # pacing: iterations due
+        i = 0  # pacing: the next iteration, due at start_offset + i * pacing
         try:
-            while loop.time() < stop_at:
+            while True:
+                if pacing:
+                    if i >= n_due:
+                        break
+                    await _sleep_until(loop, self.t0 + start_offset + i * pacing)
+                if loop.time() >= stop_at:
+                    break
+                due_perf = None
+                if pacing:
+                    due_perf = self.t0_perf + start_offset + i * pacing
+                    i += 1
                 steps = self.mix.choose(rng)
+                values = self._new_iteration(k, rng, steps)
+                if values is None:  # its unique data set is used up: not started, counted as dropped
+                    if not pacing:  # (pacing waits for the next due time anyway)
+                        await asyncio.sleep(min(DATA_EXHAUSTED_PAUSE_S, max(0.0, stop_at - loop.time())))
+                    continue
                 self._interval().iterations_started += 1
-                slept = False
-                last = len(steps) - 1
-                for i, step in enumerate(steps):
-                    if i and loop.time() >= stop_at:
-                        break
-                    ok = await self._step(client, step)
-                    if ok and i == last:
-                        self._interval().iterations_completed += 1
-                    think = draw_think_time(self.think_mode, step.think_time, rng)
-                    if think > 0:
-                        remaining = stop_at - loop.time()
-                        if think >= remaining:
-                            # The next step would start after the window: think until its end, then leave.
-                            # (Returning rather than re-checking the clock: timers may wake a hair early.)
-                            if remaining > 0:
-                                await asyncio.sleep(remaining)
-                            return
-                        await asyncio.sleep(think)
-                        slept = True
-                    if not ok:
-                        break
-                if not slept:
-                    # Let the loop turn (and its clock advance) even if a client answered without waiting.
-                    await asyncio.sleep(0)
+                if not await self._iteration(client, rng, steps, values, stop_at, due_perf):
+                    break
+            if i < n_due:
+                self._interval().iterations_dropped += n_due - i
         finally:
             self._interval()  # before the change, as above
             self.active -= 1
             await client.close()
 
-    async def _step(self, client: HttpClient, step: _CompiledStep) -> bool:
+    async def _iteration(
+        self,
+        client: HttpClient,
+        rng: random.Random,
+        steps: tuple[_CompiledStep, ...],
+        values: dict[str, str],
+        stop_at: float,
+        due_perf: float | None = None,
+    ) -> bool:
+        """One iteration: its steps in order. False when the window closed during a think time (the user leaves).
+
+        ``due_perf`` (pacing and arrival_rate): when the iteration was due, on
+        ``time.perf_counter()``'s clock. Its first page is then timed from that
+        moment rather than from when it was sent (no coordinated omission), and
+        no think time follows its last page: the schedule, not the user,
+        decides when the next iteration starts.
+        """
+        loop = self.loop
+        slept = False
+        last = len(steps) - 1
+        for i, step in enumerate(steps):
+            if i and loop.time() >= stop_at:
+                break
+            late_s = 0.0
+            if i == 0 and due_perf is not None:
+                late_s = max(0.0, time.perf_counter() - due_perf)
+            ok = await self._step(client, step, values, late_s)
+            if ok and i == last:
+                self._interval().iterations_completed += 1
+            if i == last and due_perf is not None:
+                break
+            think = draw_think_time(self.think_mode, step.think_time, rng)
+            if think > 0:
+                remaining = stop_at - loop.time()
+                if think >= remaining:
+                    # The next step would start after the window: think until its end, then leave.
+                    # (Returning rather than re-checking the clock: timers may wake a hair early.)
+                    if remaining > 0:
+                        await asyncio.sleep(remaining)
+                    return False
+                await asyncio.sleep(think)
+                slept = True
+            if not ok:
+                break
+        if not slept:
+            # Let the loop turn (and its clock advance) even if a client answered without waiting.
+            await asyncio.sleep(0)
+        return True
+
+    # -- arrivals (open model) --
+
+    async def _arrivals(self) -> None:
+        """Start each of this shard's arrivals when due, each on a free user of the pool.
+
+        Users are created when needed, up to this shard's share of
+        ``max_users`` (its ``user_ids``), each with its own client (cookies,
+        connections), and reused once free. An arrival that finds no free user
+        is dropped and counted: queueing it would hide the target's slowness
+        inside the generator.
+        """
+        loop = self.loop
+        stop_at = self.t0 + total_duration(self.profile)
+        pool: list[_PoolUser] = []
+        idle: list[_PoolUser] = []  # free users, the most recently freed last (its connection is warm)
+        inflight: set[asyncio.Task[None]] = set()
+        crashed: list[BaseException] = []  # a bug in an iteration: raised at the end, as a closed user's would be
+
+        def done(task: asyncio.Task[None]) -> None:
+            inflight.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                crashed.append(task.exception())
+
+        backlog = 0
         try:
-            resp = await client.request(step.method, step.url, step.headers, step.body, self.timeout)
+            for _, offset in arrivals(self.profile, self.shard):
+                due = self.t0 + offset
+                if due > loop.time():
+                    await _sleep_until(loop, due)
+                    backlog = 0
+                else:
+                    backlog += 1
+                    if backlog % ARRIVAL_BATCH == 0:
+                        await asyncio.sleep(0)  # catching up: let the users run too
+                if idle:
+                    user = idle.pop()
+                elif len(pool) < len(self.user_ids):
+                    k = self.user_ids[len(pool)]
+                    user = _PoolUser(k, self.client_factory(), self._rng(k))
+                    pool.append(user)
+                else:
+                    self._interval().iterations_dropped += 1
+                    continue
+                task = loop.create_task(self._arrival(user, self.t0_perf + offset, stop_at, idle))
+                inflight.add(task)
+                task.add_done_callback(done)
+            if inflight:
+                await asyncio.wait(set(inflight))
+            if crashed:
+                raise crashed[0]
+        finally:
+            running = [t for t in inflight if not t.done()]
+            for t in running:
+                t.cancel()
+            if running:
+                await asyncio.wait(running, timeout=CANCEL_GRACE_S / 2)
+            await asyncio.gather(*(user.client.close() for user in pool), return_exceptions=True)
+
+    async def _arrival(self, user: _PoolUser, due_perf: float, stop_at: float, idle: list[_PoolUser]) -> None:
+        """One arrival on ``user``: the iteration, then the user is free again."""
+        interval = self._interval()  # before the change: a new interval notes the users at its start
+        self.active += 1  # in the open model, the active users are the busy ones
+        interval.peak_users = max(interval.peak_users, self.active)
+        try:
+            steps = self.mix.choose(user.rng)
+            values = self._new_iteration(user.k, user.rng, steps)
+            if values is not None:  # None: its unique data set is used up (counted as dropped)
+                self._interval().iterations_started += 1
+                await self._iteration(user.client, user.rng, steps, values, stop_at, due_perf)
+        finally:
+            self._interval()  # before the change, as above
+            self.active -= 1
+            idle.append(user)
+
+    def _new_iteration(self, k: int, rng: random.Random, steps: tuple[_CompiledStep, ...]) -> dict[str, str] | None:
+        """The variables of user ``k``'s next iteration of the test case ``steps``, from a fresh start.
+
+        That is its data-set row as {column: value} ({} without a data set);
+        the steps add what they extract. None when the test case's ``unique``
+        data set is used up: the caller must not start the iteration, which
+        is counted here as dropped.
+        """
+        data_set = steps[0].data_set
+        if data_set is None:
+            return {}
+        feeds: dict[str, DataFeed] | None = getattr(self, "_data_feeds", None)
+        if feeds is None:
+            feeds = self._data_feeds = {}
+        feed = feeds.get(steps[0].case)
+        if feed is None:
+            shard = getattr(self, "shard", None) or (0, 1)
+            feed = feeds[steps[0].case] = DataFeed(data_set.columns, data_set.rows, data_set.mode, shard)
+        row = feed.take(k, rng)
+        if row is None:
+            interval = self._interval()
+            interval.iterations_dropped += 1
+        return row
+
+    async def _step(self, client: HttpClient, step: _CompiledStep, values: dict[str, str], late_s: float = 0.0) -> bool:
+        """One page: the request, its resources, its checks and extractions (into ``values``); True if all went well.
+
+        ``late_s`` (the first page of a pacing or arrival_rate iteration): how
+        late the iteration started; added to the duration in the histogram, so
+        a stalled target or generator shows (no coordinated omission).
+
+        A page that fails is counted once, with the kind of its first failure.
+        A page slower than ``max_duration_ms`` is an error (``check_failed``)
+        whose duration still goes into the histogram: leaving it out would
+        hide exactly the slow pages from the percentiles.
+        """
+        url, headers, body = step.url, step.headers, step.body
+        if step.templated:
+            try:
+                url, headers, body = step.render(values)
+            except VariableError as exc:
+                message = step.missing.get(exc.name, "") if isinstance(exc, MissingVariable) else ""
+                self._record_error(step, errors.EXTRACTION_FAILED, message or errors.short(str(exc)), 0, 0, 0)
+                return False
+        try:
+            resp = await client.request(step.method, url, headers, body, step.timeout)
         except asyncio.CancelledError:
             self.totals.aborted += 1
             raise
         except Exception as exc:
             kind, detail = errors.classify(exc)
             if kind == errors.TIMEOUT:
-                detail = f"no complete response within {self.timeout:g} s"
-            self._record_error(step, kind, errors.request_message(step.method, step.path, detail), 1, 0, len(step.body))
+                detail = f"no complete response within {step.timeout:g} s"
+            self._record_error(step, kind, errors.request_message(step.method, step.path, detail), 1, 0, len(body))
             return False
         status_ok = 200 <= resp.status < 400 if step.expect_status is None else resp.status == step.expect_status
         if not status_ok:
@@ -535,18 +907,92 @@ class _Run:
             message = errors.request_message(step.method, step.path, detail)
             self._record_error(step, errors.HTTP_STATUS, message, resp.hits, resp.bytes_in, resp.bytes_out)
             return False
+        hits, bytes_in, bytes_out, duration = resp.hits, resp.bytes_in, resp.bytes_out, resp.total_s
+        if step.resources:
+            main_done = time.perf_counter()
+            r_hits, r_in, r_out, failure = await self._resources(client, step)
+            duration += time.perf_counter() - main_done
+            hits += r_hits
+            bytes_in += r_in
+            bytes_out += r_out
+            if failure is not None:
+                self._record_error(step, failure[0], failure[1], hits, bytes_in, bytes_out)
+                return False
+        page = Page(resp.body, resp.headers) if step.text_present or step.text_absent or step.extractors else None
         if step.text_present or step.text_absent:
-            failure = _text_check(step, resp)
-            if failure:
-                self._record_error(step, errors.CHECK_FAILED, failure, resp.hits, resp.bytes_in, resp.bytes_out)
+            message = _text_check(step, page.text)
+            if message:
+                self._record_error(step, errors.CHECK_FAILED, message, hits, bytes_in, bytes_out)
+                return False
+        if step.max_duration_ms is not None and duration * 1000 > step.max_duration_ms:
+            message = f"page took {duration * 1000:.0f} ms, more than {step.max_duration_ms:g} ms"
+            self._record_error(step, errors.CHECK_FAILED, message, hits, bytes_in, bytes_out)
+            li = self._label(step.label)
+            li.hist.record((duration + late_s) * 1_000_000)
+            li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
+            if resp.connect_s > 0:
+                li.connect_hist.record(resp.connect_s * 1_000_000)
+            return False
+        for extractor in step.extractors:
+            try:
+                values[extractor.name] = extractor.extract(page)
+            except ExtractionError as exc:
+                self._record_error(step, errors.EXTRACTION_FAILED, str(exc), hits, bytes_in, bytes_out)
                 return False
         li = self._label(step.label)
         li.pages += 1
-        li.hits += resp.hits
-        li.bytes_in += resp.bytes_in
-        li.bytes_out += resp.bytes_out
-        li.hist.record(resp.total_s * 1_000_000)
+        li.hits += hits
+        li.bytes_in += bytes_in
+        li.bytes_out += bytes_out
+        li.hist.record((duration + late_s) * 1_000_000)
+        li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
+        if resp.connect_s > 0:  # 0: the main request went over a connection already open
+            li.connect_hist.record(resp.connect_s * 1_000_000)
         return True
+
+    async def _resources(self, client: HttpClient, step: _CompiledStep) -> tuple[int, int, int, tuple[str, str] | None]:
+        """Fetch the step's resources, at most RESOURCE_CONNECTIONS at once.
+
+        Returns (hits, bytes_in, bytes_out, first failure as (kind, message) or None).
+        Every resource is fetched even when one fails, as a browser would.
+        """
+        resources = step.resources
+        results: list[Response | BaseException | None] = [None] * len(resources)
+        todo = iter(range(len(resources)))
+
+        async def fetch() -> None:
+            for i in todo:
+                try:
+                    results[i] = await client.request("GET", resources[i][1], _NO_HEADERS, b"", step.timeout)
+                except asyncio.CancelledError:
+                    self.totals.aborted += 1
+                    raise
+                except Exception as exc:
+                    results[i] = exc
+
+        workers = min(RESOURCE_CONNECTIONS, len(resources))
+        if workers == 1:
+            await fetch()
+        else:
+            await asyncio.gather(*(fetch() for _ in range(workers)))
+        hits = bytes_in = bytes_out = 0
+        failure: tuple[str, str] | None = None
+        for (path, _), r in zip(resources, results, strict=True):
+            if isinstance(r, Response):
+                hits += r.hits
+                bytes_in += r.bytes_in
+                bytes_out += r.bytes_out
+                if failure is None and not 200 <= r.status < 400:
+                    detail = f"{r.status} {r.reason}".strip()
+                    failure = errors.HTTP_STATUS, errors.request_message("resource GET", path, detail)
+            else:
+                hits += 1
+                if failure is None and r is not None:
+                    kind, detail = errors.classify(r)
+                    if kind == errors.TIMEOUT:
+                        detail = f"no complete response within {step.timeout:g} s"
+                    failure = kind, errors.request_message("resource GET", path, detail)
+        return hits, bytes_in, bytes_out, failure
 
     def _record_error(
         self, step: _CompiledStep, kind: str, message: str, hits: int, bytes_in: int, bytes_out: int
@@ -569,27 +1015,13 @@ class _Run:
         return li
 
 
-def _text_check(step: _CompiledStep, resp: Response) -> str | None:
-    """The failure message of the step's text checks, or None when they pass."""
-    text = _decoded_text(resp)
+def _text_check(step: _CompiledStep, text: str) -> str | None:
+    """The failure message of the step's text checks on the decoded body, or None when they pass."""
     if step.text_present and step.text_present not in text:
         return errors.short(f"expected text {step.text_present!r} not found")
     if step.text_absent and step.text_absent in text:
         return errors.short(f"unexpected text {step.text_absent!r} found")
     return None
-
-
-def _decoded_text(resp: Response) -> str:
-    content_type = resp.headers.get("Content-Type", "")
-    charset = "utf-8"
-    for part in content_type.split(";")[1:]:
-        name, _, value = part.partition("=")
-        if name.strip().lower() == "charset" and value.strip():
-            charset = value.strip().strip('"')
-    try:
-        return resp.body.decode(charset, "replace")
-    except LookupError:
-        return resp.body.decode("utf-8", "replace")
 
 
 def draw_think_time(mode: str, mean: float, rng: random.Random) -> float:
@@ -607,9 +1039,23 @@ def draw_think_time(mode: str, mean: float, rng: random.Random) -> float:
     return mean
 
 
+@dataclass(slots=True)
+class _PoolUser:
+    """A virtual user of the open model's pool: its number, client and random stream."""
+
+    k: int
+    client: HttpClient
+    rng: random.Random
+
+
 async def _sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    delay = deadline - loop.time()
-    if delay > 0:
+    """Sleep until the loop's clock reads ``deadline`` or later.
+
+    Loops, because a timer may fire a hair early by the loop's own clock
+    (uvloop's clock and timers have millisecond resolution): a user due at
+    the start of second 1 must not be counted in second 0.
+    """
+    while (delay := deadline - loop.time()) > 0:
         await asyncio.sleep(delay)
 
 
@@ -621,12 +1067,24 @@ async def run(
     *,
     sink: Sink | None,
     user_ids: Iterable[int] | None = None,
+    shard: tuple[int, int] | None = None,
     start_at: float | None = None,
     allowlist: str | Allowlist = DEFAULT_ALLOWLIST,
     seed: Any = None,
     client_factory: Callable[[], HttpClient] | None = None,
 ) -> RunTotals:
-    """Run ``plan`` (or the users ``user_ids`` of it, for one shard) and report each second to ``sink``.
+    """Run ``plan`` (or one shard of it) and report each second to ``sink``.
+
+    - ``shard=(shard_no, shard_count)``: run this shard's part of the plan.
+      Closed models (constant, ramp, steps, pacing) run the user numbers
+      ``k % shard_count == shard_no``; ``arrival_rate`` starts the arrivals
+      ``j % shard_count == shard_no`` with the user numbers
+      ``k % shard_count == shard_no`` of ``max_users`` as its pool. Shards with
+      a common ``start_at`` add up to the plan.
+    - ``user_ids``: the user numbers to run instead (closed models), or the
+      pool (arrival_rate, with ``shard``). An ``arrival_rate`` plan given only
+      a part of its users and no ``shard`` is refused: it cannot tell which
+      arrivals are its own, and running them all would multiply the rate.
 
     - ``sink(report) -> bool | None`` is called from a worker thread, once per
       second (heartbeat included) and once more at the end; returning True
@@ -642,24 +1100,46 @@ async def run(
     A report (JSON-safe; ``second`` counts from ``start_at``)::
 
         {"second": 7, "active_users": 20, "iterations_started": 31, "iterations_completed": 29,
+         "iterations_dropped": 0, "loop_lag_ms": {"p99": 0.4, "max": 1.2}, "cpu_pct": 37.5,
          "labels": {"Browse: Home": {"pages": 30, "hits": 30, "errors": 1,
                                      "errors_by_kind": {"http_status": 1},
                                      "error_samples": {"http_status": "GET / -> 500 Internal Server Error"},
                                      "bytes_in": 181000, "bytes_out": 0,
-                                     "hist": Histogram.to_dict() of the successful pages}}}
+                                     "hist": Histogram.to_dict() of the successful pages,
+                                     "connect_hist": ... of their new connections' connect times,
+                                     "ttfb_hist": ... of their times to first byte}}}
 
+    ``active_users`` is the peak of users running at once in that second (in
+    ``arrival_rate``, the users busy with an iteration). ``hist`` is timed
+    from the intended start in pacing and arrival_rate (see ``_iteration``);
+    ``connect_hist`` and ``ttfb_hist`` are as measured on the wire.
+    ``loop_lag_ms`` and ``cpu_pct`` are the generator's health (health.py).
     Labels without a completed page in that second are left out.
     """
     if not isinstance(plan, Plan):
         plan = Plan.from_dict(plan)
     allow = parse_allowlist(allowlist)
-    ids = sorted(set(range(plan.profile.users) if user_ids is None else user_ids))
-    if ids and not (ids[0] >= 0 and ids[-1] < plan.profile.users):
-        raise ValueError(f"user_ids must be within 0..{plan.profile.users - 1}")
+    n = plan.profile.users
+    if shard is not None:
+        shard_no, shard_count = shard
+        if not (isinstance(shard_no, int) and isinstance(shard_count, int) and 0 <= shard_no < shard_count):
+            raise ValueError(f"shard must be (shard_no, shard_count) with 0 <= shard_no < shard_count, not {shard!r}")
+        shard = (shard_no, shard_count)
+    if user_ids is None:
+        ids = list(range(n)) if shard is None else shard_user_ids(n, shard[1], shard[0])
+    else:
+        ids = sorted(set(user_ids))
+        if ids and not (ids[0] >= 0 and ids[-1] < n):
+            raise ValueError(f"user_ids must be within 0..{n - 1}")
+        if plan.profile.open_model and shard is None and len(ids) != n:
+            raise ValueError(
+                "an arrival_rate plan split over shards needs shard=(shard_no, shard_count) "
+                "to know which arrivals are its own; user_ids alone would run every arrival in every shard"
+            )
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, check_url, plan.base_url, allow)
     factory = client_factory or functools.partial(make_client, allow)
-    return await _Run(plan, sink, ids, seed, factory).execute(start_at)
+    return await _Run(plan, sink, ids, seed, factory, shard).execute(start_at)
 
 
 def new_event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -1,9 +1,15 @@
-"""The closed-model ramp: when each virtual user starts and stops.
+"""Load profiles as pure functions of time: when each virtual user runs, when each arrival is due.
 
-Users are numbered ``k = 0 .. users-1`` across the whole run, and every time here
-is in seconds after the run's common start. A shard runs a subset of the numbers
-(e.g. ``k % n_shards == shard_no``), so the ramps of several shards interleave
-and add up to the plan's ramp; no shard needs to know about the others.
+Every time here is in seconds after the run's common start. Nothing here does
+I/O or looks at a clock: the runner, the portal's preview chart and the tests
+all read the same functions.
+
+**Closed model** (``constant``, ``ramp``, ``steps``, ``pacing``). Users are
+numbered ``k = 0 .. users-1`` across the whole run. A shard runs a subset of
+the numbers (e.g. ``k % n_shards == shard_no``), so the ramps of several shards
+interleave and add up to the plan's ramp; no shard needs to know about the
+others. Each user has one window (several for ``steps``) in which it starts
+steps:
 
 - **Ramp-up**: user k starts at ``ramp_up * k / users``; user 0 starts at once.
 - **Hold**: all users are active from ``ramp_up`` to ``ramp_up + hold`` (the
@@ -14,53 +20,317 @@ and add up to the plan's ramp; no shard needs to know about the others.
   active count falls by one every ``ramp_down / users`` seconds, linearly to 0
   by ``ramp_up + hold + ramp_down``. With ``ramp_down == 0`` everybody stops at
   the end of the hold.
+- ``constant`` is a ramp without ramps; ``pacing`` has the ramp's windows (the
+  pacing only changes what a user does inside its window).
+- ``steps``: level i begins when level i-1 has ramped down and its ``quiet``
+  seconds have passed; inside a level, its users ramp as above (relative to the
+  level's start, with the level's ``users``). User k takes part in every level
+  with more than k users, one window per level. The run ends when the last
+  level has ramped down (its ``quiet`` is not waited for).
 
 "Stops" means stops *starting* steps: a step in flight is finished, so the last
 requests complete a little after these times.
+
+**Open model** (``arrival_rate``). Iterations are due at a rate that ramps
+linearly from ``rate_start`` to ``rate`` over ``ramp_up``, then stays at
+``rate`` for ``hold``. Arrival j (``j = 0, 1, ...``) is due at the exact time
+when the integral of the rate reaches j: deterministic spacing, no random
+(Poisson) gaps, so the count over any period is the planned one to within one
+arrival. Arrival 0 is due at 0 (when ``rate_start`` > 0, or at once anyway).
+A shard takes the arrivals with ``j % shard_count == shard_no``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+
+class LevelLike(Protocol):
+    users: int
+    ramp_up: float
+    hold: float
+    ramp_down: float
+    quiet: float
 
 
 class ProfileLike(Protocol):
+    """What these functions read; ``plan.Profile`` has it all. Missing ``kind`` means ``ramp``."""
+
     users: int
     ramp_up: float
     hold: float
     ramp_down: float
 
 
-def user_window(k: int, profile: ProfileLike) -> tuple[float, float]:
-    """(start, stop) of user ``k`` in seconds after the run's start."""
+CLOSED_KINDS = ("constant", "ramp", "steps", "pacing")
+
+
+def kind_of(profile: Any) -> str:
+    return getattr(profile, "kind", "ramp") or "ramp"
+
+
+# -- closed model: user windows ------------------------------------------------------
+
+
+def _ramp_window(k: int, n: int, ramp_up: float, hold: float, ramp_down: float) -> tuple[float, float]:
+    return ramp_up * k / n, ramp_up + hold + ramp_down * (n - 1 - k) / n
+
+
+def level_starts(profile: Any) -> list[float]:
+    """Start time of each level of a ``steps`` profile."""
+    starts = []
+    t = 0.0
+    for level in profile.levels:
+        starts.append(t)
+        t += level.ramp_up + level.hold + level.ramp_down + level.quiet
+    return starts
+
+
+def user_windows(k: int, profile: Any) -> list[tuple[float, float]]:
+    """Every (start, stop) window of user ``k``: one, or one per level it takes part in for ``steps``."""
+    kind = kind_of(profile)
+    if kind == "arrival_rate":
+        raise ValueError("an arrival_rate profile has no user windows: its users serve arrivals")
     n = profile.users
     if not 0 <= k < n:
         raise ValueError(f"user number {k} is outside 0..{n - 1}")
-    start = profile.ramp_up * k / n
-    stop = profile.ramp_up + profile.hold + profile.ramp_down * (n - 1 - k) / n
-    return start, stop
+    if kind == "constant":
+        return [(0.0, profile.hold)]
+    if kind == "steps":
+        windows = []
+        for start, level in zip(level_starts(profile), profile.levels, strict=True):
+            if k < level.users:
+                a, b = _ramp_window(k, level.users, level.ramp_up, level.hold, level.ramp_down)
+                windows.append((start + a, start + b))
+        return windows
+    return [_ramp_window(k, n, profile.ramp_up, profile.hold, profile.ramp_down)]
 
 
-def active_users_at(t: float, profile: ProfileLike, user_ids: Iterable[int] | None = None) -> int:
-    """How many of ``user_ids`` (default: all) are inside their window at time ``t`` (start <= t < stop)."""
-    ids = range(profile.users) if user_ids is None else user_ids
+def user_window(k: int, profile: Any) -> tuple[float, float]:
+    """(start, stop) of user ``k`` for a single-window profile (constant, ramp, pacing): the first window."""
+    return user_windows(k, profile)[0]
+
+
+def active_users_at(t: float, profile: Any, user_ids: Iterable[int] | None = None) -> int:
+    """How many of ``user_ids`` (default: all) are inside one of their windows at time ``t`` (start <= t < stop)."""
+    if user_ids is None:
+        return users_at(t, profile) or 0
     active = 0
-    for k in ids:
-        start, stop = user_window(k, profile)
-        if start <= t < stop:
+    for k in user_ids:
+        if any(start <= t < stop for start, stop in user_windows(k, profile)):
             active += 1
     return active
 
 
-def total_duration(profile: ProfileLike) -> float:
-    """Seconds from the run's start until the last user stops starting steps."""
+def _ramp_active(t: float, n: int, ramp_up: float, hold: float, ramp_down: float) -> int:
+    """Users of a ramp active at ``t``, in O(1) but exactly as ``_ramp_window`` decides (same float arithmetic)."""
+    if n <= 0 or t < 0:
+        return 0
+
+    def start(k: int) -> float:
+        return ramp_up * k / n
+
+    def stop(k: int) -> float:
+        return ramp_up + hold + ramp_down * (n - 1 - k) / n
+
+    # started: users 0..s-1 with start(k) <= t (start grows with k)
+    s = n if ramp_up <= 0 else min(n, max(0, int(t * n / ramp_up) + 1))
+    while s < n and start(s) <= t:
+        s += 1
+    while s > 0 and start(s - 1) > t:
+        s -= 1
+    # stopped: users f..n-1 with stop(k) <= t (stop falls as k grows)
+    end = ramp_up + hold
+    if t < end:
+        f = n
+    elif ramp_down <= 0:
+        f = 0
+    else:
+        f = min(n, max(0, n - 1 - int((t - end) * n / ramp_down)))
+    while f > 0 and stop(f - 1) <= t:
+        f -= 1
+    while f < n and stop(f) > t:
+        f += 1
+    return max(0, min(s, f))
+
+
+def users_at(t: float, profile: Any) -> int | None:
+    """Users the plan has active at ``t`` for closed kinds; None for ``arrival_rate`` (it depends on the target)."""
+    kind = kind_of(profile)
+    if kind == "arrival_rate":
+        return None
+    if kind == "constant":
+        return profile.users if 0 <= t < profile.hold else 0
+    if kind == "steps":
+        for start, level in zip(level_starts(profile), profile.levels, strict=True):
+            if start <= t < start + level.ramp_up + level.hold + level.ramp_down:
+                return _ramp_active(t - start, level.users, level.ramp_up, level.hold, level.ramp_down)
+        return 0
+    return _ramp_active(t, profile.users, profile.ramp_up, profile.hold, profile.ramp_down)
+
+
+# -- open model: arrivals ---------------------------------------------------------------
+
+
+def rate_at(t: float, profile: Any) -> float | None:
+    """Iterations per second the plan starts at ``t``: the arrival rate, or users / pacing; None otherwise.
+
+    For ``constant``, ``ramp`` and ``steps`` the rate follows the target's
+    response times, so the plan does not set one.
+    """
+    kind = kind_of(profile)
+    if kind == "pacing":
+        return (users_at(t, profile) or 0) / profile.pacing
+    if kind != "arrival_rate":
+        return None
+    if t < 0 or t >= profile.ramp_up + profile.hold:
+        return 0.0
+    if t < profile.ramp_up:
+        return profile.rate_start + (profile.rate - profile.rate_start) * t / profile.ramp_up
+    return profile.rate
+
+
+def arrivals_until(t: float, profile: Any) -> float:
+    """The integral of the arrival rate from 0 to ``t``: how many arrivals are due before ``t`` (fractional)."""
+    ramp_up, hold = profile.ramp_up, profile.hold
+    r0, r1 = profile.rate_start, profile.rate
+    t = min(max(t, 0.0), ramp_up + hold)
+    if t <= ramp_up:
+        return r0 * t + (r1 - r0) * t * t / (2 * ramp_up) if ramp_up > 0 else 0.0
+    return (r0 + r1) * ramp_up / 2 + r1 * (t - ramp_up)
+
+
+def arrival_time(j: int, profile: Any) -> float:
+    """When arrival ``j`` is due: the t with ``arrivals_until(t) == j`` (may be >= the end: then it never comes)."""
+    if j <= 0:
+        return 0.0
+    ramp_up = profile.ramp_up
+    r0, r1 = profile.rate_start, profile.rate
+    in_ramp = (r0 + r1) * ramp_up / 2
+    if j < in_ramp:
+        a = (r1 - r0) / ramp_up
+        # a/2 t^2 + r0 t = j, in the form that stays exact when a is 0 or r0 is 0
+        return 2 * j / (r0 + math.sqrt(max(r0 * r0 + 2 * a * j, 0.0)))
+    return ramp_up + (j - in_ramp) / r1
+
+
+def arrival_count(profile: Any) -> int:
+    """How many arrivals the whole profile starts (before ``ramp_up + hold``)."""
+    end = profile.ramp_up + profile.hold
+    n = max(0, math.ceil(arrivals_until(end, profile)) - 1)
+    # settle float rounding at the boundary with the function the runner uses
+    while arrival_time(n, profile) < end:
+        n += 1
+    while n > 0 and arrival_time(n - 1, profile) >= end:
+        n -= 1
+    return n
+
+
+def arrivals(profile: Any, shard: tuple[int, int] | None = None) -> Iterator[tuple[int, float]]:
+    """(j, due time) of every arrival of ``shard`` = (shard_no, shard_count) (default: all), in order; lazy."""
+    no, count = shard or (0, 1)
+    end = profile.ramp_up + profile.hold
+    j = no
+    while True:
+        t = arrival_time(j, profile)
+        if t >= end:
+            return
+        yield j, t
+        j += count
+
+
+# -- the whole profile -------------------------------------------------------------------
+
+
+def total_duration(profile: Any) -> float:
+    """Seconds from the run's start until the last user stops starting steps (or the last arrival is due)."""
+    kind = kind_of(profile)
+    if kind == "constant":
+        return profile.hold
+    if kind == "arrival_rate":
+        return profile.ramp_up + profile.hold
+    if kind == "steps":
+        levels = profile.levels
+        if not levels:
+            return 0.0
+        return level_starts(profile)[-1] + levels[-1].ramp_up + levels[-1].hold + levels[-1].ramp_down
     return profile.ramp_up + profile.hold + profile.ramp_down
 
 
-def measurement_window(profile: ProfileLike) -> tuple[float, float]:
-    """The part that counts for summaries and verdicts: after ramp-up, before ramp-down."""
-    return profile.ramp_up, profile.ramp_up + profile.hold
+def measurement_windows(profile: Any) -> list[tuple[float, float, str]]:
+    """The parts that count for summaries and verdicts: each level's hold for ``steps``, else the hold."""
+    kind = kind_of(profile)
+    if kind == "steps":
+        return [
+            (start + level.ramp_up, start + level.ramp_up + level.hold, f"Level {i + 1}: {level.users} users")
+            for i, (start, level) in enumerate(zip(level_starts(profile), profile.levels, strict=True))
+        ]
+    if kind == "constant":
+        return [(0.0, profile.hold, "Hold")]
+    return [(profile.ramp_up, profile.ramp_up + profile.hold, "Hold")]
+
+
+def measurement_window(profile: Any) -> tuple[float, float]:
+    """The first measurement window as (start, end), for callers that know a single one."""
+    start, end, _ = measurement_windows(profile)[0]
+    return start, end
+
+
+def _corners(profile: Any) -> list[float]:
+    """Times where the shape bends, so that a sampled chart keeps its corners."""
+    kind = kind_of(profile)
+    if kind == "steps":
+        out = []
+        for start, level in zip(level_starts(profile), profile.levels, strict=True):
+            a = start + level.ramp_up
+            b = a + level.hold
+            out += [start, a, b, b + level.ramp_down, b + level.ramp_down + level.quiet]
+        return out
+    if kind == "constant":
+        return [0.0, profile.hold]
+    a = profile.ramp_up
+    b = a + profile.hold
+    return [0.0, a, b, b + (0.0 if kind == "arrival_rate" else profile.ramp_down)]
+
+
+def preview(profile: Any, points: int = 200) -> dict[str, Any]:
+    """The planned shape for a chart: ``{"kind", "duration", "t", "users" | "rate", "windows"}``.
+
+    ``t`` has ``points`` evenly spaced times from 0 to the end, plus the
+    corners of the shape (so a level's edges are drawn where they are), and
+    one point just before each corner so vertical edges stay vertical.
+    ``users`` for closed kinds (``pacing`` adds ``rate``, the iterations per
+    second it starts); ``rate`` (iterations/s) for ``arrival_rate``.
+    ``windows`` are the measurement windows as ``{"start", "end", "label"}``.
+    """
+    points = max(2, int(points))
+    duration = total_duration(profile)
+    times = {duration * i / (points - 1) for i in range(points)}
+    for c in _corners(profile):
+        if 0 <= c <= duration:
+            times.add(c)
+            if c > 0:
+                times.add(max(0.0, c - min(1e-3, duration / (points * 100))))
+    t = sorted(times)
+    out: dict[str, Any] = {"kind": kind_of(profile), "duration": duration, "t": [round(x, 6) for x in t]}
+    kind = kind_of(profile)
+    if kind == "arrival_rate":
+        out["rate"] = [_rate_for_chart(x, profile, duration) for x in t]
+        out["max_users"] = profile.users
+    else:
+        out["users"] = [users_at(x, profile) for x in t]
+        if kind == "pacing":
+            out["rate"] = [round(rate_at(x, profile) or 0.0, 6) for x in t]
+    out["windows"] = [{"start": a, "end": b, "label": label} for a, b, label in measurement_windows(profile)]
+    return out
+
+
+def _rate_for_chart(t: float, profile: Any, duration: float) -> float:
+    # the end point of the run shows the rate held up to it rather than the 0 that follows
+    x = min(t, math.nextafter(duration, 0.0)) if duration > 0 else t
+    return round(rate_at(x, profile) or 0.0, 6)
 
 
 def shard_user_ids(users: int, n_shards: int, shard_no: int) -> list[int]:
