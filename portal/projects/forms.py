@@ -4,31 +4,43 @@ ModelForms validate a UniqueConstraint only when every field in it is on the for
 ``project`` (or ``team``) never is, so each form checks its name itself and says why.
 """
 
+import csv
+import io
 import re
 from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
-from django.forms import inlineformset_factory
+from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
+from workers.engine import variables
 
-from .models import Environment, MixEntry, Plan, Project, Server, Step, TestCase
+from .models import (
+    DataSet,
+    Environment,
+    MixEntry,
+    Plan,
+    PlanLevel,
+    Project,
+    Server,
+    Step,
+    TestCase,
+    human_duration,
+)
 
 # Header field names are RFC 9110 tokens.
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# Variable and column names: what a ``{{name}}`` placeholder can hold (the engine's rule).
+IDENTIFIER = re.compile(rf"^{variables.NAME.pattern}$")
+NOT_AN_IDENTIFIER = "use letters, digits and _, not starting with a digit"
 
-
-def human_duration(seconds: float) -> str:
-    """45 s, 12 min 5 s, 3 h 2 min (the runs pages' ``seconds`` filter, for messages)."""
-    value = int(round(seconds))
-    if value < 60:
-        return f"{value} s"
-    if value < 3600:
-        m, s = divmod(value, 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, rest = divmod(value, 3600)
-    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+MAX_EXTRACTIONS = 50
+MAX_RESOURCES = 100
+MAX_DATA_SET_BYTES = 5 * 1024 * 1024
+MAX_DATA_SET_ROWS = 100_000
+MAX_DATA_SET_COLUMNS = 100
+MAX_LEVELS = 100
 
 
 def parse_configuration(text: str) -> list[dict]:
@@ -81,6 +93,148 @@ def parse_headers(text: str) -> dict[str, str]:
 
 def format_headers(headers: dict) -> str:
     return "\n".join(f"{name}: {value}" for name, value in headers.items())
+
+
+def parse_extractions(text: str) -> list[dict]:
+    """``name = source: expression`` lines into [{"name", "source", "expression"}]; blank lines are skipped."""
+    items, errors, seen = [], [], {}
+    sources = Step.Source.values
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        name, sep, rest = line.partition("=")
+        source, colon, expression = rest.partition(":")
+        name, expression = name.strip(), expression.strip()
+        source = source.strip().lower().replace(" ", "_").replace("-", "_")
+        if not sep or not colon or not name:
+            errors.append(
+                f"line {number}: expected name = source: expression, e.g. csrf = form_field: csrfmiddlewaretoken"
+            )
+        elif not IDENTIFIER.match(name):
+            errors.append(f"line {number}: “{name}” is not a valid variable name ({NOT_AN_IDENTIFIER})")
+        elif name in seen:
+            errors.append(f"line {number}: {name} is already extracted on line {seen[name]}")
+        elif source not in sources:
+            errors.append(f"line {number}: the source must be one of {', '.join(sources)}, not “{source}”")
+        elif not expression:
+            errors.append(f"line {number}: give the {dict(Step.Source.choices)[source]} to extract after the colon")
+        elif error := _expression_error(source, expression):
+            errors.append(f"line {number}: {error}")
+        else:
+            seen[name] = number
+            items.append({"name": name, "source": source, "expression": expression})
+    if not errors and len(items) > MAX_EXTRACTIONS:
+        errors.append(f"at most {MAX_EXTRACTIONS} extractions per step")
+    if errors:
+        raise forms.ValidationError(errors)
+    return items
+
+
+def _expression_error(source: str, expression: str) -> str | None:
+    if source == Step.Source.REGEX:
+        try:
+            re.compile(expression)
+        except re.error as exc:
+            return f"the regex does not compile: {exc}"
+    elif source == Step.Source.JSON:
+        if not expression.startswith("$"):
+            return f"a JSON path starts with $, e.g. $.items[0].id (not “{expression}”)"
+        try:
+            variables.parse_jsonpath(expression)
+        except ValueError as exc:
+            return f"“{expression}” is not a JSON path the engine reads ({exc}); e.g. $.items[0].id"
+    elif source == Step.Source.HEADER and not HEADER_NAME.match(expression):
+        return f"“{expression}” is not a valid header name"
+    return None
+
+
+def format_extractions(items: list[dict]) -> str:
+    return "\n".join(f"{item['name']} = {item['source']}: {item['expression']}" for item in items)
+
+
+def parse_resources(text: str) -> list[str]:
+    """One path per line, each starting with /; blank lines are skipped."""
+    paths, errors, seen = [], [], {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        path = raw.strip()
+        if not path:
+            continue
+        if not path.startswith("/"):
+            errors.append(f"line {number}: “{path}” must start with /, it is relative to the environment's base URL")
+        elif any(c.isspace() for c in path):
+            errors.append(f"line {number}: “{path}” contains a space; percent-encode it as %20")
+        elif path in seen:
+            errors.append(f"line {number}: {path} is listed twice (first on line {seen[path]})")
+        else:
+            seen[path] = number
+            paths.append(path)
+    if not errors and len(paths) > MAX_RESOURCES:
+        errors.append(f"at most {MAX_RESOURCES} resources per step")
+    if errors:
+        raise forms.ValidationError(errors)
+    return paths
+
+
+def parse_data_set(upload) -> tuple[list[str], list[list[str]]]:
+    """A CSV upload into (columns, rows): UTF-8, first row the column names, every row as long as the header."""
+    if upload.size > MAX_DATA_SET_BYTES:
+        raise forms.ValidationError(
+            f"The file is {upload.size / 1024 / 1024:.1f} MB; the limit is {MAX_DATA_SET_BYTES // 1024 // 1024} MB."
+        )
+    raw = upload.read()
+    if not raw.strip():
+        raise forms.ValidationError("The file is empty: its first row names the columns, e.g. username,password")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise forms.ValidationError(
+            f"The file is not UTF-8 text (byte 0x{raw[exc.start]:02x} at position {exc.start}). "
+            "Save it as “CSV UTF-8” and upload it again."
+        ) from None
+    # strict: a stray or unclosed quote is an error to fix, not values silently run together
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(row for row in reader if row)
+        columns = [name.strip() for name in header]
+        _check_columns(columns)
+        rows, ragged = [], []
+        for number, row in enumerate((row for row in reader if row), start=2):
+            if len(rows) == MAX_DATA_SET_ROWS:
+                raise forms.ValidationError(
+                    f"The file has more than {MAX_DATA_SET_ROWS:,} rows; keep the rows you need and upload it again."
+                )
+            if len(row) != len(columns):
+                ragged.append(
+                    f"row {number} has {len(row)} value{'' if len(row) == 1 else 's'}, the header has {len(columns)}"
+                )
+            rows.append(row)
+    except csv.Error as exc:
+        raise forms.ValidationError(f"line {reader.line_num} is not valid CSV: {exc}") from None
+    if ragged:
+        more = f" (and {len(ragged) - 5} more rows like these)" if len(ragged) > 5 else ""
+        raise forms.ValidationError(f"{'; '.join(ragged[:5])}{more}. Every row needs one value per column.")
+    if not rows:
+        raise forms.ValidationError("The file names its columns but has no rows of values.")
+    return columns, rows
+
+
+def _check_columns(columns: list[str]) -> None:
+    errors, seen = [], set()
+    if len(columns) > MAX_DATA_SET_COLUMNS:
+        raise forms.ValidationError(f"The file has {len(columns)} columns; at most {MAX_DATA_SET_COLUMNS} are allowed.")
+    for number, name in enumerate(columns, start=1):
+        if not name:
+            errors.append(f"column {number} has no name")
+        elif not IDENTIFIER.match(name):
+            errors.append(f"column {number} “{name}” is not a valid name ({NOT_AN_IDENTIFIER})")
+        elif name in seen:
+            errors.append(f"column “{name}” appears twice")
+        seen.add(name)
+    if errors:
+        raise forms.ValidationError(
+            [f"The first row names the columns, as in {{{{username}}}}: {errors[0]}", *errors[1:]]
+        )
 
 
 class ProjectForm(forms.ModelForm):
@@ -146,6 +300,7 @@ class EnvironmentForm(ProjectScopedForm):
     configuration_text = forms.CharField(
         label="Configuration",
         required=False,
+        strip=False,  # line numbers in messages count the blank lines too
         widget=forms.Textarea(attrs={"rows": 8, "placeholder": "sql.startup_flags = -T1118\niis.max_processes = 7"}),
         help_text="One <code>key = value</code> per line, in the order you want them listed. "
         "Blank lines and lines starting with # are ignored.",
@@ -209,11 +364,33 @@ class TestCaseForm(ProjectScopedForm):
 
 
 class StepForm(forms.ModelForm):
+    """A step of ``test_case``; its ``{{names}}`` must come from earlier steps or the data set."""
+
     headers_text = forms.CharField(
         label="Headers",
         required=False,
+        strip=False,  # line numbers in messages count the blank lines too
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "Accept: text/html"}),
         help_text="One <code>Name: value</code> per line.",
+    )
+    extract_text = forms.CharField(
+        label="Extractions",
+        required=False,
+        strip=False,  # line numbers in messages count the blank lines too
+        widget=forms.Textarea(
+            attrs={"rows": 3, "placeholder": "csrf = form_field: csrfmiddlewaretoken\nid = json: $.items[0].id"}
+        ),
+        help_text="Values from this page's response for later steps, one <code>name = source: expression</code> "
+        "per line. Sources: <code>regex</code> (the first group), <code>json</code> (a path such as "
+        "<code>$.items[0].id</code>), <code>form_field</code> (an input's name), <code>header</code>. "
+        "Later steps use the value as <code>{{name}}</code>.",
+    )
+    resources_text = forms.CharField(
+        label="Resources",
+        required=False,
+        strip=False,  # line numbers in messages count the blank lines too
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "/static/site.css\n/img/logo.png"}),
+        help_text="Fetched in parallel after the page, as a browser does: one path per line, starting with /.",
     )
 
     class Meta:
@@ -223,21 +400,37 @@ class StepForm(forms.ModelForm):
             "method",
             "path",
             "headers_text",
+            "body_type",
             "body",
             "think_time",
+            "timeout",
             "expect_status",
+            "max_duration_ms",
             "text_present",
             "text_absent",
+            "extract_text",
+            "resources_text",
         ]
         widgets = {
             "body": forms.Textarea(attrs={"rows": 3}),
             "path": forms.TextInput(attrs={"placeholder": "/search?q=report"}),
         }
+        help_texts = {
+            "body": "<code>{{name}}</code> is replaced by an extracted value or a data-set column: URL-encoded in a "
+            'form body; in a JSON body, JSON-escaped inside a string (<code>{"user": "{{username}}"}</code>) '
+            'and inserted as it is outside one (<code>{"id": {{id}}}</code>). A JSON body must be valid JSON '
+            "once each <code>{{…}}</code> in a string is replaced by a dummy text; one with a placeholder outside "
+            "a string is checked again when it is sent.",
+        }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, test_case: TestCase, **kwargs):
         super().__init__(*args, **kwargs)
+        self.test_case = test_case
         self.fields["headers_text"].initial = format_headers(self.instance.headers or {})
-        self.fields["think_time"].widget.attrs["step"] = "any"
+        self.fields["extract_text"].initial = format_extractions(self.instance.extract or [])
+        self.fields["resources_text"].initial = "\n".join(self.instance.resources or [])
+        for name in ("think_time", "timeout"):
+            self.fields[name].widget.attrs["step"] = "any"
         self.fields["method"].choices = [(m, m) for m in Step.Method.values]
         # Several step forms can be on one page at once (one being edited, one being added).
         self.auto_id = f"id_step_{self.instance.code if self.instance.pk else 'new'}_%s"
@@ -251,13 +444,154 @@ class StepForm(forms.ModelForm):
     def clean_headers_text(self):
         return parse_headers(self.cleaned_data["headers_text"])
 
+    def clean_extract_text(self):
+        return parse_extractions(self.cleaned_data["extract_text"])
+
+    def clean_resources_text(self):
+        return parse_resources(self.cleaned_data["resources_text"])
+
+    def available_variables(self) -> set[str]:
+        """The data set's columns and what the steps before this one extract."""
+        steps = list(self.test_case.steps.all())
+        if self.instance.pk:
+            steps = steps[: next(i for i, s in enumerate(steps) if s.pk == self.instance.pk)]
+        return self.test_case.variables_before([*steps, self.instance])[-1]
+
+    def clean(self):
+        cleaned = super().clean()
+        # Taken before any add_error(), which removes the field from cleaned_data.
+        texts = {
+            "path": [cleaned["path"]] if "path" in cleaned else [],
+            "headers_text": list(cleaned.get("headers_text", {}).values()),
+            "body": [cleaned["body"]] if "body" in cleaned else [],
+        }
+        json_body = cleaned.get("body") if cleaned.get("body_type") == Step.BodyType.JSON else None
+        if json_body and (message := _json_body_error(json_body)):
+            self.add_error("body", message)
+        available = self.available_variables()
+        own = {item["name"] for item in cleaned.get("extract_text") or []}
+        for field, values in texts.items():
+            for message in _placeholder_errors(values, available, own):
+                self.add_error(field, message)
+        return cleaned
+
     def save(self, commit=True):
         self.instance.headers = self.cleaned_data["headers_text"]
+        self.instance.extract = self.cleaned_data["extract_text"]
+        self.instance.resources = self.cleaned_data["resources_text"]
         return super().save(commit=commit)
 
 
+def _placeholder_errors(texts: list[str], available: set[str], own: set[str]) -> list[str]:
+    errors = []
+    for text in texts:
+        for name in variables.placeholders(text):
+            if name in available:
+                continue
+            if name in own:
+                errors.append(
+                    f"{{{{{name}}}}} is extracted by this step itself, from its response: only later steps can use it"
+                )
+            else:
+                errors.append(f"{{{{{name}}}}} is not extracted by an earlier step nor a column of the data set")
+    return list(dict.fromkeys(errors))
+
+
+def _json_body_error(body: str) -> str | None:
+    """The engine's check: valid JSON with each ``{{…}}`` inside a string replaced by a dummy text."""
+    problem = variables.json_body_problem(body)
+    if problem:
+        return f"Not valid JSON once each {{{{…}}}} is replaced by a dummy text: {problem}"
+    return None
+
+
+class DataSetUploadForm(forms.Form):
+    """A CSV file for a test case's data set (new or replacing the old one) and how rows are taken."""
+
+    file = forms.FileField(
+        label="CSV file",
+        help_text=f"UTF-8, comma-separated, the first row naming the columns (letters, digits and _); "
+        f"at most {MAX_DATA_SET_BYTES // 1024 // 1024} MB and {MAX_DATA_SET_ROWS:,} rows.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".csv,text/csv"}),
+        error_messages={"empty": "The file is empty: its first row names the columns, e.g. username,password"},
+    )
+    mode = forms.ChoiceField(
+        label="Rows are taken",
+        choices=DataSet.Mode.choices,
+        initial=DataSet.Mode.SEQUENTIAL,
+        help_text="Sequential: user k starts at row k and walks the rows, wrapping around. Random: any row, each "
+        "iteration. Unique: every row at most once in the whole run; when none is left, iterations are dropped.",
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        self.cleaned_data["columns"], self.cleaned_data["rows"] = parse_data_set(upload)
+        return upload
+
+
+class DataSetModeForm(forms.ModelForm):
+    class Meta:
+        model = DataSet
+        fields = ["mode"]
+        labels = {"mode": "Rows are taken"}
+
+
+class LevelForm(forms.ModelForm):
+    class Meta:
+        model = PlanLevel
+        fields = ["users", "ramp_up", "hold", "ramp_down", "quiet"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in ("ramp_up", "hold", "ramp_down", "quiet"):
+            self.fields[name].widget.attrs["step"] = "any"
+        for name, field in self.fields.items():
+            field.widget.attrs.setdefault("aria-label", field.label)
+            if name != "users":
+                field.widget.attrs["min"] = "0"
+
+
+class BaseLevelFormSet(BaseInlineFormSet):
+    def live_forms(self) -> list[LevelForm]:
+        """The rows that are levels, in order: filled in and not being removed."""
+        return [f for f in self.forms if f.cleaned_data and not self._should_delete_form(f)]
+
+    def clean(self):
+        super().clean()
+        if any(self.errors):
+            return
+        levels = [f.instance for f in self.live_forms()]
+        if not levels:
+            raise forms.ValidationError("Add at least one level.")
+        # As Plan.duration: the run ends when the last level has ramped down, before its quiet time.
+        total = sum(level.duration for level in levels) - levels[-1].quiet
+        limit = settings.PLIMSOLL_MAX_RUN_SECONDS
+        if total > limit:
+            raise forms.ValidationError(
+                f"The {len(levels)} levels add up to {human_duration(total)}; "
+                f"the longest run allowed is {human_duration(limit)}."
+            )
+
+
+LevelFormSet = inlineformset_factory(
+    Plan,
+    PlanLevel,
+    form=LevelForm,
+    formset=BaseLevelFormSet,
+    extra=0,
+    can_delete=True,
+    max_num=MAX_LEVELS,
+    validate_max=True,
+)
+
+
 class PlanForm(ProjectScopedForm):
+    """A plan with its load profile; only the chosen kind's fields (or levels) are validated and saved."""
+
     name_taken = "This project already has a plan called “{name}”."
+    # In the order the page shows them; each kind shows its own (Plan.PROFILE_FIELDS).
+    PROFILE_INPUTS = ("users", "rate", "rate_start", "ramp_up", "hold", "ramp_down", "pacing", "max_users")
+    LEVELS_NEED_FIXING = "Some levels of the profile need fixing (see below)."
 
     class Meta:
         model = Plan
@@ -265,10 +599,15 @@ class PlanForm(ProjectScopedForm):
             "name",
             "description",
             "environment",
+            "profile_kind",
             "users",
             "ramp_up",
             "hold",
             "ramp_down",
+            "pacing",
+            "rate",
+            "rate_start",
+            "max_users",
             "think_time_mode",
             "request_timeout",
             "threshold_apd_ms",
@@ -283,21 +622,95 @@ class PlanForm(ProjectScopedForm):
         self.fields["environment"].queryset = self.project.environments.all()
         self.fields["environment"].to_field_name = "code"
         self.fields["environment"].empty_label = None
-        for name in ("ramp_up", "hold", "ramp_down", "request_timeout", "threshold_error_rate_pct"):
+        for name in ("ramp_up", "hold", "ramp_down", "pacing", "rate", "rate_start", "request_timeout"):
             self.fields[name].widget.attrs["step"] = "any"
+        self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
+        # Each kind needs its own fields: clean() asks for them, so the browser must not ask for the others.
+        for name in self.PROFILE_INPUTS:
+            self.fields[name].required = False
+        self.levels = self._level_formset()
+
+    def _level_formset(self) -> BaseLevelFormSet:
+        if self.is_bound:
+            return LevelFormSet(self.data, instance=self.instance, prefix="levels")
+        levels = LevelFormSet(instance=self.instance, prefix="levels")
+        # One more row: without JavaScript, filling it adds a level (the page's script offers a button instead).
+        levels.extra = 1
+        if not levels.initial_form_count():
+            # A first level to start from, taken from the ramp the plan had.
+            p = self.instance
+            levels.initial_extra = [
+                {"users": p.users, "ramp_up": p.ramp_up, "hold": p.hold, "ramp_down": p.ramp_down, "quiet": 0}
+            ]
+        return levels
+
+    @property
+    def kind(self) -> str:
+        kind = self.data.get("profile_kind") if self.is_bound else self.instance.profile_kind
+        return kind if kind in Plan.PROFILE_FIELDS else Plan.ProfileKind.RAMP
+
+    def profile_fields(self):
+        """(bound field, the kinds that use it as a space-separated string) for the template's toggle."""
+        for name in self.PROFILE_INPUTS:
+            kinds = [kind for kind, names in Plan.PROFILE_FIELDS.items() if name in names]
+            yield self[name], " ".join(kinds)
 
     def clean(self):
         cleaned = super().clean()
-        parts = [cleaned.get(name) for name in ("ramp_up", "hold", "ramp_down")]
-        if all(p is not None for p in parts):
-            total, limit = sum(parts), settings.PLIMSOLL_MAX_RUN_SECONDS
-            if total > limit:
-                self.add_error(
-                    "hold",
-                    f"Ramp-up, hold and ramp-down add up to {human_duration(total)}; "
-                    f"the longest run allowed is {human_duration(limit)}.",
-                )
+        kind = cleaned.get("profile_kind")
+        if kind is None:
+            return cleaned
+        used = Plan.PROFILE_FIELDS[kind]
+        for name in self.PROFILE_INPUTS:
+            if name not in used:
+                # Not part of this kind: neither checked nor changed, so switching back finds it as it was.
+                self._errors.pop(name, None)
+                cleaned[name] = getattr(self.instance, name)
+            elif name not in self._errors and cleaned.get(name) is None and name not in Plan.OPTIONAL_PROFILE_FIELDS:
+                self.add_error(name, forms.Field.default_error_messages["required"])
+        if kind == Plan.ProfileKind.STEPS:
+            if self.levels.is_valid():
+                self.instance._levels = [f.instance for f in self.levels.live_forms()]
+            else:
+                self.add_error(None, self.LEVELS_NEED_FIXING)
+        else:
+            self._check_duration(kind, cleaned)
         return cleaned
+
+    def _check_duration(self, kind: str, cleaned: dict) -> None:
+        names = {
+            Plan.ProfileKind.CONSTANT: ("hold",),
+            Plan.ProfileKind.ARRIVAL_RATE: ("ramp_up", "hold"),
+        }.get(kind, ("ramp_up", "hold", "ramp_down"))
+        parts = [cleaned.get(name) for name in names]
+        if any(p is None for p in parts):
+            return
+        total, limit = sum(parts), settings.PLIMSOLL_MAX_RUN_SECONDS
+        if total > limit:
+            what = {
+                ("hold",): "The hold lasts",
+                ("ramp_up", "hold"): "Ramp-up and hold add up to",
+            }.get(names, "Ramp-up, hold and ramp-down add up to")
+            self.add_error(
+                "hold", f"{what} {human_duration(total)}; the longest run allowed is {human_duration(limit)}."
+            )
+
+    def profile_errors(self) -> dict[str, list[str]]:
+        """The errors that concern the load profile (the preview ignores the name, thresholds, …)."""
+        errors = {
+            name: list(messages)
+            for name, messages in self.errors.items()
+            if name in self.PROFILE_INPUTS or name == "profile_kind"
+        }
+        if self.kind == Plan.ProfileKind.STEPS and not self.levels.is_valid():
+            if self.levels.non_form_errors():
+                errors["levels"] = list(self.levels.non_form_errors())
+            for form in self.levels.forms:
+                if self.levels._should_delete_form(form):
+                    continue
+                for name, messages in form.errors.items():
+                    errors[form.add_prefix(name)] = list(messages)
+        return errors
 
 
 class MixAddForm(forms.ModelForm):

@@ -4,6 +4,11 @@ from django.urls import reverse
 
 from portal.accounts.models import Team
 from portal.common import TimeStamped, new_code
+from workers.engine import variables
+
+# ``{{name}}`` (or ``{{ name }}``) in a step's path, header values and body: an extracted value or a
+# data-set column. The engine's own pattern, so the portal checks exactly what the engine substitutes.
+PLACEHOLDER = variables.PLACEHOLDER
 
 
 class Project(TimeStamped):
@@ -112,8 +117,78 @@ class TestCase(TimeStamped):
     def get_absolute_url(self):
         return reverse("projects:testcase", args=[self.code])
 
+    def get_data_set(self) -> "DataSet | None":
+        try:
+            return self.data_set
+        except DataSet.DoesNotExist:
+            return None
+
+    def data_set_columns(self) -> list[str]:
+        """The data set's column names, without loading its rows (unless they are at hand already)."""
+        if TestCase.data_set.is_cached(self):
+            data_set = self.get_data_set()
+            return list(data_set.columns) if data_set else []
+        return DataSet.objects.filter(test_case=self).values_list("columns", flat=True).first() or []
+
+    def variables_before(self, steps: list["Step"]) -> list[set[str]]:
+        """For each of ``steps`` (in order), the names its ``{{…}}`` may use: columns and earlier extractions."""
+        known = set(self.data_set_columns())
+        available = []
+        for step in steps:
+            available.append(set(known))
+            known |= {item["name"] for item in step.extract}
+        return available
+
+    def placeholder_problems(self, steps: list["Step"] | None = None) -> list[str]:
+        """Steps that use a ``{{name}}`` nothing provides (after a reorder, or a data set removed or replaced)."""
+        steps = list(self.steps.all()) if steps is None else steps
+        problems = []
+        for number, (step, available) in enumerate(zip(steps, self.variables_before(steps), strict=True), start=1):
+            unknown = [name for name in step.placeholders() if name not in available]
+            if unknown:
+                names = ", ".join(f"{{{{{name}}}}}" for name in unknown)
+                problems.append(
+                    f"Step {number} “{step.name}” of “{self}” uses {names}, which no earlier step extracts "
+                    "and no data-set column provides."
+                )
+        return problems
+
     def to_engine_dict(self, weight: int) -> dict:
-        return {"name": self.name, "weight": weight, "steps": [s.to_engine_dict() for s in self.steps.all()]}
+        d = {"name": self.name, "weight": weight, "steps": [s.to_engine_dict() for s in self.steps.all()]}
+        data_set = self.get_data_set()
+        if data_set is not None:  # only when there is one: older engines refuse unknown keys
+            d["data_set"] = data_set.to_engine_dict()
+        return d
+
+
+class DataSet(models.Model):
+    """Rows of values for one test case's ``{{column}}`` placeholders, each iteration taking one row."""
+
+    team_path = "test_case__project__team"
+
+    class Mode(models.TextChoices):
+        SEQUENTIAL = "sequential", "Sequential (each user walks the rows in order)"
+        RANDOM = "random", "Random (a random row for each iteration)"
+        UNIQUE = "unique", "Unique (each row once in the whole run)"
+
+    test_case = models.OneToOneField(TestCase, on_delete=models.CASCADE, related_name="data_set")
+    file_name = models.CharField(max_length=255)
+    columns = models.JSONField(default=list)
+    # [[value, ...], ...] in the order of ``columns``; parsed once at upload, snapshotted into each run.
+    rows = models.JSONField(default=list)
+    row_count = models.PositiveIntegerField(default=0)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.SEQUENTIAL)
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.file_name
+
+    @property
+    def short_mode(self) -> str:
+        return self.get_mode_display().split(":")[0]
+
+    def to_engine_dict(self) -> dict:
+        return {"columns": list(self.columns), "rows": self.rows, "mode": self.mode}
 
 
 class Step(models.Model):
@@ -151,14 +226,55 @@ class Step(models.Model):
     text_present = models.CharField("text that must appear", max_length=500, blank=True)
     text_absent = models.CharField("text that must not appear", max_length=500, blank=True)
 
+    class BodyType(models.TextChoices):
+        RAW = "raw", "Raw (as written, with the headers given)"
+        FORM = "form", "Form (application/x-www-form-urlencoded)"
+        JSON = "json", "JSON (application/json)"
+
+    class Source(models.TextChoices):
+        REGEX = "regex", "regex"
+        JSON = "json", "JSON path"
+        FORM_FIELD = "form_field", "form field"
+        HEADER = "header", "header"
+
+    body_type = models.CharField(max_length=4, choices=BodyType.choices, default=BodyType.RAW)
+    timeout = models.FloatField(
+        "timeout (s)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.1), MaxValueValidator(600)],
+        help_text="Empty: the plan's request timeout",
+    )
+    max_duration_ms = models.PositiveIntegerField(
+        "maximum duration (ms)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(600_000)],
+        help_text="A slower page counts as an error. Empty: no limit",
+    )
+    # [{"name", "source", "expression"}]: values taken from this page's response for later steps.
+    extract = models.JSONField(default=list, blank=True)
+    # ["/static/site.css", ...]: fetched in parallel after the main response, as a browser does.
+    resources = models.JSONField(default=list, blank=True)
+
     class Meta:
         ordering = ["position", "id"]
 
     def __str__(self):
         return self.name
 
+    def placeholders(self) -> list[str]:
+        """The ``{{names}}`` its path, header values and body use, each once, in order of appearance."""
+        texts = [self.path, *self.headers.values(), self.body]
+        return list(dict.fromkeys(name for text in texts for name in PLACEHOLDER.findall(text)))
+
+    def extractions_display(self) -> list[tuple[str, str, str]]:
+        """(name, source in words, expression) of each extraction: "→ csrf (form field)" on the steps list."""
+        labels = dict(self.Source.choices)
+        return [(i["name"], labels.get(i["source"], i["source"]), i["expression"]) for i in self.extract]
+
     def to_engine_dict(self) -> dict:
-        return {
+        d = {
             "name": self.name,
             "method": self.method,
             "path": self.path,
@@ -169,6 +285,41 @@ class Step(models.Model):
             "text_present": self.text_present,
             "text_absent": self.text_absent,
         }
+        # The newer keys only when they differ from the engine's defaults, so that a plain step
+        # stays valid for an engine that does not know them (Plan.from_dict refuses unknown keys).
+        if self.body_type != self.BodyType.RAW:
+            d["body_type"] = self.body_type
+        if self.timeout is not None:
+            d["timeout"] = self.timeout
+        if self.max_duration_ms is not None:
+            d["max_duration_ms"] = self.max_duration_ms
+        if self.extract:
+            d["extract"] = [dict(item) for item in self.extract]
+        if self.resources:
+            d["resources"] = list(self.resources)
+        return d
+
+
+def human_duration(seconds: float) -> str:
+    """45 s, 12 min 5 s, 3 h 2 min (the runs pages' ``seconds`` filter, for text built in Python)."""
+    value = int(round(seconds))
+    if value < 60:
+        return f"{value} s"
+    if value < 3600:
+        m, s = divmod(value, 60)
+        return f"{m} min {s} s" if s else f"{m} min"
+    h, rest = divmod(value, 3600)
+    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+
+
+def _span(values: list[float]) -> str:
+    """One duration when all are equal, else the range: "1 h", "30 min–1 h"."""
+    low, high = min(values), max(values)
+    return human_duration(low) if low == high else f"{human_duration(low)}–{human_duration(high)}"
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
 
 
 class Plan(TimeStamped):
@@ -181,15 +332,61 @@ class Plan(TimeStamped):
         UNIFORM = "uniform", "Uniform (mean ± 50 %)"
         EXPONENTIAL = "exponential", "Negative exponential"
 
+    class ProfileKind(models.TextChoices):
+        RAMP = "ramp", "Ramp: up, hold, down"
+        CONSTANT = "constant", "Constant: all users from the start"
+        STEPS = "steps", "Steps: a suite of levels"
+        PACING = "pacing", "Pacing: one iteration every N seconds per user"
+        ARRIVAL_RATE = "arrival_rate", "Arrival rate: iterations per second (open model)"
+
+    # The fields each kind of profile uses (steps: its levels); the form shows and validates only these.
+    PROFILE_FIELDS = {
+        ProfileKind.RAMP: ("users", "ramp_up", "hold", "ramp_down"),
+        ProfileKind.CONSTANT: ("users", "hold"),
+        ProfileKind.STEPS: (),
+        ProfileKind.PACING: ("users", "ramp_up", "hold", "ramp_down", "pacing"),
+        ProfileKind.ARRIVAL_RATE: ("rate", "rate_start", "ramp_up", "hold", "max_users"),
+    }
+    OPTIONAL_PROFILE_FIELDS = ("rate_start",)
+
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="plans")
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="plans")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
+    profile_kind = models.CharField("kind", max_length=12, choices=ProfileKind.choices, default=ProfileKind.RAMP)
     users = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1), MaxValueValidator(100_000)])
     ramp_up = models.FloatField("ramp-up (s)", default=10, validators=[MinValueValidator(0)])
     hold = models.FloatField("hold (s)", default=60, validators=[MinValueValidator(1)])
     ramp_down = models.FloatField("ramp-down (s)", default=0, validators=[MinValueValidator(0)])
+    pacing = models.FloatField(
+        "pacing (s)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.1), MaxValueValidator(86_400)],
+        help_text="Each user starts one iteration every this many seconds, whatever the response times",
+    )
+    rate = models.FloatField(
+        "rate (iterations/s)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.01), MaxValueValidator(100_000)],
+        help_text="Iterations started per second during the hold",
+    )
+    rate_start = models.FloatField(
+        "starting rate (iterations/s)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(100_000)],
+        help_text="The rate ramps linearly from this one over the ramp-up. Empty: the rate from the start",
+    )
+    max_users = models.PositiveIntegerField(
+        "maximum users",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100_000)],
+        help_text="An iteration that finds no free user is not started, and counted as dropped",
+    )
     think_time_mode = models.CharField(max_length=12, choices=ThinkTimeMode.choices, default=ThinkTimeMode.FIXED)
     request_timeout = models.FloatField(
         "request timeout (s)", default=30, validators=[MinValueValidator(0.1), MaxValueValidator(600)]
@@ -216,19 +413,109 @@ class Plan(TimeStamped):
     def get_absolute_url(self):
         return reverse("projects:plan", args=[self.code])
 
+    def get_levels(self) -> list["PlanLevel"]:
+        """The steps profile's levels in order; a form sets ``_levels`` to preview unsaved ones."""
+        if getattr(self, "_levels", None) is not None:
+            return self._levels
+        return list(self.levels.all()) if self.pk else []
+
     @property
     def duration(self) -> float:
+        """Seconds from the start to the end of the profile (docs/plan-format.md, "Load profiles")."""
+        kind = self.profile_kind
+        if kind == self.ProfileKind.CONSTANT:
+            return self.hold
+        if kind == self.ProfileKind.STEPS:
+            # The run ends when the last level has ramped down: its quiet time is not waited for.
+            levels = self.get_levels()
+            return sum(level.duration for level in levels) - (levels[-1].quiet if levels else 0)
+        if kind == self.ProfileKind.ARRIVAL_RATE:
+            return self.ramp_up + self.hold
         return self.ramp_up + self.hold + self.ramp_down
+
+    @property
+    def peak_users(self) -> int:
+        """The most virtual users active at once (for arrival rate, the cap)."""
+        if self.profile_kind == self.ProfileKind.STEPS:
+            return max((level.users for level in self.get_levels()), default=0)
+        if self.profile_kind == self.ProfileKind.ARRIVAL_RATE:
+            return self.max_users or 0
+        return self.users
+
+    @property
+    def load_summary(self) -> str:
+        """A few words for lists: "50 users", "20 → 50 users", "20 iterations/s"."""
+        if self.profile_kind == self.ProfileKind.STEPS:
+            users = [level.users for level in self.get_levels()]
+            if len(users) > 1:
+                return f"{users[0]} → {users[-1]} users"
+            return f"{users[0]} users" if users else "no levels"
+        if self.profile_kind == self.ProfileKind.ARRIVAL_RATE:
+            return f"{_number(self.rate or 0)} iterations/s"
+        return f"{self.users} users"
+
+    @property
+    def profile_description(self) -> str:
+        """The load profile in words, e.g. "5 levels: 20 → 50 users, 1 h ramp-up, 5 h measured, …"."""
+        kind, d = self.profile_kind, human_duration
+        if kind == self.ProfileKind.CONSTANT:
+            return f"{self.users} users from the start, {d(self.hold)} measured"
+        if kind == self.ProfileKind.STEPS:
+            levels = self.get_levels()
+            if not levels:
+                return "Steps with no levels yet"
+            users = " → ".join(str(u) for u in (levels[0].users, levels[-1].users)) if len(levels) > 1 else None
+            parts = [
+                f"{users or levels[0].users} users",
+                f"{_span([lv.ramp_up for lv in levels])} ramp-up",
+                f"{_span([lv.hold for lv in levels])} measured",
+                f"{_span([lv.ramp_down for lv in levels])} ramp-down",
+                f"{_span([lv.quiet for lv in levels])} quiet",
+            ]
+            count = f"{len(levels)} level{'' if len(levels) == 1 else 's'}"
+            return f"{count}: {', '.join(parts)}{' each' if len(levels) > 1 else ''}"
+        if kind == self.ProfileKind.ARRIVAL_RATE:
+            rate = _number(self.rate or 0)
+            start = self.rate_start if self.rate_start is not None else self.rate
+            ramp = f"{_number(start or 0)} → {rate} iterations/s over {d(self.ramp_up)}, then " if self.ramp_up else ""
+            return f"{ramp}{rate} iterations/s for {d(self.hold)} measured, at most {self.max_users} users"
+        ramp = f"{d(self.ramp_up)} ramp-up, {d(self.hold)} measured, {d(self.ramp_down)} ramp-down"
+        if kind == self.ProfileKind.PACING:
+            return f"{self.users} users, each starting an iteration every {_number(self.pacing or 0)} s: {ramp}"
+        return f"{self.users} users: {ramp}"
+
+    def profile_dict(self) -> dict:
+        """The ``profile`` of the engine's plan, with the keys docs/plan-format.md gives for its kind."""
+        kind = self.profile_kind
+        if kind == self.ProfileKind.CONSTANT:
+            return {"kind": kind, "users": self.users, "hold": self.hold}
+        if kind == self.ProfileKind.STEPS:
+            return {"kind": kind, "levels": [level.to_engine_dict() for level in self.get_levels()]}
+        if kind == self.ProfileKind.ARRIVAL_RATE:
+            profile = {"kind": kind, "rate": self.rate, "ramp_up": self.ramp_up, "hold": self.hold}
+            if self.rate_start is not None:
+                profile["rate_start"] = self.rate_start
+            profile["max_users"] = self.max_users
+            return profile
+        profile = {"users": self.users, "ramp_up": self.ramp_up, "hold": self.hold, "ramp_down": self.ramp_down}
+        if kind == self.ProfileKind.PACING:
+            profile = {"kind": kind, **profile, "pacing": self.pacing}
+        # A ramp has no "kind" key: it is the engine's default, and older engines refuse the key.
+        return profile
 
     def problems(self) -> list[str]:
         """Why this plan cannot run yet (empty when it can)."""
         problems = []
-        entries = list(self.mix.select_related("test_case"))
+        if self.profile_kind == self.ProfileKind.STEPS and not self.get_levels():
+            problems.append("Add at least one level to the steps profile.")
+        entries = list(self.mix.select_related("test_case").prefetch_related("test_case__steps"))
         if not entries:
             problems.append("Add at least one test case to the mix.")
         for entry in entries:
-            if not entry.test_case.steps.exists():
+            steps = list(entry.test_case.steps.all())
+            if not steps:
                 problems.append(f"Test case “{entry.test_case}” has no steps.")
+            problems.extend(entry.test_case.placeholder_problems(steps))
         return problems
 
     def to_engine_dict(self) -> dict:
@@ -237,9 +524,9 @@ class Plan(TimeStamped):
             "base_url": self.environment.base_url.rstrip("/"),
             "test_cases": [
                 e.test_case.to_engine_dict(e.weight)
-                for e in self.mix.select_related("test_case").prefetch_related("test_case__steps")
+                for e in self.mix.select_related("test_case__data_set").prefetch_related("test_case__steps")
             ],
-            "profile": {"users": self.users, "ramp_up": self.ramp_up, "hold": self.hold, "ramp_down": self.ramp_down},
+            "profile": self.profile_dict(),
             "think_time_mode": self.think_time_mode,
             "request_timeout": self.request_timeout,
             "thresholds": {
@@ -247,6 +534,39 @@ class Plan(TimeStamped):
                 "p95_ms": self.threshold_p95_ms,
                 "error_rate_pct": self.threshold_error_rate_pct,
             },
+        }
+
+
+class PlanLevel(models.Model):
+    """One level of a steps profile: ramp to ``users``, hold (measured), ramp down to 0, then wait ``quiet``."""
+
+    team_path = "plan__project__team"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="levels")
+    position = models.PositiveIntegerField(default=0)
+    users = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(100_000)])
+    ramp_up = models.FloatField("ramp-up (s)", default=0, validators=[MinValueValidator(0)])
+    hold = models.FloatField("hold (s)", validators=[MinValueValidator(1)])
+    ramp_down = models.FloatField("ramp-down (s)", default=0, validators=[MinValueValidator(0)])
+    quiet = models.FloatField("quiet (s)", default=0, validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ["position", "id"]
+
+    def __str__(self):
+        return f"{self.users} users"
+
+    @property
+    def duration(self) -> float:
+        return self.ramp_up + self.hold + self.ramp_down + self.quiet
+
+    def to_engine_dict(self) -> dict:
+        return {
+            "users": self.users,
+            "ramp_up": self.ramp_up,
+            "hold": self.hold,
+            "ramp_down": self.ramp_down,
+            "quiet": self.quiet,
         }
 
 

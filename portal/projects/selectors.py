@@ -1,12 +1,19 @@
 """Reads for the projects pages, shaped so that a page costs the same number of queries at any size."""
 
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from portal.accounts.access import scoped
 from portal.runs.models import Run
 
-from .models import Environment, MixEntry, Plan, Project, TestCase
+from .models import DataSet, Environment, MixEntry, Plan, Project, TestCase
+
+DATA_SET_HEAD = 10
+
+
+class PreviewUnavailable(Exception):
+    """The engine in this version cannot draw a profile (no ``schedule.preview``)."""
 
 
 def _count(model, field: str = "project") -> Coalesce:
@@ -38,3 +45,38 @@ def plan_mix(*, plan: Plan) -> list[MixEntry]:
     for entry in entries:
         entry.share = 100 * entry.weight / total if total else 0
     return entries
+
+
+def data_set_head(*, test_case: TestCase) -> DataSet | None:
+    """The test case's data set with ``head``, its first rows, instead of all (up to 100,000) of them."""
+    first = {f"row_{i}": KeyTransform(str(i), "rows") for i in range(DATA_SET_HEAD)}
+    data_set = DataSet.objects.defer("rows").filter(test_case=test_case).annotate(**first).first()
+    if data_set is not None:
+        data_set.head = [row for i in range(DATA_SET_HEAD) if (row := getattr(data_set, f"row_{i}")) is not None]
+    return data_set
+
+
+# A plan around the profile alone: Plan.from_dict is the engine's one way in, and the preview
+# needs the engine's parsed Profile (defaults filled, every field checked).
+_PREVIEW_PLAN = {
+    "base_url": "http://preview.invalid",
+    "test_cases": [{"name": "preview", "steps": [{"name": "preview", "path": "/"}]}],
+}
+
+
+def profile_preview(*, plan: Plan) -> dict:
+    """Users (or rate) over time and the measured windows of the plan's profile, as the engine will run it.
+
+    The engine computes it (``workers.engine.schedule.preview``), so the chart cannot differ from the run.
+    Raises PlanError (a ValueError) for a profile the engine refuses, PreviewUnavailable without the function.
+    """
+    from workers.engine import schedule
+    from workers.engine.plan import Plan as EnginePlan
+
+    preview = getattr(schedule, "preview", None)
+    if preview is None:
+        raise PreviewUnavailable("This version of the engine cannot preview load profiles yet.")
+    profile = EnginePlan.from_dict({**_PREVIEW_PLAN, "profile": plan.profile_dict()}).profile
+    result = dict(preview(profile))
+    result["description"] = plan.profile_description
+    return result

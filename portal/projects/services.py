@@ -5,7 +5,7 @@ from django.db.models import Max, QuerySet
 
 from portal.accounts.models import Team
 
-from .models import Environment, MixEntry, Plan, Project, Step, TestCase
+from .models import DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
 
 
 class InUse(Exception):
@@ -103,6 +103,40 @@ def step_delete(*, step: Step) -> None:
 @transaction.atomic
 def step_move(*, step: Step, direction: str) -> list[Step]:
     return _move(Step.objects.filter(test_case_id=step.test_case_id), step.pk, direction)
+
+
+@transaction.atomic
+def data_set_save(
+    *, test_case: TestCase, file_name: str, columns: list[str], rows: list[list[str]], mode: str
+) -> DataSet:
+    """Sets (or replaces) the test case's data set with rows parsed from an upload."""
+    data_set, _ = DataSet.objects.update_or_create(
+        test_case=test_case,
+        defaults={"file_name": file_name[:255], "columns": columns, "rows": rows, "row_count": len(rows), "mode": mode},
+    )
+    return data_set
+
+
+@transaction.atomic
+def data_set_delete(*, data_set: DataSet) -> None:
+    data_set.delete()
+
+
+@transaction.atomic
+def plan_save(*, form) -> Plan:
+    """Saves a validated PlanForm; with a steps profile, also its levels in the order of the rows."""
+    plan = form.save()
+    if plan.profile_kind == Plan.ProfileKind.STEPS:
+        levels = form.levels
+        for level_form in levels.deleted_forms:
+            if level_form.instance.pk:
+                level_form.instance.delete()
+        for position, level_form in enumerate(levels.live_forms()):
+            level = level_form.instance
+            level.plan, level.position = plan, position
+            level.save()
+    plan._levels = None  # read them again from the database
+    return plan
 
 
 @transaction.atomic

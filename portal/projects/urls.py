@@ -14,6 +14,8 @@ project_urls = [
     path("<uuid:code>/environments/new/", views.environment_new, name="environment-new"),
     path("<uuid:code>/testcases/new/", views.testcase_new, name="testcase-new"),
     path("<uuid:code>/plans/new/", views.plan_new, name="plan-new"),
+    # The plan form's chart: its values in, users (or rate) over time out; for new and saved plans alike.
+    path("<uuid:code>/plans/preview/", views.plan_preview, name="plan-preview"),
 ]
 
 # /environments/
@@ -29,6 +31,9 @@ testcase_urls = [
     path("<uuid:code>/edit/", views.testcase_edit, name="testcase-edit"),
     path("<uuid:code>/delete/", views.testcase_delete, name="testcase-delete"),
     path("<uuid:code>/steps/new/", views.step_new, name="step-new"),
+    path("<uuid:code>/data-set/", views.data_set_upload, name="data-set-upload"),
+    path("<uuid:code>/data-set/mode/", views.data_set_mode, name="data-set-mode"),
+    path("<uuid:code>/data-set/delete/", views.data_set_delete, name="data-set-delete"),
 ]
 
 # /steps/

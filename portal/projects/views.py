@@ -14,9 +14,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.db.models import Count
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 
@@ -25,6 +25,8 @@ from portal.accounts.models import Membership
 
 from . import selectors, services
 from .forms import (
+    DataSetModeForm,
+    DataSetUploadForm,
     EnvironmentForm,
     MixAddForm,
     MixWeightForm,
@@ -34,7 +36,7 @@ from .forms import (
     StepForm,
     TestCaseForm,
 )
-from .models import Environment, MixEntry, Plan, Project, Step, TestCase
+from .models import DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
 
 RECENT_RUNS = 10
 PLAN_RUNS = 20
@@ -123,7 +125,9 @@ def project_detail(request, code):
         "test_cases": project.test_cases.annotate(
             step_count=Count("steps", distinct=True), plan_count=Count("mix_entries", distinct=True)
         ),
-        "plans": project.plans.select_related("environment").annotate(mix_count=Count("mix")),
+        "plans": project.plans.select_related("environment")
+        .prefetch_related("levels")
+        .annotate(mix_count=Count("mix")),
         "runs": project.runs.order_by("-number")[:RECENT_RUNS],
         "can_write": _can_write(request.user, project),
         "nav": "projects",
@@ -174,7 +178,7 @@ def environment_detail(request, code):
         "environment": environment,
         "project": environment.project,
         "servers": environment.servers.all(),
-        "plans": environment.plans.all(),
+        "plans": environment.plans.prefetch_related("levels"),
         "can_write": _can_write(request.user, environment.project),
         "nav": "projects",
     }
@@ -242,15 +246,23 @@ def environment_delete(request, code):
 
 
 def _testcase_context(request, test_case: TestCase, **extra) -> dict:
-    return {
+    steps = list(test_case.steps.all())
+    data_set = selectors.data_set_head(test_case=test_case)
+    can_write = _can_write(request.user, test_case.project)
+    context = {
         "test_case": test_case,
         "project": test_case.project,
-        "steps": test_case.steps.all(),
+        "steps": steps,
+        "step_problems": test_case.placeholder_problems(steps),
+        "data_set": data_set,
         "plans": Plan.objects.filter(mix__test_case=test_case).order_by("name"),
-        "can_write": _can_write(request.user, test_case.project),
+        "can_write": can_write,
         "nav": "projects",
-        **extra,
     }
+    if can_write:
+        context["upload_form"] = DataSetUploadForm(initial={"mode": data_set.mode} if data_set else None)
+        context["mode_form"] = DataSetModeForm(instance=data_set) if data_set else None
+    return {**context, **extra}
 
 
 def _steps_changed(request, test_case: TestCase):
@@ -335,7 +347,11 @@ def testcase_delete(request, code):
             if plans
             else None
         ),
-        consequences=[f"its {test_case.steps.count()} steps"],
+        consequences=[f"its {test_case.steps.count()} steps"]
+        + [
+            f"its data set “{d.file_name}” ({d.row_count:,} rows)"
+            for d in DataSet.objects.filter(test_case=test_case).defer("rows")
+        ],
     )
 
 
@@ -345,7 +361,7 @@ def step_new(request, code):
     test_case = access.get_for_user(
         request.user, TestCase.objects.select_related("project__team"), code=code, write=True
     )
-    form = StepForm(request.POST or None)
+    form = StepForm(request.POST or None, test_case=test_case)
     if request.method == "POST" and form.is_valid():
         services.step_create(test_case=test_case, step=form.save(commit=False))
         return _steps_changed(request, test_case)
@@ -358,7 +374,7 @@ def step_edit(request, code):
     step = access.get_for_user(
         request.user, Step.objects.select_related("test_case__project__team"), code=code, write=True
     )
-    form = StepForm(request.POST or None, instance=step)
+    form = StepForm(request.POST or None, instance=step, test_case=step.test_case)
     if request.method == "POST" and form.is_valid():
         form.save()
         return _steps_changed(request, step.test_case)
@@ -396,7 +412,84 @@ def step_move(request, code, direction):
     return _steps_changed(request, step.test_case)
 
 
+# A test case's data set
+
+
+@login_required
+def data_set_upload(request, code):
+    """Sets or replaces the data set from a CSV; GET (without JavaScript) is the page with the upload form."""
+    test_case = access.get_for_user(
+        request.user, TestCase.objects.select_related("project__team"), code=code, write=True
+    )
+    form = DataSetUploadForm(*((request.POST, request.FILES) if request.method == "POST" else ()))
+    if request.method == "POST" and form.is_valid():
+        data_set = services.data_set_save(
+            test_case=test_case,
+            file_name=form.cleaned_data["file"].name,
+            columns=form.cleaned_data["columns"],
+            rows=form.cleaned_data["rows"],
+            mode=form.cleaned_data["mode"],
+        )
+        messages.success(
+            request,
+            f"Data set “{data_set}” saved: {data_set.row_count:,} rows of {', '.join(data_set.columns)}.",
+        )
+        return redirect(test_case.get_absolute_url() + "#data-set")
+    return render(request, "projects/testcase_detail.html", _testcase_context(request, test_case, upload_form=form))
+
+
+@login_required
+@require_POST
+def data_set_mode(request, code):
+    data_set = access.get_for_user(
+        request.user,
+        DataSet.objects.select_related("test_case__project__team").defer("rows"),
+        test_case__code=code,
+        write=True,
+    )
+    form = DataSetModeForm(request.POST, instance=data_set)
+    if form.is_valid():
+        form.save()  # only the loaded fields: the rows stay as they are
+        messages.success(request, f"Rows are now taken: {data_set.get_mode_display()}.")
+    else:
+        messages.error(request, f"Mode not changed: {' '.join(form.errors['mode'])}")
+    return redirect(data_set.test_case.get_absolute_url() + "#data-set")
+
+
+@login_required
+def data_set_delete(request, code):
+    data_set = access.get_for_user(
+        request.user,
+        DataSet.objects.select_related("test_case__project__team").defer("rows"),
+        test_case__code=code,
+        write=True,
+    )
+    test_case = data_set.test_case
+    if request.method == "POST":
+        services.data_set_delete(data_set=data_set)
+        messages.success(request, f"Data set “{data_set}” removed.")
+        return redirect(test_case.get_absolute_url() + "#data-set")
+    project = test_case.project
+    return _confirm_delete(
+        request,
+        data_set,
+        kind="data set",
+        crumbs=[(str(project), project.get_absolute_url()), (str(test_case), test_case.get_absolute_url())],
+        cancel_url=test_case.get_absolute_url() + "#data-set",
+        consequences=[f"its {data_set.row_count:,} rows (past runs keep their snapshot of them)"],
+        note="Steps that use its columns as {{column}} will need another data set before their plans can run.",
+    )
+
+
 # Plans and their mix
+
+
+def _preview(plan: Plan) -> dict | None:
+    """The profile's preview for a page, or None when the engine can't draw it (the page says so)."""
+    try:
+        return selectors.profile_preview(plan=plan)
+    except (selectors.PreviewUnavailable, ValueError):
+        return None
 
 
 def _plan_context(request, plan: Plan, **extra) -> dict:
@@ -404,6 +497,7 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
     context = {
         "plan": plan,
         "project": plan.project,
+        "levels": plan.get_levels(),
         "mix": selectors.plan_mix(plan=plan),
         "problems": plan.problems(),
         "runs": plan.runs.order_by("-number")[:PLAN_RUNS],
@@ -431,13 +525,13 @@ def plan_detail(request, code):
     plan = access.get_for_user(request.user, Plan.objects.select_related("project__team", "environment"), code=code)
     if _fragment(request):
         return render(request, "projects/plan_detail.html#mix", _plan_context(request, plan, oob=True))
-    return render(request, "projects/plan_detail.html", _plan_context(request, plan))
+    return render(request, "projects/plan_detail.html", _plan_context(request, plan, preview=_preview(plan)))
 
 
 def _plan_form(request, project: Project, plan: Plan | None):
     form = PlanForm(request.POST or None, instance=plan, project=project)
     if request.method == "POST" and form.is_valid():
-        saved = _save(form, form.save)
+        saved = _save(form, lambda: services.plan_save(form=form))
         if saved:
             messages.success(request, f"Plan “{saved}” saved." + ("" if plan else " Now choose its mix of test cases."))
             return redirect(saved)
@@ -446,9 +540,36 @@ def _plan_form(request, project: Project, plan: Plan | None):
         "project": project,
         "plan": plan,
         "has_environments": project.environments.exists(),
+        # The chart as saved; the page's script asks plan-preview again as the form changes.
+        "preview": _preview(plan or Plan()) if request.method == "GET" else None,
         "nav": "projects",
     }
     return render(request, "projects/plan_form.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def plan_preview(request, code):
+    """Users (or rate) over time for the plan form's values, or the form's errors about the profile.
+
+    It validates with the plan form itself, so the chart shows only what would be saved and run.
+    """
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code)
+    data = (request.POST if request.method == "POST" else request.GET).copy()
+    # Level rows are drawn as they are on the page: as new rows of a new plan, without database ids.
+    data["levels-INITIAL_FORMS"] = "0"
+    for key in [k for k in data if k.startswith("levels-") and k.endswith(("-id", "-plan"))]:
+        del data[key]
+    form = PlanForm(data, project=project)
+    form.is_valid()
+    if errors := form.profile_errors():
+        return JsonResponse({"errors": errors}, status=400)
+    try:
+        return JsonResponse(selectors.profile_preview(plan=form.instance))
+    except selectors.PreviewUnavailable as exc:
+        return JsonResponse({"errors": {"__all__": [str(exc)]}}, status=501)
+    except ValueError as exc:  # the engine's PlanError: a profile it would refuse to run
+        return JsonResponse({"errors": {"__all__": [str(exc)]}}, status=400)
 
 
 @login_required

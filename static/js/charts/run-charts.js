@@ -7,20 +7,21 @@
   const url = box.dataset.seriesUrl;
   const charts = {};
 
-  // Shades the measurement window, so readers see which seconds the summary uses.
+  // Shades the measurement windows (one per level for a steps profile), so readers see
+  // which seconds the summary uses.
   const windowBand = {
     id: "windowBand",
     beforeDatasetsDraw(chart, args, opts) {
-      const w = opts.window;
-      if (!w) return;
-      const x = chart.scales.x, area = chart.chartArea;
-      const left = Math.max(x.getPixelForValue(w[0]), area.left);
-      const right = Math.min(x.getPixelForValue(w[1]), area.right);
-      if (right <= left) return;
-      const ctx = chart.ctx;
+      const windows = opts.windows || [];
+      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
       ctx.save();
-      ctx.fillStyle = "rgba(31, 95, 191, 0.07)";
-      ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
+      for (const w of windows) {
+        const left = Math.max(x.getPixelForValue(w[0]), area.left);
+        const right = Math.min(x.getPixelForValue(w[1]), area.right);
+        if (right <= left) continue;
+        ctx.fillStyle = "rgba(31, 95, 191, 0.07)";
+        ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
+      }
       ctx.restore();
     },
   };
@@ -49,7 +50,8 @@
     { label: "APD (ms)", color: "#1c7c3c" }, { label: "p95 (ms)", color: "#9a6300" }], "ms");
   charts.throughput = makeChart("chart-throughput", "Throughput", [
     { label: "pages/s", color: "#1f5fbf" }, { label: "hits/s", color: "#7a8aa6" }], "per second");
-  charts.errors = makeChart("chart-errors", "Errors", [{ label: "errors/s", color: "#b3261e" }], "per second");
+  charts.errors = makeChart("chart-errors", "Errors and dropped iterations", [
+    { label: "errors/s", color: "#b3261e" }, { label: "dropped/s", color: "#9a6300" }], "per second");
 
   function points(t, ys) {
     return t.map((x, i) => ({ x: x, y: ys[i] }));
@@ -60,12 +62,12 @@
       users: [data.users],
       latency: [data.apd_ms, data.p95_ms],
       throughput: [data.pages_per_s, data.hits_per_s],
-      errors: [data.errors_per_s],
+      errors: [data.errors_per_s, data.dropped_per_s],
     };
     for (const [name, series] of Object.entries(fill)) {
       const chart = charts[name];
       series.forEach((ys, i) => { chart.data.datasets[i].data = points(data.t, ys); });
-      chart.options.plugins.windowBand.window = data.window;
+      chart.options.plugins.windowBand.windows = data.windows;
       chart.options.scales.x.max = Math.max(data.duration_s, data.t.length ? data.t[data.t.length - 1] + data.bucket_s : 0);
       chart.update("none");
     }

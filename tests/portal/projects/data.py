@@ -27,11 +27,16 @@ def step_data(**fields):
         "method": "GET",
         "path": "/search?q=report",
         "headers_text": "",
+        "body_type": "raw",
         "body": "",
         "think_time": "2",
+        "timeout": "",
         "expect_status": "",
+        "max_duration_ms": "",
         "text_present": "",
         "text_absent": "",
+        "extract_text": "",
+        "resources_text": "",
     }
     data.update(fields)
     return data
@@ -42,10 +47,15 @@ def plan_data(environment, **fields):
         "name": "Capacity",
         "description": "",
         "environment": str(environment.code),
+        "profile_kind": "ramp",
         "users": "50",
         "ramp_up": "30",
         "hold": "300",
         "ramp_down": "10",
+        "pacing": "",
+        "rate": "",
+        "rate_start": "",
+        "max_users": "",
         "think_time_mode": "fixed",
         "request_timeout": "30",
         "threshold_apd_ms": "",
@@ -53,4 +63,18 @@ def plan_data(environment, **fields):
         "threshold_error_rate_pct": "",
     }
     data.update(fields)
+    return data
+
+
+def levels_data(levels=(), initial=0):
+    """The management form and rows of a plan form's levels; each level a dict of its fields."""
+    data = {
+        "levels-TOTAL_FORMS": str(len(levels)),
+        "levels-INITIAL_FORMS": str(initial),
+        "levels-MIN_NUM_FORMS": "0",
+        "levels-MAX_NUM_FORMS": "1000",
+    }
+    for i, level in enumerate(levels):
+        for key, value in level.items():
+            data[f"levels-{i}-{key}"] = str(value)
     return data

@@ -5,9 +5,10 @@ dedicated test modules check what the pages do, this one who may reach them.
 """
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from portal.projects.models import TestCase
+from portal.projects.models import DataSet, TestCase
 
 from .data import environment_data, plan_data, step_data
 
@@ -15,6 +16,7 @@ from .data import environment_data, plan_data, step_data
 @pytest.fixture
 def objects(project, environment, test_case, plan, step, mix_entry):
     other = TestCase.objects.create(project=project, name="Search")
+    DataSet.objects.create(test_case=test_case, file_name="u.csv", columns=["username"], rows=[["a"]], row_count=1)
     return {
         "project": project,
         "environment": environment,
@@ -53,6 +55,8 @@ WRITE_PAGES = [
     ("projects:step-new", "test_case"),
     ("projects:step-edit", "step"),
     ("projects:step-delete", "step"),
+    ("projects:data-set-upload", "test_case"),
+    ("projects:data-set-delete", "test_case"),
     ("projects:plan-new", "project"),
     ("projects:plan-edit", "plan"),
     ("projects:plan-delete", "plan"),
@@ -72,6 +76,14 @@ POSTS = [
     ("projects:step-edit", "step", (), lambda o: step_data(name="Home 2", path="/")),
     ("projects:step-delete", "step", (), lambda o: {}),
     ("projects:step-move", "step", ("down",), lambda o: {}),
+    (
+        "projects:data-set-upload",
+        "test_case",
+        (),
+        lambda o: {"file": SimpleUploadedFile("t.csv", b"term\nreport\n"), "mode": "random"},
+    ),
+    ("projects:data-set-mode", "test_case", (), lambda o: {"mode": "unique"}),
+    ("projects:data-set-delete", "test_case", (), lambda o: {}),
     ("projects:plan-new", "project", (), lambda o: plan_data(o["environment"])),
     ("projects:plan-edit", "plan", (), lambda o: plan_data(o["environment"], name="Smoke 2")),
     ("projects:plan-delete", "plan", (), lambda o: {}),
@@ -165,7 +177,7 @@ def test_anonymous_is_sent_to_log_in(client, objects, name, target):
 
 def _snapshot():
     """Everything the projects pages can change, as plain values."""
-    from portal.projects.models import Environment, MixEntry, Plan, Project, Server, Step
+    from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Project, Server, Step
 
-    models = (Project, Environment, Server, TestCase, Step, Plan, MixEntry)
+    models = (Project, Environment, Server, TestCase, Step, Plan, PlanLevel, MixEntry, DataSet)
     return {m.__name__: sorted(map(repr, m.objects.values())) for m in models}
