@@ -1,3 +1,5 @@
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 from django.urls import reverse
@@ -65,15 +67,25 @@ class Run(TimeStamped):
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
 
-    @property
-    def planned_duration(self) -> float:
-        p = self.plan_snapshot["profile"]
-        return p["ramp_up"] + p["hold"] + p["ramp_down"]
+    @cached_property
+    def engine_profile(self):
+        """The snapshot's load profile as the engine reads it (the one source of its timing)."""
+        from workers.engine.plan import Plan as EnginePlan
+
+        return EnginePlan.from_dict(self.plan_snapshot).profile
 
     @property
-    def measurement_window(self) -> tuple[float, float]:
-        p = self.plan_snapshot["profile"]
-        return p["ramp_up"], p["ramp_up"] + p["hold"]
+    def planned_duration(self) -> float:
+        from workers.engine.schedule import total_duration
+
+        return total_duration(self.engine_profile)
+
+    @property
+    def measurement_windows(self) -> list[tuple[float, float, str]]:
+        """(start, end, label) of each measured part: the hold, or each level's hold for a steps profile."""
+        from workers.engine.schedule import measurement_windows
+
+        return measurement_windows(self.engine_profile)
 
     @property
     def verdict(self) -> str | None:
@@ -127,6 +139,12 @@ class ShardInterval(models.Model):
     active_users = models.PositiveIntegerField(default=0)
     iterations_started = models.PositiveIntegerField(default=0)
     iterations_completed = models.PositiveIntegerField(default=0)
+    # Arrival rate: iterations that found no free user; unique data sets: no row left.
+    iterations_dropped = models.PositiveIntegerField(default=0)
+    # Generator health: when these are high, the figures describe the generator, not the target.
+    loop_lag_p99_ms = models.FloatField(null=True, blank=True)
+    loop_lag_max_ms = models.FloatField(null=True, blank=True)
+    cpu_pct = models.FloatField(null=True, blank=True)
 
     class Meta:
         # Keyed so that a repeated flush replaces its row instead of counting twice.
@@ -151,6 +169,8 @@ class PageInterval(models.Model):
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)
     hist = models.JSONField(default=dict)
+    connect_hist = models.JSONField(default=dict)
+    ttfb_hist = models.JSONField(default=dict)
 
     class Meta:
         constraints = [

@@ -90,7 +90,8 @@ def run_start(run_id: int) -> None:
     except OSError as exc:
         _run_error(run_id, f"Cannot resolve the target {base_url}: {exc}")
         return
-    users = run.plan_snapshot["profile"]["users"]
+    # The profile's peak users (the largest level of a steps profile, max_users of an arrival rate).
+    users = run.engine_profile.users
     shard_count = math.ceil(users / settings.PLIMSOLL_SHARD_MAX_USERS)
     with transaction.atomic():
         RunShard.objects.bulk_create(
@@ -130,13 +131,13 @@ def shard_execute(run_id: int, shard_no: int) -> None:
         run_finalize(run_id)
         return
     plan = EnginePlan.from_dict(run.plan_snapshot)
-    users = run.plan_snapshot["profile"]["users"]
     sink = ShardSink(run_id, shard_no)
     try:
         totals = run_sync(
             plan,
             sink=sink,
-            user_ids=list(range(shard_no, users, run.shard_count)),
+            # Users k % shard_count == shard_no (and so many arrivals, and unique data-set rows).
+            shard=(shard_no, run.shard_count),
             start_at=run.start_at.timestamp(),
             allowlist=allowlist(),
         )
@@ -167,6 +168,29 @@ def _shard_end(shard: RunShard, status: str, *, error: str = "", totals: dict | 
     )
 
 
+SHARD_INTERVAL_FIELDS = [
+    "active_users",
+    "iterations_started",
+    "iterations_completed",
+    "iterations_dropped",
+    "loop_lag_p99_ms",
+    "loop_lag_max_ms",
+    "cpu_pct",
+]
+PAGE_INTERVAL_FIELDS = [
+    "pages",
+    "hits",
+    "errors",
+    "errors_by_kind",
+    "error_samples",
+    "bytes_in",
+    "bytes_out",
+    "hist",
+    "connect_hist",
+    "ttfb_hist",
+]
+
+
 class ShardSink:
     """The engine's sink for one shard: writes each interval report and answers "stop?".
 
@@ -190,6 +214,7 @@ class ShardSink:
 
     def _write(self, report: dict) -> bool:
         second = report["second"]
+        lag = report.get("loop_lag_ms") or {}
         with transaction.atomic():
             ShardInterval.objects.bulk_create(
                 [
@@ -200,11 +225,15 @@ class ShardSink:
                         active_users=report.get("active_users", 0),
                         iterations_started=report.get("iterations_started", 0),
                         iterations_completed=report.get("iterations_completed", 0),
+                        iterations_dropped=report.get("iterations_dropped", 0),
+                        loop_lag_p99_ms=lag.get("p99"),
+                        loop_lag_max_ms=lag.get("max"),
+                        cpu_pct=report.get("cpu_pct"),
                     )
                 ],
                 update_conflicts=True,
                 unique_fields=["run", "shard_no", "second"],
-                update_fields=["active_users", "iterations_started", "iterations_completed"],
+                update_fields=SHARD_INTERVAL_FIELDS,
             )
             rows = [
                 PageInterval(
@@ -220,6 +249,8 @@ class ShardSink:
                     bytes_in=stats.get("bytes_in", 0),
                     bytes_out=stats.get("bytes_out", 0),
                     hist=stats.get("hist", {}),
+                    connect_hist=stats.get("connect_hist", {}),
+                    ttfb_hist=stats.get("ttfb_hist", {}),
                 )
                 for label, stats in report.get("labels", {}).items()
             ]
@@ -228,16 +259,7 @@ class ShardSink:
                     rows,
                     update_conflicts=True,
                     unique_fields=["run", "shard_no", "second", "label"],
-                    update_fields=[
-                        "pages",
-                        "hits",
-                        "errors",
-                        "errors_by_kind",
-                        "error_samples",
-                        "bytes_in",
-                        "bytes_out",
-                        "hist",
-                    ],
+                    update_fields=PAGE_INTERVAL_FIELDS,
                 )
             shard_status = (
                 RunShard.objects.filter(run_id=self.run_id, shard_no=self.shard_no)

@@ -65,12 +65,11 @@ def run_detail(request, code):
 def run_series(request, code):
     run = get_for_user(request.user, Run.objects.all(), code=code)
     data = analysis.series(run)
-    start, end = run.measurement_window
     data.update(
         {
             "status": run.status,
             "active": run.is_active,
-            "window": [start, end],
+            "windows": [[start, end, label] for start, end, label in run.measurement_windows],
             "duration_s": run.planned_duration,
         }
     )

@@ -60,3 +60,22 @@ def seconds(value):
         return f"{m} min {s} s" if s else f"{m} min"
     h, rest = divmod(value, 3600)
     return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+
+
+@register.filter
+def words(key):
+    """A snake_case key as words: ramp_up → Ramp up."""
+    return str(key).replace("_", " ").capitalize()
+
+
+@register.filter
+def load_of(profile):
+    """The size of a load profile in a few words: 20 users, 50 iterations/s, 5 levels up to 200 users."""
+    if not isinstance(profile, dict):
+        return MISSING
+    if profile.get("kind") == "arrival_rate":
+        return f"{profile.get('rate')} iterations/s"
+    if profile.get("kind") == "steps":
+        levels = profile.get("levels") or []
+        return f"{len(levels)} levels up to {max((lv['users'] for lv in levels), default=0)} users"
+    return f"{profile.get('users')} users"

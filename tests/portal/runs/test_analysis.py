@@ -127,3 +127,65 @@ def test_series_of_a_long_run_is_downsampled(run):
     assert len(data["t"]) <= analysis.MAX_POINTS
     assert data["bucket_s"] == 5
     assert data["users"][0] == 4  # the most users in seconds 0..4
+
+
+def steps_run(run, levels):
+    run.plan_snapshot["profile"] = {"kind": "steps", "levels": levels}
+    run.plan_snapshot["thresholds"] = {"apd_ms": 100, "p95_ms": None, "error_rate_pct": None}
+    run.save()
+    return run
+
+
+def test_a_steps_run_is_summarized_per_level(run):
+    # given: two levels; level 1 holds 1–6, ramps down 6–8, is quiet 8–9; level 2 starts at 9 and holds 10–15
+    level = {"users": 2, "ramp_up": 1, "hold": 5, "ramp_down": 2, "quiet": 1}
+    steps_run(run, [level, dict(level, users=4)])
+    for s in range(1, 6):
+        add_second(run, s, users=2, labels={"A": ([20.0, 20.0], {})})
+    for s in range(6, 10):
+        add_second(run, s, users=1, labels={"A": ([999.0], {})})  # ramp-down, quiet, ramp-up: not measured
+    for s in range(10, 15):
+        add_second(run, s, users=4, labels={"A": ([300.0] * 4, {})})
+
+    summary = analysis.summarize(run)
+
+    # then: one window per level, each judged on its own; the run fails because level 2 did
+    assert [(w["label"], w["start"], w["end"]) for w in summary["windows"]] == [
+        ("Level 1: 2 users", 1, 6),
+        ("Level 2: 4 users", 10, 15),
+    ]
+    first, second = summary["windows"]
+    assert (first["totals"]["users"], first["totals"]["pages_per_s"]) == (2, 2.0)
+    assert first["totals"]["apd_ms"] == pytest.approx(20.0, rel=0.002)
+    assert second["totals"]["apd_ms"] == pytest.approx(300.0, rel=0.002)
+    assert (first["verdict"], second["verdict"], summary["verdict"]) == ("passed", "failed", "failed")
+    assert summary["totals"]["pages"] == 30  # both windows, none of the seconds between them
+
+
+def test_a_steps_run_stopped_during_level_2_keeps_level_1_and_cuts_level_2(run):
+    level = {"users": 2, "ramp_up": 1, "hold": 5, "ramp_down": 2, "quiet": 1}
+    steps_run(run, [level, dict(level, users=4)])
+    for s in range(1, 12):
+        add_second(run, s, labels={"A": ([20.0], {})})
+
+    windows = analysis.summarize(run)["windows"]
+
+    assert [(w["start"], w["end"]) for w in windows] == [(1, 6), (10, 12)]
+    assert "cut to 2 s" in windows[1]["note"]
+
+
+def test_a_saturated_generator_is_reported(run):
+    # given: the generator's loop lagged 120 ms for 4 seconds in a row inside the window
+    for s in range(1, 6):
+        add_second(run, s, labels={"A": ([10.0], {})}, lag_ms=120.0 if s > 1 else 1.0, cpu=95.0 if s > 1 else 20.0)
+
+    generator = analysis.summarize(run)["generator"]
+
+    assert generator["loop_lag_p99_ms"] == 120.0 and generator["cpu_pct_max"] == 95.0
+    assert generator["saturated"] and "saturated" in generator["saturated"]
+
+
+def test_a_healthy_generator_is_not_flagged(run):
+    for s in range(1, 6):
+        add_second(run, s, labels={"A": ([10.0], {})}, lag_ms=2.0, cpu=40.0)
+    assert analysis.summarize(run)["generator"]["saturated"] is None

@@ -105,7 +105,7 @@ def test_series_json_has_the_window_and_points(alice_client, run):
     add_second(run, 0, users=3, labels={"Browse: Home": ([10.0], {})})
     data = alice_client.get(reverse("runs:series", args=[run.code])).json()
     assert data["users"] == [3]
-    assert data["window"] == [1.0, 6.0]
+    assert data["windows"] == [[1.0, 6.0, "Hold"]]
     assert data["active"] is True
 
 
