@@ -38,8 +38,9 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# Benchmarks (never in the test suite): `make bench`, or `make bench BENCH_ARGS=--quick`.
 bench: install
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var bench/.venv-locust
