@@ -193,6 +193,8 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "processed_folder": str(_broker_dir / "processed"),
         # Exchange bindings; without this kombu writes them to ./control in the working directory.
         "control_folder": str(_broker_dir / "control"),
+        # The folder is polled (1 s by default): shards must reach their workers before their common start.
+        "polling_interval": 0.2,
         "store_processed": False,
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):

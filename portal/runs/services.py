@@ -158,6 +158,8 @@ def _totals_dict(totals) -> dict:
         "aborted": totals.aborted,
         "bytes_in": totals.bytes_in,
         "duration_s": round(totals.duration_s, 3),
+        # How long after the run's common start this shard began: shards must start together.
+        "start_late_ms": round(totals.start_late_s * 1000, 2),
     }
 
 

@@ -22,7 +22,12 @@ def two_workers(worker_env, tmp_path, settings):
 
     settings.PLIMSOLL_SHARD_TIMEOUT = SHARD_TIMEOUT
     app.control.purge()
-    env = dict(worker_env, PLIMSOLL_SHARD_MAX_USERS="2", PLIMSOLL_SHARD_TIMEOUT=str(SHARD_TIMEOUT))
+    env = dict(
+        worker_env,
+        PLIMSOLL_SHARD_MAX_USERS="2",
+        PLIMSOLL_SHARD_TIMEOUT=str(SHARD_TIMEOUT),
+        PLIMSOLL_START_DELAY="2",  # the production default: time for every shard to reach its worker
+    )
     workers = [Worker(tmp_path / f"w{n}.log", env, name=f"w{n}", concurrency=1) for n in range(2)]
     yield workers
     for worker in workers:
@@ -85,6 +90,9 @@ def test_a_shard_delivered_twice_runs_once(two_workers, project, alice, demo_tar
     wait_until(lambda: Run.objects.get(id=run.id).status in Run.FINISHED, timeout=40, what="the run to end")
     run.refresh_from_db()
     assert run.status == Run.Status.PASSED, run.error_message
+    # the two shards, on two worker processes, began within 50 ms of their common start
+    lateness = [shard.totals["start_late_ms"] for shard in run.shards.all()]
+    assert len(lateness) == 2 and all(0 <= ms < 50 for ms in lateness), lateness
     before = list(PageInterval.objects.filter(run=run).order_by("id").values_list("id", "pages"))
     served = demo_target.counters()["requests"]
 

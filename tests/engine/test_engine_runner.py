@@ -466,3 +466,40 @@ def test_users_leaving_at_the_end_of_the_hold_count_in_the_last_second(target):
 
     # then: both full seconds report the 3 users that ran in them, whenever the report ran
     assert [r["active_users"] for r in sink.reports][:2] == [3, 3]
+
+
+def test_the_collector_is_restored_after_a_run_and_full_collections_were_off_during_it(target):
+    import gc
+
+    # given
+    before = gc.get_threshold()
+    seen = []
+
+    class Watching(Reports):
+        def __call__(self, report):
+            seen.append((gc.get_threshold()[2], gc.get_freeze_count()))
+            return super().__call__(report)
+
+    steps = [{"name": "Home", "path": "/", "think_time": 0.05}]
+    plan = make_plan(target.url, [{"name": "A", "steps": steps}], hold=1.5)
+
+    # when
+    run_sync(plan, sink=Watching())
+
+    # then: during the run no automatic full collection could start and objects were frozen …
+    assert seen and all(threshold >= 10**9 for threshold, _ in seen)
+    assert any(frozen > 0 for _, frozen in seen)
+    # … and afterwards the collector is as it was, with nothing left frozen
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_run_says_how_late_it_began_after_the_common_start(target):
+    plan = make_plan(target.url, [{"name": "A", "steps": [{"name": "Home", "path": "/"}]}], hold=0.5)
+
+    on_time = run_sync(plan, sink=Reports(), start_at=time.time() + 0.5)
+    late = run_sync(plan, sink=Reports(), start_at=time.time() - 0.3)
+
+    assert on_time.start_late_s < 0.05
+    assert late.start_late_s >= 0.3
+    assert on_time.to_dict()["start_late_ms"] == round(on_time.start_late_s * 1000, 2)

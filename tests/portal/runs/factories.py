@@ -14,8 +14,13 @@ def hist_of(*values_ms: float) -> dict:
 def add_second(run, second, *, shard_no=0, users=10, iterations=0, labels=None, lag_ms=None, cpu=None):
     """labels: {label: (latencies_ms list, errors dict)}"""
     ShardInterval.objects.create(
-        run=run, shard_no=shard_no, second=second, active_users=users, iterations_completed=iterations,
-        loop_lag_p99_ms=lag_ms, cpu_pct=cpu,
+        run=run,
+        shard_no=shard_no,
+        second=second,
+        active_users=users,
+        iterations_completed=iterations,
+        loop_lag_p99_ms=lag_ms,
+        cpu_pct=cpu,
     )
     for label, (latencies, errors) in (labels or {}).items():
         n_err = sum(errors.values())
