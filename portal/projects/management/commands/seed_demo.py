@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from portal.projects.models import Environment, MixEntry, Plan, Project, Server, Step, TestCase
+from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo"
@@ -22,6 +22,25 @@ TEST_CASES = {
     "Search work items": [
         {"name": "Home", "path": "/", "text_present": "Plimsoll demo", "think_time": 1.0},
         {"name": "Search by area", "path": "/search?q=Area+042", "text_absent": "Traceback", "think_time": 2.0},
+    ],
+    # An authenticated path: the form's CSRF token is extracted and posted back with the login.
+    "Log in and read account": [
+        {
+            "name": "Login form",
+            "path": "/login",
+            "think_time": 2.0,
+            "extract": [{"name": "csrf", "source": "form_field", "expression": "csrfmiddlewaretoken"}],
+        },
+        {
+            "name": "Log in",
+            "method": "POST",
+            "path": "/login",
+            "body_type": "form",
+            "body": "username=demo&password=demo&csrfmiddlewaretoken={{csrf}}",
+            "text_present": "Welcome",
+            "think_time": 3.0,
+        },
+        {"name": "Account", "path": "/account", "text_present": "Welcome", "think_time": 2.0},
     ],
 }
 
@@ -92,4 +111,24 @@ class Command(BaseCommand):
         if created:
             MixEntry.objects.create(plan=plan, test_case=cases["Browse articles"], weight=3, position=0)
             MixEntry.objects.create(plan=plan, test_case=cases["Search work items"], weight=1, position=1)
+            MixEntry.objects.create(plan=plan, test_case=cases["Log in and read account"], weight=1, position=2)
+        capacity, created = Plan.objects.get_or_create(
+            project=project,
+            name="Capacity: 10 → 80 users in steps",
+            defaults={
+                "environment": env,
+                "description": "The Exchange suite's shape in miniature: four levels, each ramped, held and measured.",
+                "profile_kind": Plan.ProfileKind.STEPS,
+                "threshold_apd_ms": 500,
+                "threshold_p95_ms": 1500,
+                "threshold_error_rate_pct": 1.0,
+            },
+        )
+        if created:
+            for position, users in enumerate((10, 20, 40, 80)):
+                PlanLevel.objects.create(
+                    plan=capacity, position=position, users=users, ramp_up=10, hold=30, ramp_down=5, quiet=5
+                )
+            MixEntry.objects.create(plan=capacity, test_case=cases["Browse articles"], weight=3, position=0)
+            MixEntry.objects.create(plan=capacity, test_case=cases["Search work items"], weight=1, position=1)
         self.stdout.write(f"Demo ready: project “{project}” for user {DEMO_USERNAME} (password {DEMO_PASSWORD}).")
