@@ -14,6 +14,7 @@ from django.conf import settings
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
+from portal.common import human_duration
 from workers.engine import variables
 
 from .models import (
@@ -26,7 +27,6 @@ from .models import (
     Server,
     Step,
     TestCase,
-    human_duration,
 )
 
 # Header field names are RFC 9110 tokens.

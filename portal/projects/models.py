@@ -3,7 +3,7 @@ from django.db import models
 from django.urls import reverse
 
 from portal.accounts.models import Team
-from portal.common import TimeStamped, new_code
+from portal.common import TimeStamped, human_duration, new_code
 from workers.engine import variables
 
 # ``{{name}}`` (or ``{{ name }}``) in a step's path, header values and body: an extracted value or a
@@ -298,18 +298,6 @@ class Step(models.Model):
         if self.resources:
             d["resources"] = list(self.resources)
         return d
-
-
-def human_duration(seconds: float) -> str:
-    """45 s, 12 min 5 s, 3 h 2 min (the runs pages' ``seconds`` filter, for text built in Python)."""
-    value = int(round(seconds))
-    if value < 60:
-        return f"{value} s"
-    if value < 3600:
-        m, s = divmod(value, 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, rest = divmod(value, 3600)
-    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
 
 
 def _span(values: list[float]) -> str:

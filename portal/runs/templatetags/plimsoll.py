@@ -2,6 +2,8 @@
 
 from django import template
 
+from portal.common import human_duration
+
 register = template.Library()
 MISSING = "—"
 
@@ -50,16 +52,7 @@ def pct(value):
 def seconds(value):
     """A length of time: 45 s, 12 min 5 s, 3 h 2 min."""
     value = _number(value)
-    if value is None:
-        return MISSING
-    value = int(round(value))
-    if value < 60:
-        return f"{value} s"
-    if value < 3600:
-        m, s = divmod(value, 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, rest = divmod(value, 3600)
-    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+    return MISSING if value is None else human_duration(value)
 
 
 @register.filter
