@@ -67,10 +67,27 @@ def run_create(*, plan: Plan, user) -> Run:
         config_snapshot=list(plan.environment.configuration),
         created_by=user,
     )
+    transaction.on_commit(lambda: _enqueue_start(run.id))
+    return run
+
+
+# Publishing to a dead broker is retried this briefly before the run ends in error.
+ENQUEUE_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
+
+
+def _enqueue_start(run_id: int) -> None:
+    """Sends the start task; a broker that cannot be reached ends the run in error with the reason."""
     from workers.tasks import start_run_task
 
-    transaction.on_commit(lambda: start_run_task.delay(run.id))
-    return run
+    try:
+        start_run_task.apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
+    except Exception as exc:  # kombu's OperationalError, or a transport's own connection error
+        log.exception("run %s: could not enqueue its start", run_id)
+        _run_error(
+            run_id,
+            f"The run could not be queued: the task broker is unreachable ({exc}). "
+            "Check that Redis (or the broker at CELERY_BROKER_URL) is running, then run the plan again.",
+        )
 
 
 def run_start(run_id: int) -> None:

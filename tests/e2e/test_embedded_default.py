@@ -71,3 +71,25 @@ def test_make_run_path_on_sqlite_and_the_file_system_broker(embedded_env, demo_t
     assert report["status"] == "passed"
     assert report["summary"]["whole_run"]["hits"] == demo_target.counters()["requests"] > 0
     assert any((tmp_path / "var" / "broker").rglob("*")), "the file-system broker folder was used"
+
+
+def test_a_dead_broker_ends_the_run_in_error_with_the_reason(embedded_env, demo_target):
+    # given: a working database, but a broker that is not there (a closed port on loopback)
+    assert manage(embedded_env, "migrate", "--noinput").returncode == 0
+    assert manage(embedded_env, "seed_demo", "--base-url", demo_target.base_url).returncode == 0
+    env = dict(embedded_env, CELERY_BROKER_URL="redis://127.0.0.1:1/0")
+
+    # when
+    result = manage(env, "run_plan", "Demo intranet", PLAN, "--user", "demo", timeout=60)
+
+    # then: a clear message, and the run is recorded in error rather than left queued
+    assert result.returncode != 0
+    assert "could not start" in result.stderr and "broker is unreachable" in result.stderr
+    status = manage(
+        embedded_env,
+        "shell",
+        "--no-imports",
+        "-c",
+        "from portal.runs.models import Run; r = Run.objects.get(); print(r.status)",
+    )
+    assert status.stdout.strip() == "error"

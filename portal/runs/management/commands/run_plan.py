@@ -42,6 +42,9 @@ class Command(BaseCommand):
             run = run_create(plan=plan_obj, user=actor)
         except (RunError, Exception) as exc:
             raise CommandError(str(exc) or type(exc).__name__) from None
+        run.refresh_from_db()
+        if run.status == Run.Status.ERROR:
+            raise CommandError(f"Run #{run.number} could not start: {run.error_message}")
         self.stderr.write(f"Run #{run.number} queued: {run.get_absolute_url()}")
         if not wait:
             return
