@@ -724,7 +724,9 @@ class _Run:
                 values = self._new_iteration(k, rng, steps)
                 if values is None:  # its unique data set is used up: not started, counted as dropped
                     if not pacing:  # (pacing waits for the next due time anyway)
-                        await asyncio.sleep(min(DATA_EXHAUSTED_PAUSE_S, max(0.0, stop_at - loop.time())))
+                        # _sleep_until, not asyncio.sleep: timers may wake a hair early, and a pause cut
+                        # to the window's last instant would then spin, dropping an iteration each turn.
+                        await _sleep_until(loop, min(loop.time() + DATA_EXHAUSTED_PAUSE_S, stop_at))
                     continue
                 self._interval().iterations_started += 1
                 if not await self._iteration(client, rng, steps, values, stop_at, due_perf):
