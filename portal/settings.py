@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "portal.accounts",
     "portal.projects",
     "portal.runs",
+    "portal.history",
 ]
 
 MIDDLEWARE = [
@@ -149,6 +150,7 @@ MIGRATION_MODULES = {
     "accounts": "migrations.accounts",
     "projects": "migrations.projects",
     "runs": "migrations.runs",
+    "history": "migrations.history",
 }
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -7,6 +7,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("portal.projects.urls")),
     path("", include("portal.runs.urls")),
+    path("", include("portal.history.urls")),
     path("", include("portal.accounts.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -25,6 +25,9 @@ def run_shard_task(run_id: int, shard_no: int) -> None:
 
 @shared_task(ignore_result=True)
 def watchdog_task() -> None:
+    from portal.history.services import advance_all
     from portal.runs.services import watchdog
 
     watchdog()
+    # Trial sets and experiments also advance when a run ends; this catches up after a restart.
+    advance_all()

@@ -384,6 +384,35 @@ class Plan(TimeStamped):
     threshold_error_rate_pct = models.FloatField(
         "error rate at most (%)", null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(100)]
     )
+    threshold_min_pages_per_s = models.FloatField(
+        "pages/s at least", null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    # Degradation in long runs (see portal.history.analysis.degradation): against the steady
+    # state after ramp-up, a sustained throughput drop or APD rise beyond these limits.
+    degradation_drop_pct = models.FloatField(
+        "throughput drop (%)",
+        default=30,
+        validators=[MinValueValidator(1), MaxValueValidator(99)],
+        help_text="Degraded when pages/s stay this far below the steady state",
+    )
+    degradation_rise_pct = models.FloatField(
+        "APD rise (%)",
+        default=50,
+        validators=[MinValueValidator(1), MaxValueValidator(10_000)],
+        help_text="Degraded when APD stays this far above the steady state",
+    )
+    degradation_sustain_s = models.PositiveIntegerField(
+        "sustained for (s)",
+        default=60,
+        validators=[MinValueValidator(1), MaxValueValidator(86_400)],
+        help_text="How long a drop or rise must last to count",
+    )
+    degradation_steady_s = models.PositiveIntegerField(
+        "steady state (s)",
+        default=300,
+        validators=[MinValueValidator(1), MaxValueValidator(86_400)],
+        help_text="The first seconds after ramp-up that define the steady state",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -521,7 +550,19 @@ class Plan(TimeStamped):
                 "apd_ms": self.threshold_apd_ms,
                 "p95_ms": self.threshold_p95_ms,
                 "error_rate_pct": self.threshold_error_rate_pct,
+                "min_pages_per_s": self.threshold_min_pages_per_s,
             },
+        }
+
+    def analysis_settings(self) -> dict:
+        """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""
+        return {
+            "degradation": {
+                "drop_pct": self.degradation_drop_pct,
+                "rise_pct": self.degradation_rise_pct,
+                "sustain_s": self.degradation_sustain_s,
+                "steady_s": self.degradation_steady_s,
+            }
         }
 
 

@@ -46,6 +46,19 @@ class Run(TimeStamped):
     start_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     summary = models.JSONField(null=True, blank=True)
+    # The plan's analysis settings at start (degradation limits), kept apart from the engine's snapshot.
+    analysis_settings = models.JSONField(default=dict, blank=True)
+    # The results history: the configuration's last applied change at start (None: the initial
+    # configuration), the trial set the run belongs to, and a user's choice to count a doubtful run.
+    tuning_change = models.ForeignKey(
+        "history.TuningChange", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    trial_set = models.ForeignKey(
+        "history.TrialSet", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    include_anyway = models.BooleanField(
+        default=False, help_text="Count this run in trends, baselines and verdicts although its validity is in doubt"
+    )
 
     class Meta:
         ordering = ["-number"]
@@ -90,6 +103,37 @@ class Run(TimeStamped):
     @property
     def verdict(self) -> str | None:
         return (self.summary or {}).get("verdict")
+
+    @property
+    def doubts(self) -> list[str]:
+        """Why this run's figures may not describe the target (empty when they can be trusted).
+
+        A cancelled run stopped early, a partial one lost a shard, an error has no figures,
+        and a saturated generator measured itself: such runs are shown, but kept out of
+        trends, baselines and verdicts unless a user includes them (``include_anyway``).
+        """
+        if self.is_active:
+            return ["the run has not finished"]
+        reasons = []
+        if self.status == self.Status.CANCELLED:
+            reasons.append("it was cancelled")
+        elif self.status == self.Status.PARTIAL:
+            reasons.append("a shard was lost")
+        elif self.status == self.Status.ERROR:
+            reasons.append("it ended in error")
+        saturated = ((self.summary or {}).get("generator") or {}).get("saturated")
+        if saturated:
+            reasons.append(f"the load generator was saturated ({saturated})")
+        if not self.summary and self.status != self.Status.ERROR:
+            reasons.append("it has no summary")
+        return reasons
+
+    @property
+    def counts(self) -> bool:
+        """Whether this run joins trends, baselines and verdicts."""
+        if self.is_active or not self.summary:
+            return False
+        return not self.doubts or self.include_anyway
 
 
 class RunShard(models.Model):

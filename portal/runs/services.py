@@ -24,6 +24,7 @@ from workers.engine.targets import TargetNotAllowed, check_url, parse_allowlist
 
 from . import analysis
 from .models import PageInterval, Run, RunShard, ShardInterval
+from .signals import run_finished
 
 log = logging.getLogger(__name__)
 Status = Run.Status
@@ -40,9 +41,32 @@ def allowlist():
     return parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS)
 
 
+class EnvironmentBusy(RunError):
+    """Another run is on the environment: two runs never overlap on one system under test."""
+
+    def __init__(self, run: Run):
+        self.run = run
+        super().__init__(
+            f"Run #{run.number} ({run.plan_name}) is on the environment “{run.environment_name}” now: "
+            "two runs never share a system under test, because each would measure the other's load. "
+            "Wait for it to end, or stop it."
+        )
+
+
+def active_run_on(environment_id: int) -> Run | None:
+    """The run that holds the environment now, if any (queued runs hold it too)."""
+    return Run.objects.filter(environment_id=environment_id, status__in=Run.ACTIVE).order_by("id").first()
+
+
 @transaction.atomic
-def run_create(*, plan: Plan, user) -> Run:
-    """Snapshots ``plan`` and its environment's configuration into a new queued Run and enqueues it."""
+def run_create(*, plan: Plan, user, trial_set=None) -> Run:
+    """Snapshots ``plan`` and its environment's configuration into a new queued Run and enqueues it.
+
+    The environment is locked for the check: a run starts only on an environment no other
+    run is on (EnvironmentBusy), so trial sets, experiments, schedules and people pressing
+    Run never overlap on one system. The run records the environment's last applied
+    tuning change, the configuration it runs under.
+    """
     if problems := plan.problems():
         raise RunError(" ".join(problems))
     snapshot = plan.to_engine_dict()
@@ -53,18 +77,26 @@ def run_create(*, plan: Plan, user) -> Run:
     duration = plan.duration
     if duration > settings.PLIMSOLL_MAX_RUN_SECONDS:
         raise RunError(f"The plan lasts {duration:.0f} s, more than the {settings.PLIMSOLL_MAX_RUN_SECONDS} s allowed.")
-    # Lock the project row so two runs started at once get different numbers.
+    # Lock the environment, then the project row: one run per environment, and two runs
+    # started at once get different numbers.
+    environment = type(plan.environment).objects.select_for_update().get(pk=plan.environment_id)
+    if busy := active_run_on(environment.id):
+        raise EnvironmentBusy(busy)
     project = type(plan.project).objects.select_for_update().get(pk=plan.project_id)
     number = (project.runs.aggregate(n=Max("number"))["n"] or 0) + 1
+    last_change = environment.changes.filter(status="applied").order_by("-number").first()
     run = Run.objects.create(
         project=project,
         number=number,
         plan=plan,
-        environment=plan.environment,
+        environment=environment,
         plan_name=plan.name,
-        environment_name=plan.environment.name,
+        environment_name=environment.name,
         plan_snapshot=snapshot,
-        config_snapshot=list(plan.environment.configuration),
+        analysis_settings=plan.analysis_settings(),
+        config_snapshot=list(environment.configuration),
+        tuning_change=last_change,
+        trial_set=trial_set,
         created_by=user,
     )
     transaction.on_commit(lambda: _enqueue_start(run.id))
@@ -305,14 +337,23 @@ def run_cancel(*, run: Run) -> Run:
     return run
 
 
+def _announce(run_id: int) -> None:
+    """Tells the other apps (trial sets, experiments) that a run ended, once that is committed."""
+    transaction.on_commit(lambda: run_finished.send(sender=Run, run_id=run_id))
+
+
 def _run_error(run_id: int, message: str) -> None:
-    Run.objects.filter(id=run_id, status__in=Run.ACTIVE).update(
+    if Run.objects.filter(id=run_id, status__in=Run.ACTIVE).update(
         status=Status.ERROR, error_message=message, finished_at=timezone.now()
-    )
+    ):
+        _announce(run_id)
 
 
 def _run_end(run_id: int, status: str, *, from_statuses) -> int:
-    return Run.objects.filter(id=run_id, status__in=from_statuses).update(status=status, finished_at=timezone.now())
+    changed = Run.objects.filter(id=run_id, status__in=from_statuses).update(status=status, finished_at=timezone.now())
+    if changed:
+        _announce(run_id)
+    return changed
 
 
 def run_finalize(run_id: int) -> None:
@@ -341,9 +382,10 @@ def run_finalize(run_id: int) -> None:
         status = Status.FAILED
     else:
         status = Status.PASSED
-    Run.objects.filter(id=run_id, status=Status.FINISHING).update(
+    if Run.objects.filter(id=run_id, status=Status.FINISHING).update(
         status=status, summary=summary, error_message="\n".join(problems), finished_at=timezone.now()
-    )
+    ):
+        _announce(run_id)
 
 
 def watchdog() -> None:
@@ -369,12 +411,14 @@ def watchdog() -> None:
             error_message=f"no worker was free to start this shard within {settings.PLIMSOLL_SHARD_TIMEOUT} s "
             "of the run's start; add workers or raise PLIMSOLL_SHARD_MAX_USERS",
         )
-    Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT).update(
-        status=Status.ERROR,
-        finished_at=now,
-        error_message=f"No Celery worker took this run within {QUEUED_TIMEOUT.seconds} s. Is a worker running "
-        "(make run starts one) and does it reach the same broker?",
-    )
+    for run_id in Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT).values_list(
+        "id", flat=True
+    ):
+        _run_error(
+            run_id,
+            f"No Celery worker took this run within {QUEUED_TIMEOUT.seconds} s. Is a worker running "
+            "(make run starts one) and does it reach the same broker?",
+        )
     active = Run.objects.filter(status__in=[Status.STARTING, Status.RUNNING, Status.CANCELLING]).filter(
         ~Q(shards__status__in=[RunShard.Status.PENDING, RunShard.Status.RUNNING])
     )

@@ -210,9 +210,15 @@ class Thresholds:
     apd_ms: float | None = None
     p95_ms: float | None = None
     error_rate_pct: float | None = None
+    min_pages_per_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"apd_ms": self.apd_ms, "p95_ms": self.p95_ms, "error_rate_pct": self.error_rate_pct}
+        return {
+            "apd_ms": self.apd_ms,
+            "p95_ms": self.p95_ms,
+            "error_rate_pct": self.error_rate_pct,
+            "min_pages_per_s": self.min_pages_per_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -645,6 +651,6 @@ def _steps_profile(d: dict[str, Any], path: str) -> Profile:
 
 
 def _thresholds(d: Any, path: str) -> Thresholds:
-    _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct"))
+    _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s"))
     values = {key: None if d.get(key) is None else _number(d[key], f"{path}.{key}") for key in d}
     return Thresholds(**values)

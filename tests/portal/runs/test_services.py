@@ -29,7 +29,36 @@ def test_run_create_snapshots_plan_and_configuration(plan, alice):
 
 
 def test_runs_are_numbered_per_project(plan, alice):
-    assert [services.run_create(plan=plan, user=alice).number for _ in range(3)] == [1, 2, 3]
+    numbers = []
+    for _ in range(3):
+        run = services.run_create(plan=plan, user=alice)
+        numbers.append(run.number)
+        Run.objects.filter(id=run.id).update(status=Run.Status.PASSED)  # frees the environment
+    assert numbers == [1, 2, 3]
+
+
+def test_a_second_run_on_a_busy_environment_is_refused_and_names_the_first(plan, alice):
+    first = services.run_create(plan=plan, user=alice)
+
+    with pytest.raises(services.EnvironmentBusy, match=f"Run #{first.number} .* is on the environment"):
+        services.run_create(plan=plan, user=alice)
+
+    assert Run.objects.count() == 1
+
+
+def test_a_run_records_the_analysis_settings_and_the_change_it_runs_under(plan, alice):
+    from portal.history.services import change_apply, change_create
+
+    change = change_create(
+        environment=plan.environment, user=alice, title="Enable -T1118", edits=[{"key": "sql.flags", "value": "-T1118"}]
+    )
+    change_apply(change, user=alice)
+
+    run = services.run_create(plan=plan, user=alice)
+
+    assert run.tuning_change == change
+    assert run.config_snapshot[-1] == {"key": "sql.flags", "value": "-T1118"}
+    assert run.analysis_settings["degradation"]["drop_pct"] == plan.degradation_drop_pct
 
 
 def test_a_plan_without_mix_cannot_run(plan, alice):

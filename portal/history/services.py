@@ -1,0 +1,405 @@
+"""Tuning changes, trial sets and experiments: the steps of the results history.
+
+Like the run lifecycle, every step looks at the database and does the next thing, with
+conditional UPDATEs on the expected status, so it is safe to call any number of times:
+a run's end calls it (``on_run_finished``), and so does the watchdog every few seconds
+(``advance_all``), which also picks up what a lost message or a restart left behind.
+"""
+
+import logging
+import time
+import urllib.error
+import urllib.request
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from portal.projects.models import Environment, Plan
+from portal.runs.models import Run
+from portal.runs.services import EnvironmentBusy, RunError, active_run_on, allowlist, run_cancel, run_create
+from workers.engine.targets import TargetNotAllowed, check_url
+
+from .models import Experiment, ExternalMeasurement, TrialSet, TuningChange, apply_edits
+
+log = logging.getLogger(__name__)
+
+HOOK_TIMEOUT_S = 60
+HOOK_BODY_KEPT = 2000
+
+
+class ChangeError(Exception):
+    """A tuning change cannot be applied; the message is for the user."""
+
+
+class EnvironmentBusyForChange(ChangeError):
+    """A run is on the environment; the change can be applied once it has ended."""
+
+
+# --------------------------------------------------------------------------------------
+# Tuning changes
+# --------------------------------------------------------------------------------------
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A hook is one request to an allowed target: a redirect could lead anywhere, so it is not followed."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def call_hook(change: TuningChange) -> dict:
+    """Sends the change's hook request and returns what happened, for the record.
+
+    The URL must pass the target allowlist (like a run's base URL); redirects are not
+    followed; the call is bounded by HOOK_TIMEOUT_S. Never raises: an error is recorded.
+    """
+    at = timezone.now().isoformat()
+    try:
+        check_url(change.hook_url, allowlist())
+    except TargetNotAllowed as exc:
+        return {"error": f"Hook refused, no request was sent: {exc}", "at": at}
+    except OSError as exc:
+        return {"error": f"Cannot resolve the hook's host: {exc}", "at": at}
+    data = change.hook_body.encode() if change.hook_body and change.hook_method != "GET" else None
+    request = urllib.request.Request(change.hook_url, data=data, method=change.hook_method)
+    if data is not None and change.hook_content_type:
+        request.add_header("Content-Type", change.hook_content_type)
+    request.add_header("User-Agent", "Plimsoll tuning-change hook")
+    opener = urllib.request.build_opener(_NoRedirect)
+    started = time.perf_counter()
+    try:
+        with opener.open(request, timeout=HOOK_TIMEOUT_S) as response:
+            status, reason, body = response.status, response.reason, response.read(HOOK_BODY_KEPT)
+    except urllib.error.HTTPError as exc:
+        status, reason, body = exc.code, exc.reason, exc.read(HOOK_BODY_KEPT)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return {
+            "error": f"The hook request failed: {reason}",
+            "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+            "at": at,
+        }
+    result = {
+        "status": status,
+        "reason": str(reason),
+        "body": body.decode("utf-8", "replace"),
+        "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+        "at": at,
+    }
+    if status >= 300:
+        result["error"] = f"The hook answered {status} {reason}"
+    return result
+
+
+def change_create(*, environment: Environment, user, edits: list[dict], **fields) -> TuningChange:
+    """A planned change; ``fields`` are the model's (category, title, reason, reference, hook_*)."""
+    if not edits:
+        raise ChangeError("The change changes no key: edit at least one value, add a key or remove one.")
+    return TuningChange.objects.create(environment=environment, made_by=user, edits=edits, **fields)
+
+
+def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = True) -> TuningChange:
+    """Applies a planned change: its hook (if any), then the environment's new configuration.
+
+    Refused while a run is on the environment (its figures would straddle two
+    configurations). A hook that fails leaves the configuration as it was and the
+    change *failed*, with the hook's answer recorded; it can be applied again.
+    """
+    if change.status == TuningChange.Status.APPLIED:
+        return change
+    if busy := active_run_on(change.environment_id):
+        raise EnvironmentBusyForChange(
+            f"Run #{busy.number} is on this environment now; apply the change when it has ended, "
+            "so that no run measures two configurations."
+        )
+    if change.has_hook and call_hook_first:
+        result = call_hook(change)
+        change.hook_response = result
+        if result.get("error"):
+            change.status = TuningChange.Status.FAILED
+            change.error_message = result["error"]
+            change.save(update_fields=["hook_response", "status", "error_message", "updated_at"])
+            raise ChangeError(f"The change was not applied: {result['error']}.")
+    with transaction.atomic():
+        environment = Environment.objects.select_for_update().get(pk=change.environment_id)
+        before = list(environment.configuration)
+        after = apply_edits(before, change.edits)
+        number = (environment.changes.aggregate(n=Max("number"))["n"] or 0) + 1
+        change.config_before, change.config_after = before, after
+        change.number = number
+        change.status = TuningChange.Status.APPLIED
+        change.applied_at = timezone.now()
+        change.error_message = ""
+        if user is not None and change.made_by_id is None:
+            change.made_by = user
+        change.save()
+        environment.configuration = after
+        environment.save(update_fields=["configuration", "updated_at"])
+    return change
+
+
+def change_in_effect(environment: Environment, at) -> TuningChange | None:
+    """The environment's last change applied at or before ``at`` (None: the initial configuration)."""
+    return (
+        environment.changes.filter(status=TuningChange.Status.APPLIED, applied_at__lte=at)
+        .order_by("-applied_at", "-number")
+        .first()
+    )
+
+
+def measurement_record(*, environment: Environment, user, **fields) -> ExternalMeasurement:
+    """Records an external measurement; without a change given, it belongs to the one in effect then."""
+    measurement = ExternalMeasurement(environment=environment, created_by=user, **fields)
+    if measurement.tuning_change_id is None:
+        measurement.tuning_change = change_in_effect(environment, measurement.measured_at)
+    measurement.save()
+    return measurement
+
+
+# --------------------------------------------------------------------------------------
+# Trial sets
+# --------------------------------------------------------------------------------------
+
+
+def trialset_start(
+    *, plan: Plan, size: int, user, label: str = "", experiment: Experiment | None = None, role: str = ""
+) -> TrialSet:
+    """Creates a trial set and starts its first trial (or waits for the environment to be free)."""
+    if problems := plan.problems():
+        raise RunError(" ".join(problems))
+    trial_set = TrialSet.objects.create(
+        project=plan.project,
+        environment=plan.environment,
+        plan=plan,
+        plan_name=plan.name,
+        size=size,
+        label=label,
+        created_by=user,
+        experiment=experiment,
+        role=role,
+    )
+    transaction.on_commit(lambda: trialset_advance(trial_set.id))
+    return trial_set
+
+
+def _trialset_end(trial_set_id: int, status: str, message: str = "") -> bool:
+    ended = TrialSet.objects.filter(id=trial_set_id, status=TrialSet.Status.RUNNING).update(
+        status=status, error_message=message, finished_at=timezone.now()
+    )
+    if ended:
+        experiment_id = TrialSet.objects.filter(id=trial_set_id).values_list("experiment_id", flat=True).first()
+        if experiment_id:
+            transaction.on_commit(lambda: experiment_advance(experiment_id))
+    return bool(ended)
+
+
+def trialset_advance(trial_set_id: int) -> None:
+    """Starts the next trial when the previous one has ended, or ends the set."""
+    trial_set = TrialSet.objects.select_related("plan__project", "plan__environment", "created_by").filter(
+        id=trial_set_id
+    )
+    trial_set = trial_set.first()
+    if trial_set is None or trial_set.status != TrialSet.Status.RUNNING:
+        return
+    runs = list(trial_set.runs.order_by("id"))
+    if any(run.is_active for run in runs):
+        return
+    if runs:
+        last = runs[-1]
+        if last.status == Run.Status.ERROR:
+            first_line = (last.error_message or "no reason was recorded").splitlines()[0]
+            _trialset_end(
+                trial_set.id,
+                TrialSet.Status.STOPPED,
+                f"Trial {len(runs)} (run #{last.number}) ended in error: {first_line}",
+            )
+            return
+        if last.status == Run.Status.CANCELLED:
+            _trialset_end(trial_set.id, TrialSet.Status.STOPPED, f"Trial {len(runs)} (run #{last.number}) was stopped.")
+            return
+    if len(runs) >= trial_set.size:
+        _trialset_end(trial_set.id, TrialSet.Status.DONE)
+        return
+    if trial_set.plan is None:
+        _trialset_end(trial_set.id, TrialSet.Status.STOPPED, "The plan was deleted.")
+        return
+    try:
+        run_create(plan=trial_set.plan, user=trial_set.created_by, trial_set=trial_set)
+    except EnvironmentBusy:
+        return  # another run holds the environment: the next call (its end, or the watchdog) tries again
+    except RunError as exc:
+        _trialset_end(trial_set.id, TrialSet.Status.STOPPED, f"Trial {len(runs) + 1} could not start: {exc}")
+
+
+def trialset_stop(trial_set: TrialSet) -> None:
+    """Stops a trial set: its running trial is cancelled, no further trial starts."""
+    if _trialset_end(trial_set.id, TrialSet.Status.STOPPED, "Stopped by a user."):
+        for run in trial_set.runs.filter(status__in=Run.ACTIVE):
+            run_cancel(run=run)
+
+
+# --------------------------------------------------------------------------------------
+# Experiments
+# --------------------------------------------------------------------------------------
+
+
+def experiment_create(
+    *, plan: Plan, user, title: str, trials: int, apply_mode: str, change: TuningChange, description: str = ""
+) -> Experiment:
+    if apply_mode == Experiment.ApplyMode.HOOK and not change.has_hook:
+        raise ChangeError("An experiment that applies its change by hook needs a hook URL on the change.")
+    if change.environment_id != plan.environment_id:
+        raise ChangeError("The change must be on the plan's environment.")
+    return Experiment.objects.create(
+        project=plan.project,
+        environment=plan.environment,
+        plan=plan,
+        title=title,
+        description=description,
+        trials=trials,
+        apply_mode=apply_mode,
+        change=change,
+        created_by=user,
+    )
+
+
+def experiment_start(experiment: Experiment, *, user) -> Experiment:
+    """Starts the baseline trials of a ready experiment."""
+    if experiment.change.status == TuningChange.Status.APPLIED:
+        raise ChangeError("Its change is already applied, so there is no baseline to measure: plan a new experiment.")
+    if problems := experiment.plan.problems():
+        raise RunError(" ".join(problems))
+    with transaction.atomic():
+        if not Experiment.objects.filter(id=experiment.id, status=Experiment.Status.DRAFT).update(
+            status=Experiment.Status.BASELINE, started_at=timezone.now()
+        ):
+            raise ChangeError("This experiment has already started.")
+        trialset_start(
+            plan=experiment.plan,
+            size=experiment.trials,
+            user=user,
+            label=f"Baseline: {experiment.title}",
+            experiment=experiment,
+            role=TrialSet.Role.BASELINE,
+        )
+    experiment.refresh_from_db()
+    return experiment
+
+
+def _experiment_end(experiment_id: int, status: str, message: str = "", *, from_statuses=Experiment.ACTIVE) -> bool:
+    return bool(
+        Experiment.objects.filter(id=experiment_id, status__in=from_statuses).update(
+            status=status, error_message=message, finished_at=timezone.now()
+        )
+    )
+
+
+def _start_after(experiment: Experiment) -> None:
+    trialset_start(
+        plan=experiment.plan,
+        size=experiment.trials,
+        user=experiment.created_by,
+        label=f"After: {experiment.change.title}",
+        experiment=experiment,
+        role=TrialSet.Role.AFTER,
+    )
+
+
+def experiment_advance(experiment_id: int) -> None:
+    """Takes the experiment's next step once the current one is over."""
+    experiment = Experiment.objects.select_related("plan", "change", "created_by").filter(id=experiment_id).first()
+    if experiment is None or not experiment.is_active:
+        return
+    status = experiment.status
+    if status == Experiment.Status.BASELINE:
+        baseline = experiment.baseline
+        if baseline is None or baseline.is_active:
+            return
+        if baseline.status == TrialSet.Status.STOPPED:
+            _experiment_end(
+                experiment.id, Experiment.Status.STOPPED, f"The baseline trials stopped: {baseline.error_message}"
+            )
+            return
+        if experiment.apply_mode == Experiment.ApplyMode.MANUAL:
+            Experiment.objects.filter(id=experiment.id, status=status).update(status=Experiment.Status.AWAITING)
+            return
+        if not Experiment.objects.filter(id=experiment.id, status=status).update(status=Experiment.Status.APPLYING):
+            return
+        status = Experiment.Status.APPLYING
+    if status == Experiment.Status.APPLYING:
+        try:
+            change_apply(experiment.change, user=experiment.created_by)
+        except EnvironmentBusyForChange:
+            return  # a run holds the environment; the next call tries again
+        except ChangeError as exc:
+            _experiment_end(experiment.id, Experiment.Status.FAILED, str(exc))
+            return
+        with transaction.atomic():
+            if Experiment.objects.filter(id=experiment.id, status=Experiment.Status.APPLYING).update(
+                status=Experiment.Status.AFTER
+            ):
+                _start_after(experiment)
+        return
+    if status == Experiment.Status.AFTER:
+        after = experiment.after
+        if after is None or after.is_active:
+            return
+        if after.status == TrialSet.Status.STOPPED:
+            _experiment_end(
+                experiment.id, Experiment.Status.STOPPED, f"The trials after the change stopped: {after.error_message}"
+            )
+            return
+        _experiment_end(experiment.id, Experiment.Status.DONE)
+
+
+def experiment_confirm(experiment: Experiment, *, user) -> Experiment:
+    """A person says the change has been made (manual mode): record it and start the trials after."""
+    if experiment.status != Experiment.Status.AWAITING:
+        raise ChangeError("This experiment is not waiting for its change.")
+    change_apply(experiment.change, user=user, call_hook_first=False)
+    with transaction.atomic():
+        if Experiment.objects.filter(id=experiment.id, status=Experiment.Status.AWAITING).update(
+            status=Experiment.Status.AFTER
+        ):
+            _start_after(experiment)
+    experiment.refresh_from_db()
+    return experiment
+
+
+def experiment_stop(experiment: Experiment) -> None:
+    if _experiment_end(
+        experiment.id, Experiment.Status.STOPPED, "Stopped by a user.", from_statuses=[*Experiment.ACTIVE]
+    ):
+        for trial_set in experiment.trial_sets.filter(status=TrialSet.Status.RUNNING):
+            trialset_stop(trial_set)
+
+
+# --------------------------------------------------------------------------------------
+# Following runs
+# --------------------------------------------------------------------------------------
+
+
+def on_run_finished(sender, run_id: int, **kwargs) -> None:
+    """A run ended: if it is a trial, start the next one (or end the set and step its experiment)."""
+    trial_set_id = Run.objects.filter(id=run_id).values_list("trial_set_id", flat=True).first()
+    if not trial_set_id:
+        return
+    try:
+        trialset_advance(trial_set_id)
+    except Exception:  # never let a follower break the run's own ending; the watchdog retries
+        log.exception("trial set %s: could not advance after run %s", trial_set_id, run_id)
+
+
+def advance_all() -> None:
+    """Advances every running trial set and active experiment (the watchdog's safety net)."""
+    for trial_set_id in TrialSet.objects.filter(status=TrialSet.Status.RUNNING).values_list("id", flat=True):
+        try:
+            trialset_advance(trial_set_id)
+        except Exception:
+            log.exception("trial set %s: could not advance", trial_set_id)
+    for experiment_id in Experiment.objects.filter(status__in=Experiment.ACTIVE).values_list("id", flat=True):
+        try:
+            experiment_advance(experiment_id)
+        except Exception:
+            log.exception("experiment %s: could not advance", experiment_id)

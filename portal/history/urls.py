@@ -1,0 +1,32 @@
+from django.urls import path
+
+from .views import changes, comparison, experiments, journey
+
+app_name = "history"
+
+urlpatterns = [
+    # Tuning changes and external measurements (views/changes.py)
+    path("environments/<uuid:code>/changes/new/", changes.change_new, name="change-new"),
+    path("changes/<uuid:code>/", changes.change_detail, name="change"),
+    path("changes/<uuid:code>/apply/", changes.change_apply, name="change-apply"),
+    path("environments/<uuid:code>/measurements/new/", changes.measurement_new, name="measurement-new"),
+    path("measurements/<uuid:code>/delete/", changes.measurement_delete, name="measurement-delete"),
+    path("runs/<uuid:code>/include/", changes.run_include, name="run-include"),
+    # Trial sets and experiments (views/experiments.py)
+    path("plans/<uuid:code>/trials/", experiments.trialset_new, name="trialset-new"),
+    path("trialsets/<uuid:code>/", experiments.trialset_detail, name="trialset"),
+    path("trialsets/<uuid:code>/stop/", experiments.trialset_stop, name="trialset-stop"),
+    path("projects/<uuid:code>/experiments/", experiments.experiment_list, name="experiments"),
+    path("projects/<uuid:code>/experiments/new/", experiments.experiment_new, name="experiment-new"),
+    path("experiments/<uuid:code>/", experiments.experiment_detail, name="experiment"),
+    path("experiments/<uuid:code>/start/", experiments.experiment_start, name="experiment-start"),
+    path("experiments/<uuid:code>/confirm/", experiments.experiment_confirm, name="experiment-confirm"),
+    path("experiments/<uuid:code>/stop/", experiments.experiment_stop, name="experiment-stop"),
+    # Comparison of two runs or trial sets (views/comparison.py)
+    path("projects/<uuid:code>/compare/", comparison.compare, name="compare"),
+    # The journey (views/journey.py)
+    path("environments/<uuid:code>/journey/", journey.environment_journey, name="environment-journey"),
+    path("environments/<uuid:code>/journey.json", journey.environment_journey_data, name="environment-journey-data"),
+    path("projects/<uuid:code>/journey/", journey.project_journey, name="project-journey"),
+    path("projects/<uuid:code>/journey.json", journey.project_journey_data, name="project-journey-data"),
+]
