@@ -4,16 +4,27 @@
 
 * ``/``, ``/articles``, ``/articles/{id}``: realistic HTML pages (5-60 KB);
 * ``/search?q=Area+042``: equality search on the custom field ``work_items.area``;
-* ``/login``, ``/account``, ``/logout``: a form login with a CSRF token, as in Django.
+* ``/login``, ``/account``, ``/logout``: a form login with a CSRF token, as in Django;
+* ``GET /documents`` (a list of links), ``GET /documents/{id}`` (download) and
+  ``POST /documents`` (upload: a raw body, or multipart with one file; 201 with
+  the new id as JSON; 413 above 10 MB): documents stored in the database or in
+  a blob folder (``demo/documents.py``).
+
+Pages that do database work (``/search?q=``, ``/articles/{id}``, the documents
+pages) first allocate from the shared "tempdb files" (``demo/tempdb.py``).
 
 Admin (under ``/_demo/``, plus ``/metrics``; never counted, never delayed):
 
 * ``GET/POST /_demo/knobs`` and ``GET /_demo/knobs/schema``: configuration knobs;
-* ``GET /_demo/counters``, ``POST /_demo/counters/reset``: exact counters;
-* ``GET /metrics``: the counters, CPU and in-flight count as Prometheus text.
+* ``GET /_demo/counters``, ``POST /_demo/counters/reset``: exact counters (the
+  reset also empties the security-token cache);
+* ``GET /metrics``: the counters, CPU, in-flight count, tempdb lock waits and
+  token-cache size and clean-ups as Prometheus text.
 
-One middleware does the cross-cutting work for every page: the ``latency_ms``
-delay, HTML error pages, gzip for the ``compression`` knob, and the counters.
+One middleware does the cross-cutting work for every page: a token in the
+security-token cache (``demo/tokencache.py``, which may stall the page behind
+a clean-up), the ``latency_ms`` delay, HTML error pages, gzip of text bodies
+for the ``compression`` knob, and the counters.
 It writes the response itself, so the service time it measures includes
 sending the body, and it compresses the body itself so that ``bytes_sent`` is
 exactly the number of body bytes put on the wire.
@@ -24,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -31,11 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from demo import content
 from demo.counters import Counters, prometheus_text
+from demo.documents import MAX_UPLOAD_BYTES, Documents
 from demo.knobs import KNOBS, KnobError, KnobRegistry
+from demo.tempdb import TempDb
+from demo.tokencache import TokenCache
 from demo.workitems import WorkItems
 
 log = logging.getLogger("demo")
@@ -46,6 +61,10 @@ CSRF_COOKIE = "csrftoken"
 CSRF_FIELD = "csrfmiddlewaretoken"
 MAX_SESSIONS = 100_000  # a load test creates many sessions; forget the oldest
 GZIP_MIN_BYTES = 200  # like Django's GZipMiddleware: tiny bodies only grow
+GZIP_TYPES = ("text/", "application/json")  # not documents that are already compressed
+UPLOAD_READ_BYTES = 64 * 1024
+_SAFE_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/[a-z0-9][a-z0-9!#$&^_.+-]*")
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]")
 
 
 @dataclass
@@ -84,10 +103,21 @@ class Sessions:
 @dataclass
 class DemoState:
     workitems: WorkItems
+    documents: Documents
     counters: Counters = field(default_factory=Counters)
     sessions: Sessions = field(default_factory=Sessions)
     knobs: KnobRegistry = None  # type: ignore[assignment]  # set in create_app
     knob_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    tempdb: TempDb = field(init=False)
+    token_cache: TokenCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tempdb = TempDb(self.counters)
+        self.token_cache = TokenCache(self.counters)
+
+    async def allocate(self) -> None:
+        """Allocate from the "tempdb files" before database work (the ``tempdb.files`` knob)."""
+        await self.tempdb.allocate(self.knobs["tempdb.files"])
 
 
 STATE = web.AppKey("demo_state", DemoState)
@@ -138,6 +168,7 @@ async def demo_middleware(request: web.Request, handler) -> web.StreamResponse:
     counters.in_flight += 1
     status, sent = 500, 0
     try:
+        await state.token_cache.on_page_request()
         if delay := state.knobs["latency_ms"]:
             await asyncio.sleep(delay / 1000)
         try:
@@ -153,6 +184,7 @@ async def demo_middleware(request: web.Request, handler) -> web.StreamResponse:
             isinstance(body, bytes)
             and len(body) >= GZIP_MIN_BYTES
             and state.knobs["compression"] == "on"
+            and response.content_type.startswith(GZIP_TYPES)
             and "Content-Encoding" not in response.headers
         ):
             response.headers["Vary"] = "Accept-Encoding"
@@ -197,6 +229,7 @@ async def article(request: web.Request) -> web.Response:
     raw = request.match_info["id"]
     if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= content.ARTICLE_COUNT):
         raise web.HTTPNotFound(reason="No such article")
+    await request.app[STATE].allocate()
     return html(content.article_page(int(raw), current_user(request)))
 
 
@@ -204,8 +237,10 @@ async def search(request: web.Request) -> web.Response:
     query = request.query.get("q", "").strip()
     if not query:
         return html(content.search_page("", None, [], current_user(request)))
+    state = request.app[STATE]
+    await state.allocate()
     started = time.perf_counter()
-    total, rows = await request.app[STATE].workitems.asearch(query)
+    total, rows = await state.workitems.asearch(query)
     query_ms = (time.perf_counter() - started) * 1000
     response = html(content.search_page(query, total, rows, current_user(request)))
     # In a header, not the page, so pages are byte-identical with or without index.
@@ -268,6 +303,78 @@ async def logout(request: web.Request) -> web.Response:
     return response
 
 
+# -- documents --------------------------------------------------------------------
+async def documents_list(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    await state.allocate()
+    docs = await asyncio.to_thread(state.documents.listing)
+    return html(content.documents_page(docs, state.knobs["documents.storage"], current_user(request)))
+
+
+async def document_download(request: web.Request) -> web.Response:
+    raw = request.match_info["id"]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+        raise web.HTTPNotFound(reason="No such document")
+    state = request.app[STATE]
+    await state.allocate()
+    started = time.perf_counter()
+    found = await asyncio.to_thread(state.documents.read, int(raw))
+    if found is None:
+        raise web.HTTPNotFound(reason="No such document")
+    info, body = found
+    response = web.Response(body=body, content_type=info.content_type)
+    filename = _UNSAFE_NAME.sub("_", info.name) or "document"
+    response.headers["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response.headers["X-Demo-Storage"] = info.storage
+    response.headers["X-Demo-Read-Ms"] = f"{(time.perf_counter() - started) * 1000:.3f}"
+    return response
+
+
+async def _read_capped(read_chunk) -> bytes:
+    """Read a body through ``read_chunk(n)`` (b"" at the end); 413 beyond MAX_UPLOAD_BYTES."""
+    parts, size = [], 0
+    while chunk := await read_chunk(UPLOAD_READ_BYTES):
+        size += len(chunk)
+        if size > MAX_UPLOAD_BYTES:
+            raise web.HTTPRequestEntityTooLarge(MAX_UPLOAD_BYTES, size)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _clean_type(value: str) -> str:
+    value = value.split(";", 1)[0].strip().lower()
+    return value if len(value) <= 100 and _SAFE_TYPE.fullmatch(value) else "application/octet-stream"
+
+
+async def document_upload(request: web.Request) -> web.Response:
+    """Store the body (raw, named by ``?name=``) or the first file of a multipart form."""
+    if (request.content_length or 0) > MAX_UPLOAD_BYTES:
+        raise web.HTTPRequestEntityTooLarge(MAX_UPLOAD_BYTES, request.content_length)
+    if request.content_type == "multipart/form-data":
+        body = None
+        async for part in await request.multipart():
+            if isinstance(part, BodyPartReader) and part.filename:
+                name, content_type = part.filename, _clean_type(part.headers.get("Content-Type", ""))
+                body = await _read_capped(part.read_chunk)
+                break
+        if body is None:
+            raise web.HTTPBadRequest(reason="The multipart form has no file")
+    else:
+        name = request.query.get("name", "upload.bin")
+        content_type = _clean_type(request.content_type)
+        body = await _read_capped(request.content.read)
+    state = request.app[STATE]
+    await state.allocate()
+    storage = state.knobs["documents.storage"]
+    info = await asyncio.to_thread(state.documents.create, name[:200] or "upload.bin", content_type, body, storage)
+    url = f"/documents/{info.id}"
+    return web.json_response(
+        {"id": info.id, "name": info.name, "size": info.size, "storage": info.storage, "url": url},
+        status=201,
+        headers={"Location": url},
+    )
+
+
 # -- admin ------------------------------------------------------------------------
 async def knobs_get(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].knobs.values)
@@ -297,9 +404,10 @@ async def counters_get(request: web.Request) -> web.Response:
 
 
 async def counters_reset(request: web.Request) -> web.Response:
-    counters = request.app[STATE].counters
-    counters.reset()
-    return web.json_response(counters.snapshot())
+    state = request.app[STATE]
+    state.counters.reset()
+    state.token_cache.clear()  # like DBCC FREESYSTEMCACHE: the story's short-lived cure
+    return web.json_response(state.counters.snapshot())
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -315,11 +423,13 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     """Build the demo target.
 
     ``db_path`` is the SQLite file (created and filled with ``items`` work items
-    at start-up unless it already holds them). ``knobs`` overrides knob defaults;
+    and the seeded documents at start-up unless it already holds them; blob
+    storage is the folder ``<db_path>-blobs``). ``knobs`` overrides knob defaults;
     every knob is applied at start-up, so a reused database starts in the state
-    the knobs say (for example without the index).
+    the knobs say (for example without the index, documents in the database).
     """
-    state = DemoState(workitems=WorkItems(db_path, items))
+    workitems = WorkItems(db_path, items)
+    state = DemoState(workitems=workitems, documents=Documents(workitems.connection, db_path))
     state.knobs = KnobRegistry(KNOBS, state)
     state.knobs.values.update(state.knobs.validate(knobs or {}))
 
@@ -329,6 +439,7 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     async def startup(app: web.Application) -> None:
         started = time.perf_counter()
         created = await asyncio.to_thread(state.workitems.ensure_populated)
+        await asyncio.to_thread(state.documents.ensure_seeded)
         await state.knobs.apply_all()
         verb = "generated" if created else "reused"
         log.info("%s %d work items in %s (%.2fs)", verb, items, db_path, time.perf_counter() - started)
@@ -347,6 +458,9 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     app.router.add_post("/login", login_submit)
     app.router.add_get("/account", account)
     app.router.add_get("/logout", logout)
+    app.router.add_get("/documents", documents_list)
+    app.router.add_post("/documents", document_upload)
+    app.router.add_get("/documents/{id}", document_download)
     app.router.add_get("/_demo/knobs", knobs_get)
     app.router.add_post("/_demo/knobs", knobs_post)
     app.router.add_get("/_demo/knobs/schema", knobs_schema)

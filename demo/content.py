@@ -95,7 +95,7 @@ def layout(title: str, body: str, user: str | None = None) -> str:
         '<div class="banner">This is the <b>Plimsoll demo target</b>: a bundled system under test '
         "for demos and end-to-end tests. It is not part of Plimsoll.</div>\n"
         '<header><a href="/"><b>Demo Co.</b></a><a href="/articles">Articles</a>'
-        f'<a href="/search">Work items</a>{account}</header>\n'
+        f'<a href="/search">Work items</a><a href="/documents">Documents</a>{account}</header>\n'
         f"<main>\n<h1>{escape(title)}</h1>\n{body}\n</main>\n"
         "<footer>Plimsoll demo target · admin: "
         '<a href="/_demo/knobs">knobs</a><a href="/_demo/counters">counters</a>'
@@ -155,6 +155,24 @@ def search_page(query: str, total: int | None, rows: list[tuple], user: str | No
         f"<table><tr><th>Id</th><th>Title</th><th>State</th><th>Assigned to</th></tr>\n{trs}\n</table>"
     )
     return layout(f"Work items: {query}", body, user)
+
+
+def documents_page(docs: list, storage: str, user: str | None) -> str:
+    """The document library: one link per document (``docs``: ``demo.documents.DocumentInfo``)."""
+    trs = "\n".join(
+        f'<tr><td>{d.id}</td><td><a href="/documents/{d.id}">{escape(d.name)}</a></td>'
+        f"<td>{d.size / 1024:,.0f} KB</td><td>{d.storage}</td></tr>"
+        for d in docs
+    )
+    body = (
+        f"<p>{len(docs)} documents. New uploads go to <b>{storage}</b> storage.</p>\n"
+        "<table><tr><th>Id</th><th>Name</th><th>Size</th><th>Stored in</th></tr>\n"
+        f"{trs}\n</table>\n"
+        '<h2>Upload</h2>\n<form action="/documents" method="post" enctype="multipart/form-data">'
+        '<input type="file" name="file"> <button>Upload</button></form>\n'
+        "<p>Up to 10 MB. Or <code>curl --data-binary @file 'http://HOST/documents?name=file'</code>.</p>"
+    )
+    return layout("Documents", body, user)
 
 
 def login_page(csrf_token: str, error: str = "", username: str = "") -> str:

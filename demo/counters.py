@@ -15,7 +15,8 @@ from typing import Any
 
 class Counters:
     def __init__(self) -> None:
-        self.in_flight = 0  # a gauge: not zeroed by reset()
+        self.in_flight = 0  # gauges: not zeroed by reset()
+        self.token_cache_entries = 0  # kept by demo.tokencache.TokenCache
         self.reset()
 
     def reset(self) -> None:
@@ -24,6 +25,13 @@ class Counters:
         self.by_status: Counter[str] = Counter()
         self.bytes_sent = 0
         self.service_time_s = 0.0
+        # demo.tempdb: allocations, and those that queued for their file's lock
+        self.tempdb_allocations = 0
+        self.tempdb_lock_waits = 0
+        self.tempdb_lock_wait_s = 0.0
+        # demo.tokencache: clean-ups of the token cache and the time they held its lock
+        self.token_cache_cleanups = 0
+        self.token_cache_cleanup_s = 0.0
 
     def record(self, path: str, status: int, body_bytes: int, seconds: float) -> None:
         self.requests += 1
@@ -42,6 +50,12 @@ class Counters:
             "service_time_ms_total": round(total_ms, 3),
             "service_time_ms_mean": round(total_ms / self.requests, 3) if self.requests else 0.0,
             "in_flight": self.in_flight,
+            "tempdb_allocations": self.tempdb_allocations,
+            "tempdb_lock_waits": self.tempdb_lock_waits,
+            "tempdb_lock_wait_ms_total": round(self.tempdb_lock_wait_s * 1000, 3),
+            "token_cache_entries": self.token_cache_entries,
+            "token_cache_cleanups": self.token_cache_cleanups,
+            "token_cache_cleanup_ms_total": round(self.token_cache_cleanup_s * 1000, 3),
         }
 
 
@@ -106,6 +120,42 @@ def prometheus_text(counters: Counters, knobs: dict[str, Any], sessions: int) ->
         "counter",
         "CPU seconds used by the demo target process.",
         [('{mode="user"}', f"{user:.6f}"), ('{mode="system"}', f"{system:.6f}")],
+    )
+    metric(
+        "tempdb_allocations_total",
+        "counter",
+        'Allocations from the shared "tempdb files" by pages that do database work.',
+        [("", counters.tempdb_allocations)],
+    )
+    metric(
+        "tempdb_lock_waits_total",
+        "counter",
+        "Allocations that queued for their tempdb file's lock.",
+        [("", counters.tempdb_lock_waits)],
+    )
+    metric(
+        "tempdb_lock_wait_seconds_total",
+        "counter",
+        "Time spent queuing for tempdb file locks.",
+        [("", f"{counters.tempdb_lock_wait_s:.6f}")],
+    )
+    metric(
+        "token_cache_entries",
+        "gauge",
+        "Entries in the security-token cache.",
+        [("", counters.token_cache_entries)],
+    )
+    metric(
+        "token_cache_cleanups_total",
+        "counter",
+        "Clean-ups of the security-token cache.",
+        [("", counters.token_cache_cleanups)],
+    )
+    metric(
+        "token_cache_cleanup_seconds_total",
+        "counter",
+        "Time clean-ups held the token cache's lock (every page waits meanwhile).",
+        [("", f"{counters.token_cache_cleanup_s:.6f}")],
     )
     metric("sessions", "gauge", "Login sessions held in memory.", [("", sessions)])
     metric(

@@ -1,9 +1,11 @@
 """Configuration knobs of the demo target, flipped by tuning through ``/_demo/knobs``.
 
 Each knob is one entry in a registry: its name, how to parse and validate a
-value, its default, a description, and an optional ``apply`` coroutine that
-makes the change real (for example building an index). Later knobs (lock
-contention, a growing token cache, blob storage) are one more entry each.
+value, its default, a description naming the seed story it replays, and an
+optional ``apply`` coroutine that makes the change real (building an index,
+trimming a cache, moving documents). Knobs without ``apply`` are read by the
+middleware and the page handlers on every request. The defaults are the
+*untuned* state of each story, so that a tuning change has something to fix.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ def on_off(value: Any) -> str:
     if isinstance(value, bool):  # accept JSON true/false as a convenience
         return "on" if value else "off"
     raise KnobError('expected "on" or "off"')
+
+
+def one_of(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if value in choices:
+            return value
+        raise KnobError("expected one of " + ", ".join(f'"{c}"' for c in choices))
+
+    return parse
 
 
 def int_range(low: int, high: int) -> Callable[[Any], int]:
@@ -107,13 +118,22 @@ async def _apply_search_index(state: Any, value: str) -> None:
     await asyncio.to_thread(state.workitems.set_index, value == "on")
 
 
+async def _apply_token_cache_cap(state: Any, value: int) -> None:
+    state.token_cache.set_cap(value)
+
+
+async def _apply_documents_storage(state: Any, value: str) -> None:
+    await asyncio.to_thread(state.documents.migrate, value)
+
+
 KNOBS = [
     Knob(
         "search.index",
         on_off,
         "off",
         "Index ix_work_items_area on the custom field work_items.area searched by "
-        "/search. Off: every search scans the whole table. On: index lookup.",
+        "/search. Off: every search scans the whole table. On: index lookup. "
+        "Replays the TFS story (20 million work items): field indexes took searches from 11.8 s to 4.0 s.",
         "on/off",
         _apply_search_index,
     ),
@@ -121,7 +141,8 @@ KNOBS = [
         "compression",
         on_off,
         "off",
-        "Gzip-compress page responses for clients that send Accept-Encoding: gzip.",
+        "Gzip-compress HTML pages for clients that send Accept-Encoding: gzip. Replays the "
+        "SharePoint (MOSS) story: one web server was not compressing its pages on a bandwidth-limited line.",
         "on/off",
     ),
     Knob(
@@ -130,5 +151,39 @@ KNOBS = [
         0,
         "Extra server-side delay in milliseconds added to every page (not /_demo/).",
         "integer 0..60000",
+    ),
+    Knob(
+        "tempdb.files",
+        int_range(1, 16),
+        1,
+        "Number of shared allocation locks ('tempdb files'). Pages that do database work (/search, "
+        "/articles/{id}, /documents) each hold one, chosen round-robin, for 5 ms. 1: they all queue "
+        "behind one lock (at most 200 such pages/s). 8: the queue mostly disappears. Replays the "
+        "SharePoint (MOSS) story: tempdb allocation contention (KB 328551), fixed with one tempdb "
+        "file per processor and -T1118.",
+        "integer 1..16",
+    ),
+    Knob(
+        "token_cache.cap",
+        int_range(0, 1_000_000),
+        0,
+        "Most entries kept in the security-token cache (oldest dropped first); 0: no cap. Every page "
+        "adds one entry; past 100,000 entries each clean-up (every 0.5 s) stalls every page for 5 µs "
+        "per entry, so an uncapped cache halves throughput after 100,000 pages. Replays the SharePoint "
+        "(MOSS) story: SQL Server's TokenAndPermUserStore grew until its clean-up stalled queries "
+        "(KB 927396), capped with -T4618. POST /_demo/counters/reset empties the cache.",
+        "integer 0..1000000 (0 = no cap)",
+        _apply_token_cache_cap,
+    ),
+    Knob(
+        "documents.storage",
+        one_of("database", "blob"),
+        "database",
+        "Where document bodies live (/documents): 'database' (SQLite rows, read and written in 8 KB "
+        "pages, each with a modelled cost: large documents are markedly slower) or 'blob' (files in a "
+        "folder next to the database). Switching moves every document. Replays the SQL Server Remote "
+        "BLOB Storage (RBS) with SharePoint 2010 story.",
+        "database/blob",
+        _apply_documents_storage,
     ),
 ]

@@ -92,6 +92,10 @@ class WorkItems:
                 self._connections.append(conn)
         return conn
 
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection, also used for the other tables of the file (documents)."""
+        return self._conn()
+
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:

@@ -287,13 +287,28 @@ def test_knobs_get_post_and_schema(base):
                 "search.index": "off",
                 "compression": "off",
                 "latency_ms": 0,
+                "tempdb.files": 1,
+                "token_cache.cap": 0,
+                "documents.storage": "database",
             }
             new = await set_knobs(s, base, compression="on", latency_ms="5")
             assert new["compression"] == "on"
             assert new["latency_ms"] == 5
             schema = await get_json(s, f"{base}/_demo/knobs/schema")
-            assert {k["name"] for k in schema} == {"search.index", "compression", "latency_ms"}
+            assert {k["name"] for k in schema} == {
+                "search.index",
+                "compression",
+                "latency_ms",
+                "tempdb.files",
+                "token_cache.cap",
+                "documents.storage",
+            }
             assert all(k["description"] for k in schema)
+            stories = {k["name"]: k["description"] for k in schema}
+            assert "TFS" in stories["search.index"]
+            assert "tempdb" in stories["tempdb.files"] and "-T1118" in stories["tempdb.files"]
+            assert "TokenAndPermUserStore" in stories["token_cache.cap"] and "-T4618" in stories["token_cache.cap"]
+            assert "Remote BLOB Storage" in stories["documents.storage"]
             async with s.post(f"{base}/_demo/knobs", data="not json") as r:
                 assert r.status == 400
 
