@@ -10,6 +10,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import Max
@@ -26,6 +27,9 @@ log = logging.getLogger(__name__)
 
 HOOK_TIMEOUT_S = 60
 HOOK_BODY_KEPT = 2000
+# An experiment applying its change belongs to one caller for this long (its hook call and
+# a margin): the watchdog, calling every few seconds, must not send the hook a second time.
+HOOK_LEASE = timedelta(seconds=HOOK_TIMEOUT_S + 15)
 
 
 class ChangeError(Exception):
@@ -123,6 +127,11 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
             raise ChangeError(f"The change was not applied: {result['error']}.")
     with transaction.atomic():
         environment = Environment.objects.select_for_update().get(pk=change.environment_id)
+        # Another caller may have applied it meanwhile (``change`` is then stale): applying
+        # it again would renumber it and record the new configuration as its "before".
+        if TuningChange.objects.filter(pk=change.pk, status=TuningChange.Status.APPLIED).exists():
+            change.refresh_from_db()
+            return change
         before = list(environment.configuration)
         after = apply_edits(before, change.edits)
         number = (environment.changes.aggregate(n=Max("number"))["n"] or 0) + 1
@@ -324,14 +333,29 @@ def experiment_advance(experiment_id: int) -> None:
         if experiment.apply_mode == Experiment.ApplyMode.MANUAL:
             Experiment.objects.filter(id=experiment.id, status=status).update(status=Experiment.Status.AWAITING)
             return
-        if not Experiment.objects.filter(id=experiment.id, status=status).update(status=Experiment.Status.APPLYING):
+        # Moving it to applying claims the hook call (updated_at starts the lease).
+        if not Experiment.objects.filter(id=experiment.id, status=status).update(
+            status=Experiment.Status.APPLYING, updated_at=timezone.now()
+        ):
             return
         status = Experiment.Status.APPLYING
+    elif status == Experiment.Status.APPLYING:
+        # Another call holds the lease while it sends the hook; once a hook's time has
+        # passed, that call has ended or its process died, and this one takes over.
+        now = timezone.now()
+        if not Experiment.objects.filter(id=experiment.id, status=status, updated_at__lt=now - HOOK_LEASE).update(
+            updated_at=now
+        ):
+            return
     if status == Experiment.Status.APPLYING:
         try:
             change_apply(experiment.change, user=experiment.created_by)
         except EnvironmentBusyForChange:
-            return  # a run holds the environment; the next call tries again
+            # No hook was sent: release the lease, so that the watchdog's next call tries again.
+            Experiment.objects.filter(id=experiment.id, status=status).update(
+                updated_at=timezone.now() - HOOK_LEASE - timedelta(seconds=1)
+            )
+            return
         except ChangeError as exc:
             _experiment_end(experiment.id, Experiment.Status.FAILED, str(exc))
             return

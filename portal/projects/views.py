@@ -22,6 +22,7 @@ from django_htmx.http import reswap, retarget
 
 from portal.accounts import access
 from portal.accounts.models import Membership
+from portal.history.views.changes import environment_history
 
 from . import selectors, services
 from .forms import (
@@ -172,6 +173,7 @@ def project_delete(request, code):
 
 
 @login_required
+@vary_on_headers("HX-Request")  # a page or its past-configuration fragment, from one URL
 def environment_detail(request, code):
     environment = access.get_for_user(request.user, Environment.objects.select_related("project__team"), code=code)
     context = {
@@ -181,7 +183,11 @@ def environment_detail(request, code):
         "plans": environment.plans.prefetch_related("levels"),
         "can_write": _can_write(request.user, environment.project),
         "nav": "projects",
+        # The results history: its ledger of tuning changes, a past configuration, measurements.
+        **environment_history(environment, at=request.GET.get("at")),
     }
+    if _fragment(request) and "at" in request.GET:
+        return render(request, "projects/environment_detail.html#config-at", context)
     return render(request, "projects/environment_detail.html", context)
 
 

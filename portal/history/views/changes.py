@@ -1,27 +1,268 @@
-"""Placeholder: being written (issue 4)."""
+"""Pages of tuning changes, an environment's ledger and external measurements.
 
+A change is recorded and applied in one go from its form: its hook (if any) is sent, and
+the environment takes the new configuration only if the hook succeeded. A failed change
+stays in the ledger with the hook's answer, so that what was tried is never lost.
+
+Every object is reached through ``access.get_for_user``: another team's is a 404, and a
+viewer's attempt to change something a 403.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db.models import Count
 from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_http_methods, require_POST
+
+from portal.accounts.access import get_for_user, membership_for, team_of
+from portal.projects.models import Environment
+from portal.runs.models import Run
+
+from .. import services
+from ..forms import ChangeForm, MeasurementForm, revert_prefill
+from ..models import ExternalMeasurement, TuningChange, apply_edits, config_dict
+
+INITIAL = "initial"  # ?at=initial: the configuration before the first change
 
 
+# --------------------------------------------------------------------------------------
+# Selectors: what the environment page shows of the history
+# --------------------------------------------------------------------------------------
+
+
+def ledger(environment: Environment) -> list[TuningChange]:
+    """Every change of the environment, newest first: applied ones by when they took effect, failed
+    and planned ones by when they were written down (a failed attempt stays where it happened)."""
+    changes = list(environment.changes.select_related("made_by", "experiment").annotate(run_count=Count("runs")).all())
+    for change in changes:
+        change.environment = environment  # a planned change's diff reads the current configuration
+    return sorted(changes, key=lambda c: (c.applied_at or c.created_at, c.number or 0), reverse=True)
+
+
+def initial_configuration(environment: Environment) -> list[dict]:
+    """The configuration before the first applied change (the current one when there is none)."""
+    first = environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("number").first()
+    return first.config_before if first else list(environment.configuration)
+
+
+def configuration_at(environment: Environment, at: str | None) -> dict | None:
+    """The configuration after the change ``at`` (a change's code, or "initial"), beside today's.
+
+    Returns None when the environment has no applied change (then there is no past to
+    show). ``rows`` are [{key, then, now, same}], ``then``/``now`` None where the key was
+    not set; keys set only today come last.
+    """
+    applied = list(environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("-number"))
+    if not applied:
+        return None
+    change = None
+    if at and at != INITIAL:
+        change = next((c for c in applied if str(c.code) == at), None)
+    configuration = change.config_after if change else applied[-1].config_before
+    now = config_dict(environment.configuration)
+    then = config_dict(configuration)
+    rows = [{"key": k, "then": v, "now": now.get(k), "same": now.get(k) == v} for k, v in then.items()]
+    rows += [{"key": k, "then": None, "now": v, "same": False} for k, v in now.items() if k not in then]
+    return {
+        "changes": applied,
+        "change": change,
+        "selected": str(change.code) if change else INITIAL,
+        "rows": rows,
+        "differs": any(not row["same"] for row in rows),
+        "latest": change is not None and change.id == applied[0].id,
+    }
+
+
+def environment_history(environment: Environment, *, at: str | None = None) -> dict:
+    """The environment page's history part: ledger, configuration at a past change, measurements."""
+    return {
+        "ledger": ledger(environment),
+        "config_at": configuration_at(environment, at),
+        "measurements": environment.measurements.select_related("tuning_change", "run", "created_by"),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Views
+# --------------------------------------------------------------------------------------
+
+
+def _can_write(user, obj) -> bool:
+    membership = membership_for(user, team_of(obj))
+    return membership is not None and membership.can_write
+
+
+def _environment(request, code, *, write: bool = False) -> Environment:
+    return get_for_user(request.user, Environment.objects.select_related("project__team"), code=code, write=write)
+
+
+def _reverted(environment: Environment, code: str | None) -> TuningChange | None:
+    """The applied change of this environment that ``?revert=`` names (404 for any other)."""
+    if not code:
+        return None
+    try:
+        change = environment.changes.get(code=code, status=TuningChange.Status.APPLIED)
+    except (TuningChange.DoesNotExist, ValueError, ValidationError):
+        raise Http404 from None
+    change.environment = environment
+    return change
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
 def change_new(request, code):
-    raise Http404
+    """Records a tuning change and applies it: its hook first (if any), then the configuration."""
+    environment = _environment(request, code, write=True)
+    reverted = _reverted(environment, request.GET.get("revert"))
+    prefill = revert_prefill(reverted) if reverted else None
+    context = {
+        "environment": environment,
+        "project": environment.project,
+        "reverted": reverted,
+        "prefill": prefill,
+        "nav": "projects",
+    }
+    if request.method == "POST":
+        form = ChangeForm(request.POST, environment=environment)
+        if form.is_valid():
+            try:
+                change = services.change_create(
+                    environment=environment, user=request.user, edits=form.edits, **form.change_fields
+                )
+            except services.ChangeError as exc:
+                form.add_error(None, str(exc))
+            else:
+                try:
+                    services.change_apply(change, user=request.user)
+                except services.EnvironmentBusyForChange as exc:
+                    # Nothing was sent and nothing changed: no record, the user saves again later.
+                    change.delete()
+                    context["apply_error"] = str(exc)
+                except services.ChangeError as exc:
+                    context["apply_error"] = str(exc)
+                    context["failed"] = change
+                    context["hook_at"] = parse_datetime((change.hook_response or {}).get("at") or "")
+                else:
+                    messages.success(request, f"Change #{change.number} “{change.title}” applied.")
+                    return redirect(change)
+    elif prefill:
+        form = ChangeForm(
+            environment=environment,
+            initial_configuration=prefill["initial_configuration"],
+            initial=prefill["initial"],
+        )
+    else:
+        form = ChangeForm(environment=environment)
+    context["form"] = form
+    return render(request, "history/change_form.html", context)
 
 
+@login_required
 def change_detail(request, code):
-    raise Http404
+    change = get_for_user(
+        request.user,
+        TuningChange.objects.select_related("environment__project__team", "made_by", "experiment"),
+        code=code,
+    )
+    environment = change.environment
+    experiment = getattr(change, "experiment", None)
+    can_write = _can_write(request.user, change)
+    response = change.hook_response or {}
+    context = {
+        "change": change,
+        "environment": environment,
+        "project": environment.project,
+        "experiment": experiment,
+        "diff": change.diff,
+        "configuration": change.config_after
+        if change.is_applied
+        else apply_edits(environment.configuration, change.edits),
+        "runs": change.runs.order_by("-number"),
+        "measurements": change.measurements.select_related("run", "created_by"),
+        "response": response,
+        "hook_at": parse_datetime(response.get("at") or ""),
+        "can_write": can_write,
+        "can_apply": can_write and not change.is_applied and experiment is None,
+        "nav": "projects",
+    }
+    return render(request, "history/change_detail.html", context)
 
 
+@login_required
+@require_POST
 def change_apply(request, code):
-    raise Http404
+    """Applies a planned change, or tries a failed one again (its hook is sent again)."""
+    change = get_for_user(
+        request.user,
+        TuningChange.objects.select_related("environment__project__team", "experiment"),
+        code=code,
+        write=True,
+    )
+    experiment = getattr(change, "experiment", None)
+    if experiment is not None:
+        messages.error(request, f"This change belongs to the experiment “{experiment}”, which applies it in its turn.")
+    elif change.is_applied:
+        messages.info(request, f"Change #{change.number} is already applied.")
+    else:
+        try:
+            services.change_apply(change, user=request.user)
+        except services.ChangeError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Change #{change.number} “{change.title}” applied.")
+    return redirect(change)
 
 
+@login_required
+@require_http_methods(["GET", "POST"])
 def measurement_new(request, code):
-    raise Http404
+    environment = _environment(request, code, write=True)
+    initial = {"tuning_change": request.GET.get("change"), "run": request.GET.get("run")}
+    form = MeasurementForm(request.POST or None, environment=environment, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        measurement = services.measurement_record(environment=environment, user=request.user, **form.measurement_fields)
+        under = f"#{measurement.tuning_change.number}" if measurement.tuning_change else "the initial configuration"
+        messages.success(request, f"Recorded {measurement} under {under}.")
+        return redirect(environment.get_absolute_url() + "#measurements")
+    context = {"form": form, "environment": environment, "project": environment.project, "nav": "projects"}
+    return render(request, "history/measurement_form.html", context)
 
 
+@login_required
+@require_POST
 def measurement_delete(request, code):
-    raise Http404
+    measurement = get_for_user(
+        request.user,
+        ExternalMeasurement.objects.select_related("environment__project__team"),
+        code=code,
+        write=True,
+    )
+    measurement.delete()
+    messages.success(request, f"Measurement “{measurement}” of {measurement.measured_at:%Y-%m-%d %H:%M} deleted.")
+    return redirect(measurement.environment.get_absolute_url() + "#measurements")
 
 
+@login_required
+@require_POST
 def run_include(request, code):
-    raise Http404
+    """Counts a doubtful run in trends and verdicts anyway, or leaves it out again.
+
+    The form says which (``include`` = 1 or 0), so a double submit cannot undo itself;
+    without it the choice flips.
+    """
+    run = get_for_user(request.user, Run.objects.select_related("project__team"), code=code, write=True)
+    if run.is_active:
+        messages.error(request, "The run has not finished: its figures cannot be judged yet.")
+        return redirect(run)
+    wanted = request.POST.get("include")
+    run.include_anyway = wanted == "1" if wanted in ("0", "1") else not run.include_anyway
+    run.save(update_fields=["include_anyway", "updated_at"])
+    if run.include_anyway:
+        doubts = "; ".join(run.doubts) or "nothing is in doubt"
+        messages.success(request, f"Run #{run.number} now counts in trends and verdicts, although {doubts}.")
+    else:
+        messages.success(request, f"Run #{run.number} is left out of trends and verdicts again.")
+    return redirect(run.get_absolute_url() + "#doubts")

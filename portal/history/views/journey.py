@@ -1,19 +1,96 @@
-"""Placeholder: being written (issue 4)."""
+"""The journey pages: per environment and per project, the figures of a plan's runs across tuning changes.
 
-from django.http import Http404
+The page renders its tables on the server; its charts fetch the same data from the
+``journey.json`` endpoint, which serves the selector's dict unchanged (also to scripts).
+Both take ``?plan=<code>``; without it, the plan with the most finished runs.
+"""
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
+from django.urls import reverse
+
+from portal.accounts.access import get_for_user, membership_for
+from portal.projects.models import Environment, Project
+
+from .. import journey
 
 
+def _chosen(request, choices: list[dict]):
+    """The plan named by ``?plan=``, which must be one of ``choices`` (else 404), or the default."""
+    code = request.GET.get("plan")
+    if not code:
+        return journey.default_plan(choices)
+    for choice in choices:
+        if str(choice["plan"].code) == code:
+            return choice["plan"]
+    raise Http404("No such plan here.")
+
+
+def _can_write(user, project) -> bool:
+    membership = membership_for(user, project.team)
+    return membership is not None and membership.can_write
+
+
+def _plans(choices: list[dict]) -> list[dict]:
+    return [{"name": c["plan"].name, "code": str(c["plan"].code), "finished": c["finished"]} for c in choices]
+
+
+def _environment(request, code):
+    environment = get_for_user(request.user, Environment.objects.select_related("project"), code=code)
+    choices = journey.plan_choices(environment=environment)
+    plan = _chosen(request, choices)
+    return environment, choices, plan, journey.environment_journey(environment, plan)
+
+
+def _project(request, code):
+    project = get_for_user(request.user, Project.objects.all(), code=code)
+    choices = journey.plan_choices(project=project)
+    plan = _chosen(request, choices)
+    return project, choices, plan, journey.project_journey(project, plan)
+
+
+@login_required
 def environment_journey(request, code):
-    raise Http404
+    environment, choices, plan, data = _environment(request, code)
+    data_url = reverse("history:environment-journey-data", args=[environment.code])
+    context = {
+        "environment": environment,
+        "project": environment.project,
+        "choices": choices,
+        "plan": plan,
+        "sections": [data],
+        "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
+        "can_write": _can_write(request.user, environment.project),
+        "nav": "projects",
+    }
+    return render(request, "history/journey.html", context)
 
 
+@login_required
 def environment_journey_data(request, code):
-    raise Http404
+    _, choices, _, data = _environment(request, code)
+    return JsonResponse({**data, "plans": _plans(choices)})
 
 
+@login_required
 def project_journey(request, code):
-    raise Http404
+    project, choices, plan, data = _project(request, code)
+    data_url = reverse("history:project-journey-data", args=[project.code])
+    context = {
+        "project": project,
+        "choices": choices,
+        "plan": plan,
+        "sections": data["sections"],
+        "ledger": data["ledger"],
+        "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
+        "can_write": _can_write(request.user, project),
+        "nav": "projects",
+    }
+    return render(request, "history/journey.html", context)
 
 
+@login_required
 def project_journey_data(request, code):
-    raise Http404
+    _, choices, _, data = _project(request, code)
+    return JsonResponse({**data, "plans": _plans(choices)})

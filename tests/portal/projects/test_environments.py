@@ -100,11 +100,22 @@ def test_same_name_in_another_project_is_fine(alice_client, project, environment
     assert other.environments.get().name == "Staging"
 
 
-def test_edit_environment_shows_configuration_as_text(alice_client, environment):
+def test_edit_environment_sends_configuration_changes_to_tuning_changes(alice_client, environment):
     # when
-    response = alice_client.get(reverse("projects:environment-edit", args=[environment.code]))
+    page = alice_client.get(reverse("projects:environment-edit", args=[environment.code])).content.decode()
+    # then: no configuration text to edit, a way to record a tuning change instead
+    assert 'name="configuration_text"' not in page
+    assert "search.index = off" not in page
+    assert "changes only through tuning changes" in page
+    assert reverse("history:change-new", args=[environment.code]) in page
+
+
+def test_new_environment_form_takes_the_initial_configuration(alice_client, project):
+    # when
+    page = alice_client.get(reverse("projects:environment-new", args=[project.code])).content.decode()
     # then
-    assert "search.index = off" in response.content.decode()
+    assert 'name="configuration_text"' in page
+    assert "changes only through" in page
 
 
 def test_edit_environment_changes_and_deletes_servers(alice_client, environment):
@@ -116,13 +127,15 @@ def test_edit_environment_changes_and_deletes_servers(alice_client, environment)
         {"id": str(web.pk), "name": "web-01", "role": "web", "hardware": "16 GB"},
         {"name": "search-01", "role": "search", "hardware": ""},
     ]
+    # a configuration posted anyway (an old form, a script) is ignored: it changes through tuning changes only
     data = environment_data(name="Staging", configuration_text="search.index = on", servers=servers, initial=2)
     # when
     response = alice_client.post(reverse("projects:environment-edit", args=[environment.code]), data)
     # then
     assert response.status_code == 302
     environment.refresh_from_db()
-    assert environment.configuration == [{"key": "search.index", "value": "on"}]
+    assert environment.configuration == [{"key": "search.index", "value": "off"}]
+    assert not environment.changes.exists()
     assert list(environment.servers.values_list("name", "hardware", "position")) == [
         ("web-01", "16 GB", 0),
         ("search-01", "", 1),

@@ -1,13 +1,17 @@
-"""Seeds the demo team, project, environment, test cases and plans (idempotent).
+"""Seeds the demo team, project, environment, test cases, plans and a ready experiment (idempotent).
 
 Only ``make run`` calls this: the demo account exists because someone asked for it,
 never through migrations.
 """
 
+import json
+
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from portal.history import services as history
+from portal.history.models import Experiment, TuningChange, config_dict
 from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
 
 DEMO_USERNAME = "demo"
@@ -45,6 +49,52 @@ TEST_CASES = {
 }
 
 
+# The demo target's knobs (demo/knobs.py) at their defaults, as a DBA would write them down. The
+# index is named for what it is in the database (the knob that builds it is ``search.index``).
+INITIAL_CONFIGURATION = [
+    {"key": "db.index.work_items.area", "value": "off"},
+    {"key": "tempdb.files", "value": "1"},
+    {"key": "token_cache.cap", "value": "0"},
+    {"key": "documents.storage", "value": "database"},
+    {"key": "compression", "value": "off"},
+    {"key": "latency_ms", "value": "0"},
+]
+# Keys earlier seeds wrote, under the name they have now.
+RENAMED_KEYS = {"search.index": "db.index.work_items.area"}
+
+SEARCH_PLAN = "Search: 20 users, 20 s"
+EXPERIMENT_TITLE = "Index on work_items.area"
+INDEX_CHANGE = {
+    "category": TuningChange.Category.INDEX,
+    "title": "Add index ix_work_items_area",
+    "reason": "The TFS story: searches on a custom field (work_items.area) scanned the whole work-items table, "
+    "so every search read every row and search pages took seconds under load. A nonclustered index on the "
+    "field turns each search into an index lookup.",
+    "reference": "https://learn.microsoft.com/en-us/sql/relational-databases/indexes/create-nonclustered-indexes",
+    "hook_method": TuningChange.HookMethod.POST,
+    "hook_body": json.dumps({"search.index": "on"}),
+    "hook_content_type": "application/json",
+}
+INDEX_EDITS = [{"key": "db.index.work_items.area", "value": "on"}]
+
+
+def initial_configuration(environment: Environment) -> list[dict]:
+    """The demo environment's configuration with every demo knob present.
+
+    Keys missing from an environment an earlier seed made are added at their defaults,
+    values already there are kept. Once a tuning change has been applied the ledger owns
+    the configuration, so it is left exactly as it is.
+    """
+    if environment.changes.filter(status=TuningChange.Status.APPLIED).exists():
+        return environment.configuration
+    current = config_dict(environment.configuration)
+    for old, new in RENAMED_KEYS.items():
+        if old in current and new not in current:
+            current[new] = current.pop(old)
+    wanted = [{"key": item["key"], "value": current.pop(item["key"], item["value"])} for item in INITIAL_CONFIGURATION]
+    return wanted + [{"key": key, "value": value} for key, value in current.items()]
+
+
 class Command(BaseCommand):
     help = "Creates the demo user, team and project (safe to run again: nothing is created twice)."
 
@@ -73,15 +123,13 @@ class Command(BaseCommand):
             defaults={
                 "base_url": base_url,
                 "description": "The bundled demo system under test (python -m demo), started by make run.",
-                "configuration": [
-                    {"key": "search.index", "value": "off"},
-                    {"key": "compression", "value": "off"},
-                    {"key": "latency_ms", "value": "0"},
-                ],
+                "configuration": INITIAL_CONFIGURATION,
             },
         )
-        if env.base_url != base_url:
+        configuration = initial_configuration(env)
+        if env.base_url != base_url or env.configuration != configuration:
             env.base_url = base_url
+            env.configuration = configuration
             env.save()
         Server.objects.get_or_create(
             environment=env, name="demo", defaults={"role": "web + database", "hardware": "this machine (loopback)"}
@@ -131,4 +179,47 @@ class Command(BaseCommand):
                 )
             MixEntry.objects.create(plan=capacity, test_case=cases["Browse articles"], weight=3, position=0)
             MixEntry.objects.create(plan=capacity, test_case=cases["Search work items"], weight=1, position=1)
+        search, created = Plan.objects.get_or_create(
+            project=project,
+            name=SEARCH_PLAN,
+            defaults={
+                "environment": env,
+                "description": "Searches on the custom field work_items.area, short enough to run three times on "
+                "either side of a change: the plan of the ready experiment.",
+                "profile_kind": Plan.ProfileKind.CONSTANT,
+                "users": 20,
+                "hold": 20,
+                "threshold_apd_ms": 500,
+                "threshold_error_rate_pct": 1.0,
+            },
+        )
+        if created:
+            MixEntry.objects.create(plan=search, test_case=cases["Search work items"], weight=1, position=0)
+        self._experiment(user=user, project=project, env=env, plan=search, base_url=base_url)
         self.stdout.write(f"Demo ready: project “{project}” for user {DEMO_USERNAME} (password {DEMO_PASSWORD}).")
+
+    def _experiment(self, *, user, project, env, plan, base_url) -> None:
+        """The TFS story ready to run: 3 searches' trials, the index by its hook, 3 trials after.
+
+        Created once; while it has not started, its hook follows the demo target's address.
+        """
+        hook_url = f"{base_url.rstrip('/')}/_demo/knobs"
+        experiment = Experiment.objects.filter(project=project, title=EXPERIMENT_TITLE).select_related("change").first()
+        if experiment is not None:
+            change = experiment.change
+            if change.status == TuningChange.Status.PLANNED and change.hook_url != hook_url:
+                change.hook_url = hook_url
+                change.save(update_fields=["hook_url", "updated_at"])
+            return
+        change = history.change_create(environment=env, user=user, edits=INDEX_EDITS, hook_url=hook_url, **INDEX_CHANGE)
+        history.experiment_create(
+            plan=plan,
+            user=user,
+            title=EXPERIMENT_TITLE,
+            description="Does the index on the searched custom field make searches faster, beyond the noise "
+            "between trials? Press Start: three baseline trials, the index built through the demo target's "
+            "admin endpoint, three trials after, then the comparison.",
+            trials=3,
+            apply_mode=Experiment.ApplyMode.HOOK,
+            change=change,
+        )
