@@ -70,7 +70,8 @@ def call_hook(change: TuningChange) -> dict:
     if data is not None and change.hook_content_type:
         request.add_header("Content-Type", change.hook_content_type)
     request.add_header("User-Agent", "Plimsoll tuning-change hook")
-    opener = urllib.request.build_opener(_NoRedirect)
+    # No proxy: the allowlist checked this host, and a proxy from http_proxy would send it elsewhere.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
     started = time.perf_counter()
     try:
         with opener.open(request, timeout=HOOK_TIMEOUT_S) as response:
@@ -161,7 +162,11 @@ def measurement_record(*, environment: Environment, user, **fields) -> ExternalM
     """Records an external measurement; without a change given, it belongs to the one in effect then."""
     measurement = ExternalMeasurement(environment=environment, created_by=user, **fields)
     if measurement.tuning_change_id is None:
-        measurement.tuning_change = change_in_effect(environment, measurement.measured_at)
+        # Measured alongside a run: the run's configuration (None is the initial one); else the one then.
+        if measurement.run_id is not None:
+            measurement.tuning_change = measurement.run.tuning_change
+        else:
+            measurement.tuning_change = change_in_effect(environment, measurement.measured_at)
     measurement.save()
     return measurement
 
