@@ -302,8 +302,9 @@ class EnvironmentForm(ProjectScopedForm):
         required=False,
         strip=False,  # line numbers in messages count the blank lines too
         widget=forms.Textarea(attrs={"rows": 8, "placeholder": "sql.startup_flags = -T1118\niis.max_processes = 7"}),
-        help_text="One <code>key = value</code> per line, in the order you want them listed. "
-        "Blank lines and lines starting with # are ignored.",
+        help_text="The initial configuration: one <code>key = value</code> per line, in the order you want "
+        "them listed. Blank lines and lines starting with # are ignored. Afterwards it changes only through "
+        "tuning changes, recorded on the environment's page.",
     )
 
     class Meta:
@@ -313,7 +314,12 @@ class EnvironmentForm(ProjectScopedForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["configuration_text"].initial = format_configuration(self.instance.configuration or [])
+        if self.instance.pk:
+            # Once the environment exists its configuration changes only through tuning changes
+            # (portal.history), so that every run can name the configuration it measured.
+            del self.fields["configuration_text"]
+        else:
+            self.fields["configuration_text"].initial = format_configuration(self.instance.configuration or [])
 
     def clean_base_url(self):
         url = self.cleaned_data["base_url"]
@@ -334,7 +340,8 @@ class EnvironmentForm(ProjectScopedForm):
         return parse_configuration(self.cleaned_data["configuration_text"])
 
     def save(self, commit=True):
-        self.instance.configuration = self.cleaned_data["configuration_text"]
+        if "configuration_text" in self.fields:
+            self.instance.configuration = self.cleaned_data["configuration_text"]
         return super().save(commit=commit)
 
 
@@ -585,6 +592,10 @@ LevelFormSet = inlineformset_factory(
 )
 
 
+# The plan's degradation settings (portal.history.analysis.degradation), in the order the form shows them.
+DEGRADATION_INPUTS = ("degradation_drop_pct", "degradation_rise_pct", "degradation_sustain_s", "degradation_steady_s")
+
+
 class PlanForm(ProjectScopedForm):
     """A plan with its load profile; only the chosen kind's fields (or levels) are validated and saved."""
 
@@ -613,6 +624,8 @@ class PlanForm(ProjectScopedForm):
             "threshold_apd_ms",
             "threshold_p95_ms",
             "threshold_error_rate_pct",
+            "threshold_min_pages_per_s",
+            *DEGRADATION_INPUTS,
         ]
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
 
@@ -625,6 +638,12 @@ class PlanForm(ProjectScopedForm):
         for name in ("ramp_up", "hold", "ramp_down", "pacing", "rate", "rate_start", "request_timeout"):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
+        self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
+        # Degradation settings always have a value: left empty, they keep the plan's (or the defaults).
+        for name in DEGRADATION_INPUTS:
+            self.fields[name].required = False
+        for name in ("degradation_drop_pct", "degradation_rise_pct"):
+            self.fields[name].widget.attrs["step"] = "any"
         # Each kind needs its own fields: clean() asks for them, so the browser must not ask for the others.
         for name in self.PROFILE_INPUTS:
             self.fields[name].required = False
@@ -660,6 +679,9 @@ class PlanForm(ProjectScopedForm):
         kind = cleaned.get("profile_kind")
         if kind is None:
             return cleaned
+        for name in DEGRADATION_INPUTS:
+            if cleaned.get(name) is None and name not in self._errors:
+                cleaned[name] = getattr(self.instance, name)
         used = Plan.PROFILE_FIELDS[kind]
         for name in self.PROFILE_INPUTS:
             if name not in used:

@@ -3,12 +3,22 @@
 Percentiles always come from merged histograms, never from averaging percentiles.
 Summaries and verdicts use the measurement windows (the hold, or each level's hold
 for a steps profile); charts show the whole run.
+
+A steps run also gets its capacity (the highest level within the thresholds, and the
+knee where throughput stops growing); a single-window run gets a degradation analysis
+(did throughput fall or APD rise well away from the steady state after ramp-up, and
+when). The statistics themselves live in ``portal.history.analysis``; this module
+feeds them a run's figures and words their answers.
 """
 
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from portal.common import human_duration
+from portal.history import analysis as history_analysis
+from portal.projects.models import Plan
 from workers.engine import health
 from workers.engine.histogram import Histogram
 
@@ -35,7 +45,7 @@ def whole_seconds(start: float, end: float) -> tuple[int, int]:
 def cut_windows(run: Run, last_second: int | None) -> list[dict]:
     """The run's measurement windows in whole seconds, cut to what actually ran."""
     windows = []
-    for start, end, label in run.measurement_windows:
+    for index, (start, end, label) in enumerate(run.measurement_windows):
         lo, hi = whole_seconds(start, end)
         note = ""
         if last_second is not None and last_second + 1 < hi:
@@ -43,7 +53,9 @@ def cut_windows(run: Run, last_second: int | None) -> list[dict]:
                 continue  # never reached
             hi = last_second + 1
             note = f"The run ended early; this window is cut to {hi - lo} s."
-        windows.append({"label": label, "start": lo, "end": hi, "seconds": max(hi - lo, 1), "note": note})
+        windows.append(
+            {"label": label, "start": lo, "end": hi, "seconds": max(hi - lo, 1), "note": note, "index": index}
+        )
     if not windows:
         end = (last_second + 1) if last_second is not None else 1
         windows.append(
@@ -252,6 +264,7 @@ def summarize(run: Run) -> dict:
         "generator": generator_health(shard_rows, in_window),
         "thresholds": thresholds,
         "verdict": verdict,
+        **_capacity_or_degradation(run, windows, limits, rows, shard_rows),
     }
 
 
@@ -282,26 +295,32 @@ def generator_health(shard_rows: list, seconds: set[int]) -> dict:
 
 
 THRESHOLDS = (
-    # (key in the plan, name, key in totals, unit)
-    ("apd_ms", "APD", "apd_ms", "ms"),
-    ("p95_ms", "p95", "p95_ms", "ms"),
-    ("error_rate_pct", "Error rate", "error_rate_pct", "%"),
+    # (key in the plan, name, key in totals, unit, "≤" for a ceiling or "≥" for a floor)
+    ("apd_ms", "APD", "apd_ms", "ms", "≤"),
+    ("p95_ms", "p95", "p95_ms", "ms", "≤"),
+    ("error_rate_pct", "Error rate", "error_rate_pct", "%", "≤"),
+    ("min_pages_per_s", "Pages/s", "pages_per_s", "pages/s", "≥"),
 )
 
 
 def judge(limits: dict, totals: dict) -> list[dict]:
-    """Each threshold set on the plan, with the measured value and whether it held."""
+    """Each threshold set on the plan, with the measured value and whether it held.
+
+    Pages/s is a floor ("at least"), the others are ceilings ("at most").
+    """
     results = []
-    for key, name, total_key, unit in THRESHOLDS:
+    for key, name, total_key, unit, op in THRESHOLDS:
         limit = limits.get(key)
         if limit is None:
             continue
         actual = totals.get(total_key)
-        # No successful page means no latency: a latency threshold cannot hold on nothing.
-        passed = actual is not None and actual <= limit
-        if actual is None and key == "error_rate_pct":
-            passed = True
-        results.append({"name": name, "limit": limit, "actual": actual, "unit": unit, "passed": passed})
+        if actual is None:  # No successful page means no latency: a latency threshold cannot hold on nothing.
+            passed = key == "error_rate_pct"
+        elif op == "≤":
+            passed = actual <= limit
+        else:
+            passed = actual >= limit
+        results.append({"name": name, "limit": limit, "actual": actual, "unit": unit, "op": op, "passed": passed})
     return results
 
 
@@ -317,6 +336,322 @@ def _combined(verdicts: list[str | None]) -> str | None:
     if not judged:
         return None
     return "passed" if all(v == "passed" for v in judged) else "failed"
+
+
+# --------------------------------------------------------------------------------------
+# Capacity (steps runs) and degradation (single-window runs)
+# --------------------------------------------------------------------------------------
+
+# The plan's threshold keys (as in the snapshot) → portal.history.analysis.Thresholds, and
+# the names the report gives them (the same as judge's).
+CAPACITY_THRESHOLDS = {
+    "apd_ms": ("max_apd_ms", "APD"),
+    "p95_ms": ("max_p95_ms", "p95"),
+    "error_rate_pct": ("max_error_rate_pct", "Error rate"),
+    "min_pages_per_s": ("min_pages_per_s", "Pages/s"),
+}
+_THRESHOLD_NAME = {attr: name for attr, name in CAPACITY_THRESHOLDS.values()}
+_THRESHOLD_KEY = {attr: key for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
+
+DEGRADATION_SETTINGS = ("drop_pct", "rise_pct", "sustain_s", "steady_s")
+
+
+def degradation_defaults() -> dict:
+    """The plan's defaults, for runs whose analysis settings predate them (or were never copied)."""
+    return {name: Plan._meta.get_field(f"degradation_{name}").default for name in DEGRADATION_SETTINGS}
+
+
+def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows: list, shard_rows: list) -> dict:
+    """A steps run with several measured levels gets its capacity; a single-window run its degradation."""
+    if len(windows) > 1:
+        return {"capacity": capacity_of(run, windows, limits)}
+    if len(windows) == 1:
+        return {"degradation": degradation_of(run, windows[0], rows, shard_rows)}
+    return {}
+
+
+def _fmt_ms(value: float) -> str:
+    """412 ms, 1 s, 1.42 s: short enough for a sentence."""
+    if value >= 1000:
+        return f"{value / 1000:.3g} s"
+    return f"{value:.3g} ms"
+
+
+def _fmt_rate(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _fmt_limit(key: str, value: float) -> str:
+    if key in ("apd_ms", "p95_ms"):
+        return _fmt_ms(value)
+    if key == "error_rate_pct":
+        return f"{value:g} %"
+    return f"{_fmt_rate(value)} pages/s"
+
+
+def _breaks(level: dict, limits: dict) -> str:
+    """ "APD breaks 1 s (1.42 s) and the error rate breaks 0.1 % (2.3 %)" for one failing level."""
+    parts = []
+    for attr in level["broken_fields"]:
+        key = _THRESHOLD_KEY[attr]
+        limit = _fmt_limit(key, limits[key])
+        actual = level.get(key if key != "min_pages_per_s" else "pages_per_s")
+        measured = "no successful page" if actual is None else _fmt_limit(key, actual)
+        if key == "min_pages_per_s":
+            parts.append(f"pages/s fall below {limit} ({measured})")
+        elif key == "error_rate_pct":
+            parts.append(f"the error rate breaks {limit} ({measured})")
+        else:
+            parts.append(f"{_THRESHOLD_NAME[attr]} breaks {limit} ({measured})")
+    return " and ".join(parts)
+
+
+def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
+    """The capacity and knee of a steps run, from each level's measured window.
+
+    A level's users are the plan's (what the level asked for), not the active users
+    counted, so a level reads as "40 users" even if a shard was lost. Levels whose
+    window was cut short still count: they are what the run measured, and the table
+    shows their note. With two levels of the same users the capacity is not defined
+    (which one would hold?), so the report says so instead.
+    """
+    planned = [lv.users for lv in getattr(run.engine_profile, "levels", None) or []]
+    rows = []
+    for w in windows:
+        t = w["totals"]
+        index = w.get("index")
+        users = planned[index] if index is not None and index < len(planned) else t["users"]
+        rows.append(
+            {
+                "label": w["label"],
+                "users": users,
+                "start": w["start"],
+                "end": w["end"],
+                "note": w["note"],
+                "apd_ms": t["apd_ms"],
+                "p95_ms": t["p95_ms"],
+                "pages_per_s": t["pages_per_s"],
+                "error_rate_pct": t["error_rate_pct"],
+            }
+        )
+    users = [r["users"] for r in rows]
+    if len(set(users)) != len(users) or min(users) <= 0:
+        return {
+            "analysed": False,
+            "reason": "Two levels have the same number of users, so the highest level that holds is not defined.",
+            "levels": rows,
+        }
+
+    thresholds = history_analysis.Thresholds(
+        **{attr: limits.get(key) for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
+    )
+    levels = [
+        history_analysis.Level(
+            users=r["users"],
+            # No successful page: no latency, and a latency threshold cannot hold on nothing (as judge).
+            apd_ms=math.inf if r["apd_ms"] is None else r["apd_ms"],
+            p95_ms=math.inf if r["p95_ms"] is None else r["p95_ms"],
+            pages_per_s=r["pages_per_s"],
+            error_rate_pct=r["error_rate_pct"],
+        )
+        for r in rows
+    ]
+    result = history_analysis.capacity(levels, thresholds)
+    for r in rows:
+        r["broken_fields"] = result.broken.get(r["users"], [])
+        r["broken"] = [_THRESHOLD_NAME[f] for f in r["broken_fields"]]
+        r["held"] = not r["broken"]
+        r["capacity"] = r["users"] == result.capacity_users
+        r["knee"] = r["users"] == result.knee_users
+    rows.sort(key=lambda r: r["users"])
+    out = {
+        "analysed": True,
+        "capacity_users": result.capacity_users,
+        "first_failure_users": result.first_failure_users,
+        "knee_users": result.knee_users,
+        "broken": {str(u): [_THRESHOLD_NAME[a] for a in attrs] for u, attrs in result.broken.items()},
+        "thresholds_set": any(limits.get(key) is not None for key in CAPACITY_THRESHOLDS),
+        "levels": rows,
+    }
+    out["sentence"] = _capacity_sentence(out, limits)
+    for r in rows:
+        del r["broken_fields"]
+    return out
+
+
+def _capacity_sentence(cap: dict, limits: dict) -> str:
+    levels = cap["levels"]
+    top = levels[-1]["users"]
+    by_users = {r["users"]: r for r in levels}
+    if not cap["thresholds_set"]:
+        words = (
+            f"The plan sets no thresholds, so every level counts as held, up to {top} users; "
+            "set thresholds on the plan to find the capacity."
+        )
+    elif cap["capacity_users"] is None:
+        first = by_users[cap["first_failure_users"]]
+        words = f"Even the lowest level, {first['users']} users, breaks its thresholds: {_breaks(first, limits)}."
+    elif cap["first_failure_users"] is None:
+        words = f"Holds every level within its thresholds, up to {top} users."
+    else:
+        first = by_users[cap["first_failure_users"]]
+        words = (
+            f"Holds {cap['capacity_users']} users within its thresholds; "
+            f"at {first['users']} users {_breaks(first, limits)}."
+        )
+    if cap["knee_users"] is not None:
+        words += f" Throughput stops growing after {cap['knee_users']} users (the knee)."
+    else:
+        words += f" Throughput keeps growing with users up to {top} users: no knee within these levels."
+    return words
+
+
+def per_second(rows: list, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:
+    """Pages/s and APD (ms) for each second in [0, end), shards and pages added up.
+
+    A second some shard reported with no page in it is 0 pages/s, a real stall; a second
+    nobody reported is None (no data). APD is None where no page succeeded.
+    """
+    reported = {s.second for s in shard_rows if s.second < end}
+    pages = [0] * end
+    total_us = [0] * end
+    count = [0] * end
+    for r in rows:
+        if 0 <= r.second < end:
+            reported.add(r.second)
+            pages[r.second] += r.pages
+            total_us[r.second] += r.h.sum
+            count[r.second] += r.h.count
+    throughput = [float(pages[s]) if s in reported else None for s in range(end)]
+    apd = [round(total_us[s] / count[s] / 1000, 3) if count[s] else None for s in range(end)]
+    return throughput, apd
+
+
+def _median_from(values: list[float | None], lo: int, hi: int) -> float | None:
+    part = [v for v in values[lo:hi] if v is not None]
+    return statistics.median(part) if part else None
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict:
+    """Did the run leave its steady state during its measurement window, and when?
+
+    Only the window is analysed: ramp-up is not steady yet, and a ramp-down is a drop
+    by design. A window shorter than the steady state plus the sustain time cannot say
+    anything (there would be no seconds left to see a sustained change), so it is
+    reported as not analysed, with the reason.
+    """
+    settings = {**degradation_defaults(), **((run.analysis_settings or {}).get("degradation") or {})}
+    start, end = window["start"], window["end"]
+    needed = settings["steady_s"] + settings["sustain_s"]
+    base = {"settings": settings, "window": [start, end]}
+    if window.get("index") is None:  # cut_windows' stand-in for a run that never reached its window
+        return {**base, "analysed": False, "reason": "The run ended before its measurement window began."}
+    if end - start < needed:
+        return {
+            **base,
+            "analysed": False,
+            "reason": (
+                f"The measurement window ({human_duration(end - start)}) is too short to look for degradation: "
+                f"it takes the steady state ({human_duration(settings['steady_s'])}) plus a sustained change "
+                f"({human_duration(settings['sustain_s'])}). Hold longer, or shorten these on the plan."
+            ),
+        }
+    throughput, apd = per_second(rows, shard_rows, end)
+    d = history_analysis.degradation(
+        throughput,
+        apd,
+        start=start,
+        drop_pct=settings["drop_pct"],
+        rise_pct=settings["rise_pct"],
+        sustain_s=settings["sustain_s"],
+        steady_s=settings["steady_s"],
+    )
+    out = {
+        **base,
+        "analysed": True,
+        "degraded": d.degraded,
+        "kind": d.kind,
+        "onset_s": d.onset_s,
+        "time_to_degradation_s": None if d.onset_s is None else d.onset_s - start,
+        "throughput_onset_s": d.throughput_onset_s,
+        "apd_onset_s": d.apd_onset_s,
+        "steady_pages_per_s": _round(d.steady_throughput),
+        "steady_apd_ms": _round(d.steady_apd_ms),
+        "steady_window": list(d.steady_window),
+        # What the figures became: the median from the onset to the window's end.
+        "degraded_pages_per_s": _round(
+            None if d.throughput_onset_s is None else _median_from(throughput, d.throughput_onset_s, end)
+        ),
+        "degraded_apd_ms": _round(None if d.apd_onset_s is None else _median_from(apd, d.apd_onset_s, end)),
+        "oscillation": d.oscillation,
+        "excursions": d.excursions,
+        "excursions_per_10_min": _round(d.excursions_per_10_min),
+        "drift_ms_per_hour": _round(d.drift_ms_per_hour, 1),
+    }
+    if d.throughput_onset_s is not None and d.throughput_onset_s == d.apd_onset_s:
+        out["kind"] = "throughput drop and APD rise"  # both at once: naming one would hide the other
+    out["sentence"] = _degradation_sentence(out)
+    return out
+
+
+def _when(onset: int, start: int) -> str:
+    if start > 0:
+        return f"at {human_duration(onset)}, {human_duration(onset - start)} after ramp-up"
+    return f"{human_duration(onset)} into the run"
+
+
+def _signed_ms(value: float) -> str:
+    return ("+" if value >= 0 else "−") + _fmt_ms(abs(value))
+
+
+def _degradation_sentence(d: dict) -> str:
+    """ "Throughput fell 58 % below its steady 212 pages/s (to 89) at 6 min 10 s, 5 min 10 s after ramp-up; …"."""
+    s = d["settings"]
+    start = d["window"][0]
+    found = []  # (onset, what changed)
+    tp = d["throughput_onset_s"], d["steady_pages_per_s"], d["degraded_pages_per_s"]
+    if tp[0] is not None and tp[1]:
+        fell = 100 * (1 - (tp[2] or 0) / tp[1])
+        to = _fmt_rate(tp[2] or 0)
+        found.append((tp[0], f"throughput fell {fell:.0f} % below its steady {_fmt_rate(tp[1])} pages/s (to {to})"))
+    ap = d["apd_onset_s"], d["steady_apd_ms"], d["degraded_apd_ms"]
+    if ap[0] is not None and ap[1]:
+        rose = 100 * ((ap[2] or 0) / ap[1] - 1)
+        found.append((ap[0], f"APD rose {rose:.0f} % above its steady {_fmt_ms(ap[1])} (to {_fmt_ms(ap[2] or 0)})"))
+    found.sort(key=lambda f: f[0])  # the earliest first (stable: throughput first on a tie)
+    if len(found) == 2 and found[0][0] == found[1][0]:
+        words = f"{found[0][1]} and {found[1][1]} {_when(found[0][0], start)}."
+    elif found:
+        words = "; ".join(f"{what} {_when(onset, start)}" for onset, what in found) + "."
+    else:
+        steady = []
+        if d["steady_pages_per_s"] is not None:
+            tp_steady = _fmt_rate(d["steady_pages_per_s"])
+            steady.append(f"throughput stayed within {s['drop_pct']:g} % of its steady {tp_steady} pages/s")
+        if d["steady_apd_ms"] is not None:
+            steady.append(f"APD within {s['rise_pct']:g} % of its steady {_fmt_ms(d['steady_apd_ms'])}")
+        words = (
+            "No degradation: "
+            + (" and ".join(steady) or "no figures to compare")
+            + (f" (a change had to last {human_duration(s['sustain_s'])} to count).")
+        )
+    words = words[0].upper() + words[1:]
+    if d["oscillation"]:
+        words += (
+            f" Throughput oscillates: it left the ±{history_analysis.OSCILLATION_BAND_PCT:g} % band around its "
+            f"steady state {d['excursions']} times ({d['excursions_per_10_min']:.1f} per 10 min)."
+        )
+    drift = d["drift_ms_per_hour"]
+    if drift is not None:
+        length = d["window"][1] - start
+        # An hour's trend read from a few minutes is an extrapolation, and the reader should know it.
+        over = f" (the trend over {human_duration(length)})" if length < 3600 else ""
+        words += " APD shows no drift." if abs(drift) < 0.05 else f" APD drifts {_signed_ms(drift)} per hour{over}."
+    return words
 
 
 def series(run: Run) -> dict:

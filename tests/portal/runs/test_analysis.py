@@ -78,6 +78,21 @@ def test_thresholds_judge_the_window(run):
     assert summary["verdict"] == "failed"
 
 
+def test_a_minimum_throughput_is_judged_as_a_floor(run):
+    # given: 2 pages/s in the window, against "pages/s at least 3" (and an APD ceiling that holds)
+    run.plan_snapshot["thresholds"] = {"apd_ms": 100, "min_pages_per_s": 3}
+    for s in range(1, 6):
+        add_second(run, s, labels={"Browse: Home": ([10.0, 20.0], {})})
+
+    summary = analysis.summarize(run)
+
+    assert [(t["name"], t["op"], t["actual"], t["passed"]) for t in summary["thresholds"]] == [
+        ("APD", "≤", pytest.approx(15.0, rel=0.002), True),
+        ("Pages/s", "≥", 2.0, False),
+    ]
+    assert summary["verdict"] == "failed"
+
+
 def test_no_thresholds_means_no_verdict(run):
     run.plan_snapshot["thresholds"] = {"apd_ms": None, "p95_ms": None, "error_rate_pct": None}
     add_second(run, 2, labels={"Browse: Home": ([10.0], {})})

@@ -1,0 +1,599 @@
+"""Capacity of steps runs and degradation of long runs, from synthetic interval rows.
+
+The rows are built second by second with known throughput and latency, so the
+capacity, the knee and the onset of a degradation are known in advance.
+"""
+
+import pytest
+from django.urls import reverse
+
+from portal.projects.models import Plan
+from portal.runs import analysis
+from portal.runs.models import PageInterval, Run, ShardInterval
+from tests.portal.projects import test_plan_form_browser as browser_fixtures
+from tests.portal.projects.data import plan_data
+from tests.portal.runs.factories import hist_of
+
+pytestmark = pytest.mark.django_db
+
+
+def fill(run, seconds, *, pages, apd_ms, users=10, label="A"):
+    """One shard and one label per second: `pages(s)` pages, all taking `apd_ms(s)` ms."""
+    shard_rows, page_rows = [], []
+    for s in seconds:
+        n = pages(s)
+        shard_rows.append(ShardInterval(run=run, shard_no=0, second=s, active_users=users, iterations_completed=n))
+        if n:
+            page_rows.append(
+                PageInterval(
+                    run=run, shard_no=0, second=s, label=label, pages=n, hits=n, hist=hist_of(*[apd_ms(s)] * n)
+                )
+            )
+    ShardInterval.objects.bulk_create(shard_rows)
+    PageInterval.objects.bulk_create(page_rows)
+
+
+# --------------------------------------------------------------------------------------
+# Capacity
+# --------------------------------------------------------------------------------------
+
+
+def steps_run(run, users, *, thresholds):
+    run.plan_snapshot["profile"] = {
+        "kind": "steps",
+        "levels": [{"users": u, "ramp_up": 1, "hold": 5, "ramp_down": 0, "quiet": 0} for u in users],
+    }
+    run.plan_snapshot["thresholds"] = {"apd_ms": None, "p95_ms": None, "error_rate_pct": None, **thresholds}
+    run.save()
+    return Run.objects.get(id=run.id)  # a fresh engine_profile
+
+
+def fill_levels(run, figures):
+    """figures: one (pages/s, APD ms) per level, recorded inside that level's measurement window."""
+    for (start, end, _), (rate, apd) in zip(run.measurement_windows, figures, strict=True):
+        fill(run, range(int(start), int(end)), pages=lambda s, r=rate: r, apd_ms=lambda s, a=apd: a)
+
+
+# 10 → 20 users doubles pages/s, 20 → 40 nearly doubles it, 40 → 60 adds 5 %: the knee is 40.
+KNEE_AT_40 = [(50, 100.0), (100, 120.0), (190, 400.0), (200, 1500.0)]
+
+
+def test_capacity_is_the_last_level_within_thresholds_and_the_knee_where_throughput_stops(run):
+    run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
+    fill_levels(run, KNEE_AT_40)
+
+    cap = analysis.summarize(run)["capacity"]
+
+    assert cap["analysed"] is True
+    assert (cap["capacity_users"], cap["first_failure_users"], cap["knee_users"]) == (40, 60, 40)
+    assert cap["broken"] == {"60": ["APD"]}
+    assert [(lv["users"], lv["held"], lv["broken"]) for lv in cap["levels"]] == [
+        (10, True, []),
+        (20, True, []),
+        (40, True, []),
+        (60, False, ["APD"]),
+    ]
+    assert [lv["pages_per_s"] for lv in cap["levels"]] == [50.0, 100.0, 190.0, 200.0]
+    assert cap["levels"][3]["apd_ms"] == pytest.approx(1500.0, rel=0.002)
+    assert [lv["users"] for lv in cap["levels"] if lv["capacity"]] == [40]
+    assert [lv["users"] for lv in cap["levels"] if lv["knee"]] == [40]
+    assert cap["sentence"] == (
+        "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s). "
+        "Throughput stops growing after 40 users (the knee)."
+    )
+
+
+def test_when_even_the_lowest_level_breaks_there_is_no_capacity(run):
+    run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 50})
+    fill_levels(run, KNEE_AT_40)
+
+    cap = analysis.summarize(run)["capacity"]
+
+    assert (cap["capacity_users"], cap["first_failure_users"]) == (None, 10)
+    assert not any(lv["held"] for lv in cap["levels"])
+    assert cap["sentence"].startswith(
+        "Even the lowest level, 10 users, breaks its thresholds: APD breaks 50 ms (100 ms)."
+    )
+
+
+def test_throughput_that_keeps_growing_has_no_knee(run):
+    run = steps_run(run, [10, 20, 40], thresholds={"apd_ms": 1000})
+    fill_levels(run, [(50, 100.0), (100, 110.0), (200, 120.0)])
+
+    cap = analysis.summarize(run)["capacity"]
+
+    assert (cap["capacity_users"], cap["first_failure_users"], cap["knee_users"]) == (40, None, None)
+    assert cap["sentence"] == (
+        "Holds every level within its thresholds, up to 40 users. "
+        "Throughput keeps growing with users up to 40 users: no knee within these levels."
+    )
+
+
+def test_a_minimum_throughput_breaks_the_levels_below_it(run):
+    # given: at least 60 pages/s, which only the second level reaches; and a capped error rate
+    run = steps_run(run, [10, 20], thresholds={"min_pages_per_s": 60, "error_rate_pct": 1.0})
+    fill_levels(run, [(50, 100.0), (100, 110.0)])
+
+    summary = analysis.summarize(run)
+
+    cap = summary["capacity"]
+    assert cap["broken"] == {"10": ["Pages/s"]}
+    assert cap["capacity_users"] is None
+    assert "pages/s fall below 60 pages/s (50 pages/s)" in cap["sentence"]
+    # and the verdicts of the windows agree with the capacity table
+    assert [w["verdict"] for w in summary["windows"]] == ["failed", "passed"]
+
+
+def test_without_thresholds_every_level_holds_and_the_report_says_why(run):
+    run = steps_run(run, [10, 20], thresholds={})
+    fill_levels(run, [(50, 100.0), (100, 110.0)])
+
+    cap = analysis.summarize(run)["capacity"]
+
+    assert cap["capacity_users"] == 20 and cap["thresholds_set"] is False
+    assert cap["sentence"].startswith("The plan sets no thresholds, so every level counts as held, up to 20 users")
+
+
+def test_two_levels_of_the_same_users_have_no_capacity(run):
+    run = steps_run(run, [10, 10], thresholds={"apd_ms": 1000})
+    fill_levels(run, [(50, 100.0), (55, 100.0)])
+
+    cap = analysis.summarize(run)["capacity"]
+
+    assert cap["analysed"] is False
+    assert "same number of users" in cap["reason"]
+
+
+def test_a_single_window_run_has_no_capacity_and_a_steps_run_no_degradation(run):
+    fill(run, range(1, 7), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+    summary = analysis.summarize(run)
+    assert "capacity" not in summary and "degradation" in summary
+
+    ShardInterval.objects.filter(run=run).delete()
+    PageInterval.objects.filter(run=run).delete()
+    run = steps_run(run, [10, 20], thresholds={})
+    fill_levels(run, [(50, 100.0), (100, 110.0)])
+    summary = analysis.summarize(run)
+    assert "capacity" in summary and "degradation" not in summary
+
+
+# --------------------------------------------------------------------------------------
+# Degradation
+# --------------------------------------------------------------------------------------
+
+RAMP_UP, HOLD, RAMP_DOWN = 10, 300, 20
+SETTINGS = {"drop_pct": 30, "rise_pct": 50, "sustain_s": 30, "steady_s": 60}
+
+
+def long_run(run, settings=SETTINGS):
+    """A ramp run: 10 s up, 300 s held (seconds 10–310 measured), 20 s down."""
+    run.plan_snapshot["profile"] = {"kind": "ramp", "users": 10, "ramp_up": RAMP_UP, "hold": HOLD, "ramp_down": 20}
+    run.analysis_settings = {"degradation": settings} if settings else {}
+    run.save()
+    return Run.objects.get(id=run.id)
+
+
+def shape(hold, *, ramp=lambda s: 10 * s, down=lambda s: max(0, 100 - 5 * (s - 310))):
+    """Pages per second: rising during ramp-up, `hold(s)` when held, falling during ramp-down."""
+
+    def pages(s):
+        if s < RAMP_UP:
+            return ramp(s)
+        if s >= RAMP_UP + HOLD:
+            return down(s)
+        return hold(s)
+
+    return pages
+
+
+def wobble(level):
+    """A level with a little second-to-second noise, as real throughput has."""
+    return lambda s: level + (2 if s % 2 else -2)
+
+
+def test_a_sustained_throughput_drop_is_found_with_its_onset(run):
+    # given: 100 pages/s from ramp-up, falling to 50 pages/s at second 200
+    run = long_run(run)
+    drop_at = 200
+    fill(
+        run,
+        range(RAMP_UP + HOLD + RAMP_DOWN),
+        pages=shape(lambda s: wobble(100)(s) if s < drop_at else wobble(50)(s)),
+        apd_ms=lambda s: 20.0,
+    )
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["analysed"] is True and d["degraded"] is True
+    assert d["kind"] == "throughput drop"
+    assert drop_at - 2 <= d["onset_s"] <= drop_at + 2
+    assert d["time_to_degradation_s"] == d["onset_s"] - RAMP_UP
+    assert d["throughput_onset_s"] == d["onset_s"] and d["apd_onset_s"] is None
+    assert d["steady_window"] == [10, 70]
+    assert d["steady_pages_per_s"] == 100
+    assert d["degraded_pages_per_s"] == 50
+    assert d["window"] == [10, 310]
+    assert d["oscillation"] is False
+    assert d["sentence"] == (
+        f"Throughput fell 50 % below its steady 100 pages/s (to 50) at 3 min {d['onset_s'] - 180} s, "
+        f"3 min {d['onset_s'] - 190} s after ramp-up. APD shows no drift."
+    )
+
+
+def test_a_flat_run_has_not_degraded_and_its_ramp_down_is_not_a_drop(run):
+    # given: a steady 100 pages/s during the hold, falling to 0 over the ramp-down (outside the window)
+    run = long_run(run)
+    fill(run, range(RAMP_UP + HOLD + RAMP_DOWN), pages=shape(wobble(100)), apd_ms=lambda s: 20.0)
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["analysed"] is True
+    assert (d["degraded"], d["kind"], d["onset_s"], d["time_to_degradation_s"]) == (False, None, None, None)
+    assert d["excursions"] == 0 and d["oscillation"] is False
+    assert d["sentence"] == (
+        "No degradation: throughput stayed within 30 % of its steady 100 pages/s and APD within 50 % of its "
+        "steady 20 ms (a change had to last 30 s to count). APD shows no drift."
+    )
+
+
+def test_an_apd_rise_is_found_and_a_slow_trend_is_reported_as_drift(run):
+    # given: constant throughput; APD creeps up 0.01 ms a second (36 ms per hour), then triples at second 150
+    run = long_run(run)
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(wobble(100)),
+        apd_ms=lambda s: 20.0 + 0.01 * (s - RAMP_UP) if s < 150 else 60.0,
+    )
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert (d["degraded"], d["kind"]) == (True, "APD rise")
+    assert 148 <= d["apd_onset_s"] <= 152 and d["throughput_onset_s"] is None
+    assert d["degraded_apd_ms"] == pytest.approx(60.0, rel=0.01)
+    assert d["sentence"].startswith("APD rose 19")  # 60 ms against a steady ~20.3 ms
+    assert d["drift_ms_per_hour"] > 0 and "APD drifts +" in d["sentence"]
+
+
+def test_drift_is_the_apd_trend_per_hour(run):
+    run = long_run(run)
+    fill(run, range(RAMP_UP + HOLD), pages=shape(wobble(100)), apd_ms=lambda s: 20.0 + 0.01 * (s - RAMP_UP))
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["degraded"] is False
+    assert d["drift_ms_per_hour"] == pytest.approx(36.0, abs=0.2)
+    assert d["sentence"].endswith("APD drifts +36 ms per hour (the trend over 5 min).")
+
+
+def test_a_drop_and_a_rise_at_the_same_second_are_told_together(run):
+    # given: at second 200 throughput halves and APD triples, as when a server starts to stall
+    run = long_run(run)
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(lambda s: 100 if s < 200 else 50),
+        apd_ms=lambda s: 20.0 if s < 200 else 60.0,
+    )
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert (d["onset_s"], d["throughput_onset_s"], d["apd_onset_s"]) == (200, 200, 200)
+    assert d["kind"] == "throughput drop and APD rise"
+    assert d["sentence"].startswith(
+        "Throughput fell 50 % below its steady 100 pages/s (to 50) and APD rose 200 % above its steady 20 ms "
+        "(to 60 ms) at 3 min 20 s, 3 min 10 s after ramp-up."
+    )
+
+
+def test_oscillating_throughput_is_reported(run):
+    # given: 20 s at 100 pages/s, 20 s at 50, again and again: each dip too short to count as degradation
+    run = long_run(run)
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(lambda s: 100 if ((s - RAMP_UP) // 20) % 2 == 0 else 50),
+        apd_ms=lambda s: 20.0,
+    )
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["oscillation"] is True and d["degraded"] is False
+    assert d["excursions"] == 7  # down at 30, 70, 110, 150, 190, 230 and 270
+    assert d["excursions_per_10_min"] == 14.0
+    assert (
+        "Throughput oscillates: it left the ±20 % band around its steady state 7 times (14.0 per 10 min)."
+        in (d["sentence"])
+    )
+
+
+def test_a_window_too_short_to_say_anything_is_not_analysed(run):
+    # given: the fixture's plan: 1 s up, 5 s held; the run kept no analysis settings, so the plan defaults apply
+    fill(run, range(0, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["analysed"] is False
+    assert d["settings"] == {"drop_pct": 30, "rise_pct": 50, "sustain_s": 60, "steady_s": 300}
+    assert d["reason"].startswith("The measurement window (5 s) is too short to look for degradation")
+    assert "steady state (5 min) plus a sustained change (1 min)" in d["reason"]
+
+
+def test_a_run_stopped_during_ramp_up_is_not_analysed(run):
+    run = long_run(run)
+    fill(run, range(0, 5), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d == {
+        "settings": SETTINGS,
+        "window": [0, 5],
+        "analysed": False,
+        "reason": "The run ended before its measurement window began.",
+    }
+
+
+def test_a_stall_with_no_pages_counts_as_zero_throughput(run):
+    # given: from second 200 the shard still reports, but no page completes
+    run = long_run(run)
+    fill(run, range(RAMP_UP + HOLD), pages=shape(lambda s: 100 if s < 200 else 0), apd_ms=lambda s: 20.0)
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["degraded"] is True and 198 <= d["onset_s"] <= 202
+    assert d["degraded_pages_per_s"] == 0
+
+
+# --------------------------------------------------------------------------------------
+# Thresholds: pages/s at least
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limit", "passed"), [(3.0, False), (2.0, True)])
+def test_judge_checks_a_minimum_throughput(limit, passed):
+    results = analysis.judge({"min_pages_per_s": limit, "apd_ms": None}, {"pages_per_s": 2.0})
+    assert results == [
+        {"name": "Pages/s", "limit": limit, "actual": 2.0, "unit": "pages/s", "op": "≥", "passed": passed}
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# The run page
+# --------------------------------------------------------------------------------------
+
+
+def finished(run):
+    from django.utils import timezone
+
+    run.summary = analysis.summarize(run)
+    run.status = Run.Status.PASSED
+    run.start_at = run.finished_at = timezone.now()
+    run.save()
+    return run
+
+
+def test_the_report_of_a_steps_run_shows_its_capacity(alice_client, run):
+    run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
+    fill_levels(run, KNEE_AT_40)
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert "<h2>Capacity</h2>" in page
+    assert "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s)." in page
+    assert "Throughput stops growing after 40 users (the knee)." in page
+    assert page.count("held ✓") == 3 and "broken: APD" in page
+    assert 'id="chart-capacity"' in page and 'id="capacity-data"' in page
+    assert "<h2>Degradation</h2>" not in page
+
+
+def test_the_report_of_a_long_run_shows_its_degradation_and_marks_the_charts(alice_client, run):
+    run = long_run(run)
+    fill(run, range(RAMP_UP + HOLD), pages=shape(lambda s: 100 if s < 200 else 50), apd_ms=lambda s: 20.0)
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert "<h2>Degradation</h2>" in page
+    assert "Throughput fell 50 % below its steady 100 pages/s (to 50) at 3 min 20 s, 3 min 10 s after ramp-up." in page
+    assert 'id="degradation-data"' in page and "degradationMarker" in page
+    assert "<h2>Capacity</h2>" not in page
+
+
+def test_the_report_says_why_a_short_run_was_not_checked_for_degradation(alice_client, run):
+    fill(run, range(0, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert "is too short to look for degradation" in page
+    assert "degradationMarker" not in page
+
+
+def test_a_report_from_before_capacity_and_degradation_still_renders(alice_client, run):
+    # given: a summary as runs finished before this analysis existed have it (no capacity, no degradation)
+    run = steps_run(run, [10, 20], thresholds={"apd_ms": 1000})
+    fill_levels(run, [(50, 100.0), (100, 110.0)])
+    finished(run)
+    summary = dict(run.summary)
+    del summary["capacity"]
+    for t in summary["thresholds"]:
+        t.pop("op", None)
+    Run.objects.filter(id=run.id).update(summary=summary)
+
+    response = alice_client.get(reverse("runs:detail", args=[run.code]))
+
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "<h2>Levels</h2>" in page and "<h2>Capacity</h2>" not in page
+
+
+def steps_report(run):
+    run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
+    fill_levels(run, KNEE_AT_40)
+    return finished(run)
+
+
+def test_a_viewer_reads_the_capacity(bob_client, run):
+    run = steps_report(run)
+    page = bob_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+    assert "Holds 40 users within its thresholds" in page
+
+
+def test_an_outsider_gets_404_for_the_report(charlie_client, run):
+    run = steps_report(run)
+    assert charlie_client.get(reverse("runs:detail", args=[run.code])).status_code == 404
+
+
+def test_the_thresholds_table_shows_a_minimum_throughput(alice_client, run):
+    run.plan_snapshot["thresholds"] = {"min_pages_per_s": 15}
+    run.save()
+    fill(run, range(1, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert '<td>Pages/s</td><td class="num">≥ 15 pages/s</td>' in page
+    assert run.summary["verdict"] == "failed"
+
+
+# --------------------------------------------------------------------------------------
+# The plan's settings
+# --------------------------------------------------------------------------------------
+
+
+def test_a_plan_takes_a_minimum_throughput_and_degradation_settings(alice_client, project, environment):
+    data = plan_data(
+        environment,
+        threshold_min_pages_per_s="15",
+        degradation_drop_pct="25",
+        degradation_rise_pct="80",
+        degradation_sustain_s="120",
+        degradation_steady_s="600",
+    )
+
+    response = alice_client.post(reverse("projects:plan-new", args=[project.code]), data)
+
+    assert response.status_code == 302
+    plan = Plan.objects.get(name="Capacity")
+    assert plan.threshold_min_pages_per_s == 15
+    assert plan.analysis_settings() == {
+        "degradation": {"drop_pct": 25, "rise_pct": 80, "sustain_s": 120, "steady_s": 600}
+    }
+
+
+def test_empty_degradation_settings_keep_the_defaults(alice_client, project, environment):
+    data = plan_data(environment, degradation_drop_pct="", degradation_sustain_s="")
+
+    alice_client.post(reverse("projects:plan-new", args=[project.code]), data)
+
+    plan = Plan.objects.get(name="Capacity")
+    assert (plan.degradation_drop_pct, plan.degradation_sustain_s, plan.degradation_steady_s) == (30, 60, 300)
+
+
+def test_degradation_settings_are_validated(alice_client, project, environment):
+    data = plan_data(environment, degradation_drop_pct="100")
+
+    response = alice_client.post(reverse("projects:plan-new", args=[project.code]), data)
+
+    assert response.status_code == 200
+    assert "Ensure this value is less than or equal to 99" in response.content.decode()
+    assert not Plan.objects.filter(name="Capacity").exists()
+
+
+def test_the_plan_form_and_page_show_the_degradation_settings(alice_client, plan):
+    plan.degradation_sustain_s, plan.threshold_min_pages_per_s = 90, 12.5
+    plan.save()
+
+    form = alice_client.get(reverse("projects:plan-edit", args=[plan.code])).content.decode()
+    page = alice_client.get(reverse("projects:plan", args=[plan.code])).content.decode()
+
+    assert "Degradation (long runs)" in form and 'name="degradation_steady_s"' in form
+    assert 'name="threshold_min_pages_per_s"' in form
+    assert "<dt>Sustained for</dt><dd>1 min 30 s</dd>" in page
+    assert "≥ 12.5 pages/s" in page
+    assert "at least 6 min 30 s is checked for degradation" in page
+
+
+def test_a_viewer_sees_the_plans_degradation_settings_but_cannot_edit_them(bob_client, plan):
+    assert (
+        "<dt>Throughput drop</dt><dd>30 %</dd>"
+        in bob_client.get(reverse("projects:plan", args=[plan.code])).content.decode()
+    )
+    assert bob_client.get(reverse("projects:plan-edit", args=[plan.code])).status_code == 403
+
+
+def test_an_outsider_gets_404_for_the_plan_form(charlie_client, plan):
+    assert charlie_client.get(reverse("projects:plan-edit", args=[plan.code])).status_code == 404
+
+
+# --------------------------------------------------------------------------------------
+# The charts in a real browser (Debian's Chromium; Playwright never downloads one)
+# --------------------------------------------------------------------------------------
+
+browser = browser_fixtures.browser  # the Chromium the plan form's browser tests launch, one per module
+
+
+@pytest.fixture
+def tab(browser, live_server, alice):
+    """A logged-in page of alice's, and the script exceptions it meets (a chart that throws shows as one)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    tab.errors = []
+    tab.on("pageerror", lambda exc: tab.errors.append(str(exc)))
+    tab.goto(f"{live_server.url}/login/")
+    tab.fill("#id_username", "alice")
+    tab.fill("#id_password", "alice-password")
+    tab.click("button[type=submit]")
+    tab.locator(".mainnav").wait_for()
+    yield tab
+    context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_capacity_chart_draws_in_a_browser(tab, live_server, run, tmp_path):
+    run = steps_report(run)
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    page.wait_for_function("document.getElementById('chart-capacity').dataset.levels === '4'")
+    page.wait_for_function("Number(document.getElementById('charts').dataset.points) > 0")
+    assert page.locator("#capacity-sentence").inner_text().startswith("Holds 40 users within its thresholds")
+    page.locator("#chart-capacity").screenshot(path=str(tmp_path / "capacity.png"))
+    assert page.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_time_charts_mark_the_onset_in_a_browser(tab, live_server, run, tmp_path):
+    run = long_run(run)
+    fill(run, range(RAMP_UP + HOLD), pages=shape(lambda s: 100 if s < 200 else 50), apd_ms=lambda s: 20.0)
+    finished(run)
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    page.wait_for_function("Number(document.getElementById('charts').dataset.points) > 0")
+    assert page.locator("#charts").get_attribute("data-degradation-marker") == "1"
+    # the marker is drawn: the throughput chart has red pixels in the column of second 200
+    red = page.evaluate(
+        """() => {
+          const chart = Chart.getChart('chart-throughput');
+          const x = Math.round(chart.scales.x.getPixelForValue(200) * devicePixelRatio);
+          const y = Math.round((chart.chartArea.top + chart.chartArea.bottom) / 2 * devicePixelRatio);
+          const ctx = chart.canvas.getContext('2d');
+          for (let dx = -2; dx <= 2; dx++) {
+            for (let dy = -6; dy <= 6; dy++) {
+              const [r, g, b] = ctx.getImageData(x + dx, y + dy, 1, 1).data;
+              if (r > 150 && g < 80 && b < 80) return true;
+            }
+          }
+          return false;
+        }"""
+    )
+    page.locator("#charts").screenshot(path=str(tmp_path / "charts.png"))
+    assert red is True
+    assert page.errors == []
