@@ -127,7 +127,10 @@ def test_adding_the_index_is_reported_better_and_matches_what_the_target_served(
     # and: the comparison says better, beyond the noise, as the target's own timing does
     report = compare_sides(side_for_trialset(baseline), side_for_trialset(after), title=change.title)
     apd = next(row for row in report.total if row.figure == "APD")
-    per_run = [(r.number, r.summary["totals"]["apd_ms"], r.summary["totals"]["pages"]) for r in [*baseline.runs.all(), *after.runs.all()]]
+    per_run = [
+        (r.number, r.summary["totals"]["apd_ms"], r.summary["totals"]["pages"])
+        for r in [*baseline.runs.all(), *after.runs.all()]
+    ]
     assert apd.comparison is not None and apd.comparison.verdict == "better", (report.basis, per_run)
     served_speedup = baseline_served["service_time_ms_mean"] / after_served["service_time_ms_mean"]
     print(
