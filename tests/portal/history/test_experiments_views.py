@@ -553,6 +553,9 @@ def test_seed_demo_twice_gives_one_experiment_ready_to_start(client):
     assert (plan.profile_kind, plan.users, plan.hold, plan.environment) == ("constant", 20, 20, env)
     assert [e.test_case.name for e in plan.mix.all()] == ["Search work items"]
     assert plan.problems() == []
+    soak = Plan.objects.get(name="Soak: token cache, 20 users for 15 min")
+    assert (soak.hold, soak.degradation_steady_s, soak.degradation_sustain_s, soak.problems()) == (900, 120, 30, [])
+    assert [step.path for step in soak.mix.get().test_case.steps.all()] == ["/"]
 
     # and: one click starts it
     client.login(username="demo", password="demo")

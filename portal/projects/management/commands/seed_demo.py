@@ -195,6 +195,30 @@ class Command(BaseCommand):
         )
         if created:
             MixEntry.objects.create(plan=search, test_case=cases["Search work items"], weight=1, position=0)
+        soak, created = Plan.objects.get_or_create(
+            project=project,
+            name="Soak: token cache, 20 users for 15 min",
+            defaults={
+                "environment": env,
+                "description": "SharePoint's security-token cache in miniature: with token_cache.cap = 0 the cache "
+                "grows with every page until its clean-up stalls requests (at about 100,000 pages, some 9 minutes "
+                "in); the report marks the onset. Record a tuning change to token_cache.cap = 1024 (the story's "
+                "-T4618) and run it again. The cache only empties when the demo's counters are reset.",
+                "profile_kind": Plan.ProfileKind.CONSTANT,
+                "users": 20,
+                "hold": 900,
+                "threshold_error_rate_pct": 1.0,
+                "degradation_steady_s": 120,
+                "degradation_sustain_s": 30,
+            },
+        )
+        if created:
+            home = cases.get("Home page")
+            if home is None:
+                home, _ = TestCase.objects.get_or_create(project=project, name="Home page")
+                if not home.steps.exists():
+                    Step.objects.create(test_case=home, position=0, name="Home", path="/", think_time=0.1)
+            MixEntry.objects.create(plan=soak, test_case=home, weight=1, position=0)
         self._experiment(user=user, project=project, env=env, plan=search, base_url=base_url)
         self.stdout.write(f"Demo ready: project “{project}” for user {DEMO_USERNAME} (password {DEMO_PASSWORD}).")
 
