@@ -1,8 +1,10 @@
-"""``python -m bench [throughput|accuracy|scale|all] [--reps 3] [--duration 10] [--quick]`` (``make bench``).
+"""``python -m bench [throughput|accuracy|scale|all|phase] [--reps 3] [--duration 10] [--quick] [--wire]``.
 
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
-bench/.venv-locust), starts one nginx on core 1, runs the load generators on
-core 0, and writes the figures to bench/README.md and bench/results/.
+bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
+core 1, runs the load generators on core 0, and writes the figures to
+bench/README.md and bench/results/. ``make bench`` runs ``all``; ``phase`` (the
+experiment on nginx's millisecond timers, bench/phase.py) is never part of it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import prereq, report, suites, sysinfo, tools
+from . import phase, prereq, report, suites, sysinfo, tools
 from .nginx import Nginx
 from .procs import REGISTRY, capture
 from .sysinfo import machine, versions
@@ -29,7 +31,11 @@ BENCHMARKS = ("throughput", "accuracy", "scale")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description="Plimsoll's engine against Locust and wrk")
     p.add_argument(
-        "which", nargs="?", default="all", choices=(*BENCHMARKS, "all"), help="which benchmark (default all)"
+        "which",
+        nargs="?",
+        default="all",
+        choices=(*BENCHMARKS, "all", "phase"),
+        help="which benchmark (default all; phase: the nginx timer-phase experiment, not part of all)",
     )
     p.add_argument("--reps", type=int, help="interleaved repetitions (default 3; 1 with --quick)")
     p.add_argument("--duration", type=int, help="seconds per throughput/accuracy run (default 10; 4 with --quick)")
@@ -54,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine-root",
         metavar="DIR",
         help="run `python -m workers.engine` from this checkout instead of this one (to compare engine versions)",
+    )
+    p.add_argument(
+        "--wire",
+        action="store_true",
+        help="accuracy: also run each tool under a packet capture (tshark's dumpcap on lo) and report each tool's "
+        "error against the wire latency (a separate diagnostic run per tool and repetition)",
     )
     p.add_argument("--no-locust", action="store_true", help="leave Locust out of the throughput benchmark")
     p.add_argument("--no-install", action="store_true", help="fail instead of installing missing prerequisites")
@@ -80,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     scale_ramp = args.scale_think_time if args.scale_ramp_up is None else args.scale_ramp_up
     write_readme = (not quick) if args.readme is None else args.readme
     which = list(BENCHMARKS) if args.which == "all" else [args.which]
+    wire_needed = args.which == "phase" or (args.wire and "accuracy" in which)
     if reps < 1 or duration <= 0 or scale_users <= 10:
         print("bench: --reps must be ≥ 1, --duration > 0, --scale-users > 10", file=sys.stderr)
         return 2
@@ -102,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     gen_core, server_core = _cores(args.gen_core, args.server_core)
     sysinfo.PINNED.update(gen=gen_core, server=server_core)
     try:
-        prereq.ensure_system(install=not args.no_install)
+        prereq.ensure_system(install=not args.no_install, wire=wire_needed)
         locust_bin = None
         if "throughput" in which and not args.no_locust:
             locust_bin = str(prereq.ensure_locust(install=not args.no_install))
@@ -122,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             "reps": reps,
             "duration_s": duration,
             "quick": quick,
+            "wire": wire_needed,
             "engine_python": sys.executable,
             "engine_root": str(tools.ENGINE_ROOT),
             "engine_commit": _commit(tools.ENGINE_ROOT),
@@ -138,7 +152,11 @@ def main(argv: list[str] | None = None) -> int:
                 if name == "throughput":
                     doc[name] = suites.throughput(ctx, reps=reps, duration=duration)
                 elif name == "accuracy":
-                    doc[name] = suites.accuracy(ctx, reps=reps, duration=duration)
+                    doc[name] = suites.accuracy(
+                        ctx, reps=reps, duration=duration, wire=args.wire, capture_core=server_core
+                    )
+                elif name == "phase":
+                    doc[name] = phase.experiment(ctx, reps=reps, duration=duration, server_core=server_core)
                 else:
                     doc[name] = suites.scale(
                         ctx,
@@ -160,17 +178,19 @@ def main(argv: list[str] | None = None) -> int:
         REGISTRY.stop_all()
 
     doc["elapsed_s"] = round(time.monotonic() - t0, 1)
-    sections = {name: report.RENDER[name](doc, doc[name]) for name in which}
+    render = report.RENDER | {"phase": phase.render}
+    sections = {name: render[name](doc, doc[name]) for name in which}
     print()
     for name in which:
         print(sections[name], end="\n\n")
     path = report.write_json(doc)
     print(f"bench: raw figures in {os.path.relpath(path)}; {doc['elapsed_s']:.0f} s in all")
-    if write_readme:
+    sections = {k: v for k, v in sections.items() if k in BENCHMARKS}  # the phase experiment has no section
+    if write_readme and sections:
         report.update_readme(sections)
         print(f"bench: results written to {os.path.relpath(report.README)}")
     else:
-        print("bench: bench/README.md left as it was (--quick; pass --readme to write it)")
+        print("bench: bench/README.md left as it was (--quick, --no-readme or phase; pass --readme to write it)")
     return 0
 
 

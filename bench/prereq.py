@@ -1,7 +1,9 @@
 """Prerequisites, installed the project's way when missing.
 
 - Debian packages ``nginx-light libnginx-mod-http-echo wrk`` (and ``util-linux``
-  for ``taskset``) through ``apt-get install -y``.
+  for ``taskset``; ``tshark`` with ``--wire`` or ``phase``) through
+  ``apt-get install -y`` (noninteractive: tshark's debconf question about
+  capturing as non-root keeps its default, no; the bench captures as root).
 - Locust in its own virtualenv, ``bench/.venv-locust``, from
   ``bench/requirements.txt``: Locust pulls gevent, which has no place in the
   app's venv. The venv is rebuilt when requirements.txt changes.
@@ -40,8 +42,10 @@ def echo_module_path() -> str | None:
     return ECHO_MODULE_DEFAULT if os.path.isfile(ECHO_MODULE_DEFAULT) else None
 
 
-def missing_system() -> list[str]:
+def missing_system(*, wire: bool = False) -> list[str]:
     missing = []
+    if wire and not (shutil.which("dumpcap") or shutil.which("tshark")):
+        missing.append("tshark")
     if not shutil.which("nginx"):
         missing.append("nginx-light")
     if echo_module_path() is None:
@@ -53,8 +57,9 @@ def missing_system() -> list[str]:
     return missing
 
 
-def ensure_system(*, install: bool = True) -> None:
-    missing = missing_system()
+def ensure_system(*, install: bool = True, wire: bool = False) -> None:
+    """Install what is missing; ``wire``: also tshark (its dumpcap captures for ``--wire`` and ``phase``)."""
+    missing = missing_system(wire=wire)
     if not missing:
         return
     if not install:
@@ -80,7 +85,7 @@ def ensure_system(*, install: bool = True) -> None:
             raise PrereqError(
                 f"`{' '.join(argv)}` failed (exit {r.returncode}); install {' '.join(missing)} by hand and run again"
             )
-    still = missing_system()
+    still = missing_system(wire=wire)
     if still:
         raise PrereqError(f"still missing after apt-get: {' '.join(still)}")
 

@@ -7,11 +7,13 @@ within a repetition, then their median is the headline.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from . import tools
+from . import wire as _wire
 from .nginx import Nginx
 from .sysinfo import wait_quiet
 
@@ -113,39 +115,83 @@ def throughput(ctx: Context, *, reps: int, duration: float) -> dict[str, Any]:
 # -- 2. accuracy -----------------------------------------------------------------------
 
 
-def accuracy(ctx: Context, *, reps: int, duration: float) -> dict[str, Any]:
+def accuracy(
+    ctx: Context, *, reps: int, duration: float, wire: bool = False, capture_core: int | None = None
+) -> dict[str, Any]:
+    """Engine and wrk against /sleep50; with ``wire``, each also once more under a packet capture (ground truth)."""
     url = ctx.nginx.url("/sleep50")
+    order = ["engine", "wrk"] + (["engine+wire", "wrk+wire"] if wire else [])
     print(
-        f"\n== accuracy: GET /sleep50 (50 ms), {ACCURACY_USERS} users/connections, {duration:g} s, {reps} × engine, wrk"
+        f"\n== accuracy: GET /sleep50 (50 ms), {ACCURACY_USERS} users/connections, {duration:g} s, "
+        f"{reps} × {', '.join(order)}"
     )
     runs: list[dict[str, Any]] = []
     for rep in range(1, reps + 1):
         row: dict[str, Any] = {"rep": rep}
-        for tool in ("engine", "wrk"):
+        for label in order:
+            tool, _, captured = label.partition("+")
             other = ctx.before_run()
             pids = ctx.nginx.worker_pids()
-            if tool == "engine":
-                m = tools.engine(url, users=ACCURACY_USERS, duration=duration, core=ctx.gen_core, server_pids=pids)
-            else:
-                m = tools.wrk(url, connections=ACCURACY_USERS, duration=duration, core=ctx.gen_core, server_pids=pids)
-            _progress(
-                f"rep {rep}/{reps}",
-                m,
-                other,
-                f"{m.rps:>7,.0f} req/s  p50 {_f(m.p50_ms)} ms  p99 {_f(m.p99_ms)} ms",
+            cap = (
+                _wire.Capture(ctx.nginx.port, core=capture_core, limit_s=duration + tools.STARTUP_GRACE_S + 60)
+                if captured
+                else contextlib.nullcontext()
             )
-            row[tool] = _record(m, other)
+            with cap:
+                if tool == "engine":
+                    m = tools.engine(url, users=ACCURACY_USERS, duration=duration, core=ctx.gen_core, server_pids=pids)
+                else:
+                    m = tools.wrk(
+                        url, connections=ACCURACY_USERS, duration=duration, core=ctx.gen_core, server_pids=pids
+                    )
+            fields = f"{m.rps:>7,.0f} req/s  p50 {_f(m.p50_ms)} ms  p99 {_f(m.p99_ms)} ms"
+            if not captured:
+                _progress(f"rep {rep}/{reps}", m, other, fields)
+                row[tool] = _record(m, other)
+                continue
+            w = cap.analyse()
+            fields += f"  wire p50 {_f(w.get('p50_ms'))} p99 {_f(w.get('p99_ms'))}"
+            _progress(f"rep {rep}/{reps} captured", m, other, fields)
+            row.setdefault("wire", {})[tool] = _wire_row(_record(m, other), w, row[tool])
+            if w.get("problem"):
+                print(f"    ! capture: {w['problem']}", flush=True)
         e, w = row["engine"], row["wrk"]
         both = e["ok"] and w["ok"]
         for q in ("p50", "p99"):
             a, b = e[f"{q}_ms"], w[f"{q}_ms"]
             row[f"{q}_diff_ms"] = round(a - b, 3) if both and a is not None and b is not None else None
+        if wire:
+            we, ww = row["wire"]["engine"], row["wire"]["wrk"]
+            for q in ("p50", "p99"):
+                a, b = we[f"error_{q}_ms"], ww[f"error_{q}_ms"]
+                row[f"error_{q}_diff_ms"] = round(a - b, 3) if a is not None and b is not None else None
         runs.append(row)
     d50 = median([r["p50_diff_ms"] for r in runs])
     d99 = median([r["p99_diff_ms"] for r in runs])
     met = None if d50 is None or d99 is None else abs(d50) <= ACCURACY_GOAL_P50_MS and abs(d99) <= ACCURACY_GOAL_P99_MS
-    return {
-        "settings": {"users": ACCURACY_USERS, "duration_s": duration, "reps": reps, "path": "/sleep50"},
+    extra: dict[str, Any] = {}
+    if wire:
+        tools_ = ("engine", "wrk")
+        keys = ("p50_ms", "p99_ms", "error_p50_ms", "error_p99_ms", "capture_effect_p50_ms", "capture_effect_p99_ms")
+        wm = {t: {k: median([r["wire"][t][k] for r in runs]) for k in keys} for t in tools_}
+        for t in tools_:
+            wm[t]["wire_p50_ms"] = median([r["wire"][t]["wire"].get("p50_ms") for r in runs])
+            wm[t]["wire_p99_ms"] = median([r["wire"][t]["wire"].get("p99_ms") for r in runs])
+        e50 = median([r["error_p50_diff_ms"] for r in runs])
+        e99 = median([r["error_p99_diff_ms"] for r in runs])
+        extra["wire"] = {
+            "median": wm,
+            "median_error_diff_ms": {"p50": e50, "p99": e99},
+            "goal": f"|engine's error − wrk's error| ≤ {ACCURACY_GOAL_P50_MS:g} ms at p50 and "
+            f"≤ {ACCURACY_GOAL_P99_MS:g} ms at p99 (error = a tool's own percentile − the wire's, same run)",
+            "goal_met": None
+            if e50 is None or e99 is None
+            else abs(e50) <= ACCURACY_GOAL_P50_MS and abs(e99) <= ACCURACY_GOAL_P99_MS,
+            "capture_core": capture_core,
+            "percentiles": "wire: exact nearest-rank over µs values (as wrk); engine: its log-linear histogram",
+        }
+    return extra | {
+        "settings": {"users": ACCURACY_USERS, "duration_s": duration, "reps": reps, "path": "/sleep50", "wire": wire},
         "runs": runs,
         "median": {
             tool: {q: median([r[tool][f"{q}_ms"] for r in runs if r[tool]["ok"]]) for q in ("p50", "p99")}
@@ -160,6 +206,21 @@ def accuracy(ctx: Context, *, reps: int, duration: float) -> dict[str, Any]:
 
 def _f(v: float | None) -> str:
     return "   ?" if v is None else f"{v:6.2f}"
+
+
+def _wire_row(own: dict[str, Any], w: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any]:
+    """A captured run: the tool's figures, the wire's, its error (own − wire) and what capturing changed."""
+    out: dict[str, Any] = {"own": own, "wire": w}
+    ok = own["ok"] and not w.get("problem")
+    for q in ("p50", "p99"):
+        a, b, c = own[f"{q}_ms"], w.get(f"{q}_ms"), plain[f"{q}_ms"]
+        out[f"{q}_ms"] = a
+        out[f"error_{q}_ms"] = round(a - b, 3) if ok and a is not None and b is not None else None
+        # Captured run − the same tool's uncaptured run of this repetition: capture's effect plus run-to-run noise.
+        out[f"capture_effect_{q}_ms"] = (
+            round(a - c, 3) if own["ok"] and plain["ok"] and a is not None and c is not None else None
+        )
+    return out
 
 
 # -- 3. scale --------------------------------------------------------------------------
