@@ -5,7 +5,38 @@ outsider with a team of his own. Each view test checks that charlie gets 404 and
 bob gets 403 for a change.
 """
 
+import os
+
 import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+# Debian's Chromium, quiet: no sandbox (containers), no GPU, and nothing that phones home.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+# Module scope: Playwright's sync API keeps an event loop running in this thread while it lives,
+# and later tests that call asyncio.run() need it gone.
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's Chromium driven by Playwright, which never downloads a browser of its own."""
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does it)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test are still synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
 
 
 @pytest.fixture(autouse=True)

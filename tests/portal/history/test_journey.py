@@ -514,23 +514,6 @@ def test_anonymous_is_sent_to_log_in(client, plan):
 # The charts in a real browser (Debian's Chromium; Playwright never downloads a browser)
 # --------------------------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    import os
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does it)")
-    from playwright.sync_api import sync_playwright
-
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
-        yield browser
-        browser.close()
-
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)

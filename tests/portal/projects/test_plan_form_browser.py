@@ -3,28 +3,11 @@
 Chromium is Debian's (/usr/bin/chromium); Playwright never downloads a browser.
 """
 
-import os
-
 import pytest
 
 from portal.projects.models import Plan
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (.ci/run does it)")
-    from playwright.sync_api import sync_playwright
-
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"], headless=True)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

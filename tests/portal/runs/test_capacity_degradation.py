@@ -10,7 +10,6 @@ from django.urls import reverse
 from portal.projects.models import Plan
 from portal.runs import analysis
 from portal.runs.models import PageInterval, Run, ShardInterval
-from tests.portal.projects import test_plan_form_browser as browser_fixtures
 from tests.portal.projects.data import plan_data
 from tests.portal.runs.factories import hist_of
 
@@ -530,8 +529,6 @@ def test_an_outsider_gets_404_for_the_plan_form(charlie_client, plan):
 # --------------------------------------------------------------------------------------
 # The charts in a real browser (Debian's Chromium; Playwright never downloads one)
 # --------------------------------------------------------------------------------------
-
-browser = browser_fixtures.browser  # the Chromium the plan form's browser tests launch, one per module
 
 
 @pytest.fixture
