@@ -44,9 +44,7 @@ def search_plan(project, demo_target):
     # baseline's APD is a queue whose length swings with the machine's load, and with 2 trials a
     # side (Welch's t at about 1 degree of freedom is 12.7) that swing would hide any gain.
     Step.objects.create(test_case=search, position=0, name="Search", path="/search?q=Area+042", think_time=0.1)
-    plan = Plan.objects.create(
-        project=project, environment=env, name="Search", users=2, ramp_up=0, hold=6, ramp_down=0
-    )
+    plan = Plan.objects.create(project=project, environment=env, name="Search", users=2, ramp_up=0, hold=6, ramp_down=0)
     MixEntry.objects.create(plan=plan, test_case=search, weight=1, position=0)
     return plan
 
