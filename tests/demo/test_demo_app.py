@@ -23,7 +23,6 @@ from aiohttp import web
 from yarl import URL
 
 from demo.app import STATE, create_app
-from demo.knobs import KNOBS
 from demo.workitems import INDEX_NAME, WorkItems
 
 ITEMS = 50_000
@@ -64,23 +63,6 @@ def server(tmp_path_factory):
     base = thread.start()
     yield base, app, db
     thread.stop()
-
-
-@pytest.fixture
-def base(server):
-    """The server's URL, with default knob values and zeroed counters."""
-    url = server[0]
-
-    async def reset():
-        async with aiohttp.ClientSession() as s:
-            defaults = {k.name: k.default for k in KNOBS}
-            async with s.post(f"{url}/_demo/knobs", json=defaults) as r:
-                assert r.status == 200
-            async with s.post(f"{url}/_demo/counters/reset") as r:
-                assert r.status == 200
-
-    asyncio.run(reset())
-    return url
 
 
 def client(**kwargs) -> aiohttp.ClientSession:

@@ -26,7 +26,6 @@ import pytest
 
 from demo.app import STATE, create_app
 from demo.documents import MAX_UPLOAD_BYTES, SEEDED, seed_bytes
-from demo.knobs import KNOBS
 from demo.tempdb import ALLOCATION_SECONDS
 from demo.tokencache import CLEANUP_INTERVAL_SECONDS, CLEANUP_SECONDS_PER_ENTRY, PRESSURE_ENTRIES
 from tests.demo.test_demo_app import ServerThread, client, get_json, set_knobs
@@ -42,23 +41,6 @@ def server(tmp_path_factory):
     base = thread.start()
     yield base, app, db, thread
     thread.stop()
-
-
-@pytest.fixture
-def base(server):
-    """The server's URL, with default knob values, zeroed counters and an empty token cache."""
-    url = server[0]
-
-    async def reset():
-        async with aiohttp.ClientSession() as s:
-            defaults = {k.name: k.default for k in KNOBS}
-            async with s.post(f"{url}/_demo/knobs", json=defaults) as r:
-                assert r.status == 200
-            async with s.post(f"{url}/_demo/counters/reset") as r:
-                assert r.status == 200
-
-    asyncio.run(reset())
-    return url
 
 
 def on_server_loop(server, fn, *args):
