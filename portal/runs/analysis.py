@@ -21,6 +21,7 @@ from portal.history import analysis as history_analysis
 from portal.projects.models import Plan
 from workers.engine import health
 from workers.engine.histogram import Histogram
+from workers.engine.schedule import whole_seconds
 
 from .models import PageInterval, Run, ShardInterval
 
@@ -32,14 +33,6 @@ MAX_POINTS = 720
 def _hist(d: dict) -> Histogram:
     """A stored histogram; a row of errors only may carry none."""
     return Histogram.from_dict(d) if d else Histogram()
-
-
-def whole_seconds(start: float, end: float) -> tuple[int, int]:
-    """The whole seconds [lo, hi) that lie inside [start, end); a window shorter than that gets its cover."""
-    lo, hi = math.ceil(start), math.floor(end)
-    if hi <= lo:
-        lo, hi = math.floor(start), math.ceil(end)
-    return lo, hi
 
 
 def cut_windows(run: Run, last_second: int | None) -> list[dict]:

@@ -39,6 +39,52 @@ def test_json_output_is_one_object_with_the_figures(target):
     assert summary["rps"] == pytest.approx(summary["requests"] / summary["duration_s"], rel=0.01)
 
 
+def test_json_windows_leave_the_ramp_up_out(target):
+    result = run_cli("--url", f"{target.url}/", "--users", "3", "--ramp-up", "1", "--duration", "1", "--json")
+
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    (window,) = summary["windows"]
+    assert {k: window[k] for k in ("label", "start_s", "end_s", "seconds")} == {
+        "label": "Hold",
+        "start_s": 1,
+        "end_s": 2,
+        "seconds": 1,
+    }
+    assert 0 < window["requests"] < summary["requests"] == target.served
+    assert window["rps"] == window["requests"]  # over one second
+    assert 0 < window["latency_ms"]["p50"] <= window["latency_ms"]["p99"] <= window["latency_ms"]["max"]
+    assert set(window["loop_lag_ms"]) == {"p99", "max"}
+    assert 0 <= window["loop_lag_ms"]["p99"] <= window["loop_lag_ms"]["max"]
+
+
+def test_the_text_summary_has_a_line_per_window(target):
+    result = run_cli("--url", f"{target.url}/", "--users", "2", "--ramp-up", "1", "--duration", "1")
+
+    assert result.returncode == 0, result.stderr
+    assert "window    Hold, seconds 1 to 2: requests " in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["fixed", "uniform", "exponential"])
+def test_think_mode_sets_the_plans_think_time_mode(mode):
+    args = cli.build_parser().parse_args(
+        ["run", "--url", "http://127.0.0.1:1/", "--think-time", "0.5", "--think-mode", mode]
+    )
+
+    plan = cli._plan(args)
+
+    assert plan.think_time_mode == mode
+    assert plan.test_cases[0].steps[0].think_time == 0.5
+
+
+def test_an_unknown_think_mode_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--url", "http://127.0.0.1:1/", "--think-mode", "gaussian"])
+
+    assert exc.value.code == 2
+    assert "invalid choice: 'gaussian'" in capsys.readouterr().err
+
+
 def test_a_private_address_exits_2_before_any_traffic(monkeypatch, capsys):
     # Belt and braces: if the check were broken, the run would fail the test instead of sending traffic.
     monkeypatch.setattr(cli, "_execute", lambda *a: pytest.fail("the run started"))

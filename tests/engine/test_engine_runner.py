@@ -10,6 +10,7 @@ import time
 import pytest
 
 from workers.engine import errors
+from workers.engine.gcpolicy import GcPolicy
 from workers.engine.histogram import Histogram
 from workers.engine.http import AiohttpClient, Response
 from workers.engine.plan import Plan
@@ -114,6 +115,83 @@ def test_requests_recorded_equal_requests_served_and_reports_add_up(target):
     assert sum(r["iterations_completed"] for r in sink.reports) == totals.iterations_completed
     assert totals.iterations_started - totals.iterations_completed <= 10  # at most one cut short per user
     assert 2.5 < totals.duration_s < 3.5
+
+
+def test_the_window_totals_are_the_reports_of_the_held_seconds_only(target):
+    # given: users ramping up over 1.5 s, then a 2.5 s hold: the window is the whole seconds in [1.5, 4): 2 and 3
+    plan = make_plan(
+        target.url,
+        [{"name": "Browse", "steps": [{"name": "Home", "path": "/", "think_time": 0.01}]}],
+        users=4,
+        ramp_up=1.5,
+        hold=2.5,
+    )
+    sink = Reports()
+
+    # when
+    totals = run_sync(plan, sink=sink, seed=2)
+
+    # then: one window, over exactly the reports of seconds 2 and 3
+    (window,) = totals.windows
+    assert (window.label, window.start_s, window.end_s, window.seconds) == ("Hold", 2, 4, 2)
+    held = [r for r in sink.reports if 2 <= r["second"] < 4]
+    assert window.requests == sum(v["hits"] for r in held for v in r["labels"].values()) > 0
+    assert window.pages == sum(v["pages"] for r in held for v in r["labels"].values())
+    merged = Histogram()
+    for r in held:
+        for v in r["labels"].values():
+            merged.merge(Histogram.from_dict(v["hist"]))
+    assert window.histogram == merged
+    # the ramp-up's seconds (each user's first page, with its connection) are outside it
+    assert 0 < window.requests < totals.requests == target.served
+    assert totals.to_dict()["windows"][0]["rps"] == round(window.requests / 2, 1)
+
+
+def test_young_garbage_is_collected_every_tenth_of_a_second(target, monkeypatch):
+    # Once a second left the collection a second's worth of objects: a 20 ms pause at 10,000 users (gcpolicy.py).
+    ticks = []
+    original = GcPolicy.tick
+
+    def tick(self, sessions_closed):
+        ticks.append(time.monotonic())
+        return original(self, sessions_closed)
+
+    monkeypatch.setattr(GcPolicy, "tick", tick)
+    plan = make_plan(target.url, [{"name": "Browse", "steps": [{"name": "Home", "path": "/", "think_time": 0.05}]}])
+
+    totals = run_sync(plan, sink=None)
+
+    assert totals.pages > 0
+    assert len(ticks) >= 8
+    assert max(b - a for a, b in zip(ticks, ticks[1:], strict=False)) < 0.3
+
+
+def test_a_steps_run_has_one_window_per_level(target):
+    plan = Plan.from_dict(
+        {
+            "base_url": target.url,
+            "test_cases": [{"name": "Browse", "steps": [{"name": "Home", "path": "/", "think_time": 0.01}]}],
+            "profile": {
+                "kind": "steps",
+                "levels": [
+                    {"users": 1, "ramp_up": 0, "hold": 1, "ramp_down": 0, "quiet": 0},
+                    {"users": 2, "ramp_up": 0, "hold": 1, "ramp_down": 0, "quiet": 0},
+                ],
+            },
+        }
+    )
+    sink = Reports()
+
+    totals = run_sync(plan, sink=sink, seed=3)
+
+    assert [(w.label, w.start_s, w.end_s) for w in totals.windows] == [
+        ("Level 1: 1 users", 0, 1),
+        ("Level 2: 2 users", 1, 2),
+    ]
+    for w in totals.windows:
+        in_window = [r for r in sink.reports if w.start_s <= r["second"] < w.end_s]
+        assert w.pages == sum(v["pages"] for r in in_window for v in r["labels"].values()) > 0
+    assert totals.windows[1].pages > totals.windows[0].pages  # twice the users, the same think time
 
 
 def test_the_sink_gets_one_report_per_second_in_order_from_one_thread(target):

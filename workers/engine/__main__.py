@@ -9,6 +9,11 @@ per second whatever the response times, on at most ``--users`` users (default:
 R, enough for one-second pages); an iteration that finds no free user is
 dropped and counted (``iterations_dropped``).
 
+The summary covers the whole run; ``windows`` (a ``window`` line each in the
+text summary) repeats the figures for the measurement windows alone, the
+seconds the portal's report counts: the hold after a ramp-up, or each level's
+hold. A ``--ramp-up`` therefore keeps connection set-up out of those figures.
+
 Targets must be allowed: ``--allow`` or the ``PLIMSOLL_ALLOWED_TARGETS``
 environment variable (default: loopback only). A target that is not allowed is
 refused before any request is sent, with exit code 2 (as for any bad input).
@@ -29,7 +34,7 @@ import sys
 import threading
 from typing import Any
 
-from .plan import Plan, PlanError
+from .plan import THINK_TIME_MODES, Plan, PlanError
 from .runner import RunTotals, lag_ms, latency_ms, new_event_loop_factory, run
 from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, check_url, parse_allowlist
 
@@ -54,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ramp-up", type=float, default=0.0, help="seconds of ramp-up for --url (default 0)")
     p.add_argument("--think-time", type=float, default=0.0, help="seconds between pages for --url (default 0)")
+    p.add_argument(
+        "--think-mode",
+        choices=THINK_TIME_MODES,
+        default="fixed",
+        help="--think-time as a fixed pause, uniform (mean ± 50 %%) or negative exponential around it (default fixed)",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="request timeout for --url in seconds (default 30)")
     p.add_argument("--seed", type=int, help="seed for the mix and think times")
     p.add_argument("--allow", metavar="NETS", help=f"allowed targets (default: ${ENV_VAR} or {DEFAULT_ALLOWLIST})")
@@ -88,6 +99,7 @@ def _plan(args: argparse.Namespace) -> Plan:
             users=default_users if args.users is None else args.users,
             hold=10.0 if args.duration is None else args.duration,
             think_time=args.think_time,
+            think_time_mode=args.think_mode,
             ramp_up=args.ramp_up,
             timeout=args.timeout,
             rate=args.rate,
@@ -166,6 +178,7 @@ def _json_summary(t: RunTotals) -> dict[str, Any]:
         "loop_lag_ms_p99": lag_ms(t.loop_lag)["p99"],
         "cpu_pct_max": round(t.cpu_pct_max, 1),
         "max_rss_kb": _max_rss_kb(),
+        "windows": [w.to_dict() for w in t.windows],
     }
 
 
@@ -199,6 +212,14 @@ def _human_summary(plan: Plan, t: RunTotals) -> str:
         f"generator loop lag p99 {lag['p99']:g} ms (max {lag['max']:g} ms)   CPU max {t.cpu_pct_max:.0f} %"
         f"   max RSS {_max_rss_kb() / 1024:,.0f} MiB"
     )
+    for w in t.windows:
+        d = w.to_dict()
+        wl = d["latency_ms"]
+        lines.append(
+            f"window    {w.label}, seconds {w.start_s} to {w.end_s}: requests {w.requests:,} ({d['rps']:,.1f}/s)"
+            f"   errors {w.errors:,}   p50 {wl['p50']:g} ms   p90 {wl['p90']:g} ms   p99 {wl['p99']:g} ms"
+            f"   max {wl['max']:g} ms"
+        )
     for kind, n in sorted(t.errors_by_kind.items()):
         lines.append(f"errors    {kind} {n:,}: {t.error_samples.get(kind, '')}")
     return "\n".join(lines)

@@ -287,6 +287,7 @@ class Plan:
         users: int,
         hold: float,
         think_time: float = 0.0,
+        think_time_mode: str = "fixed",
         ramp_up: float = 0.0,
         timeout: float = 30.0,
         rate: float | None = None,
@@ -322,6 +323,7 @@ class Plan:
                     }
                 ),
                 "request_timeout": timeout,
+                "think_time_mode": think_time_mode,
             }
         )
 

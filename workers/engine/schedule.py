@@ -272,6 +272,18 @@ def measurement_windows(profile: Any) -> list[tuple[float, float, str]]:
     return [(profile.ramp_up, profile.ramp_up + profile.hold, "Hold")]
 
 
+def whole_seconds(start: float, end: float) -> tuple[int, int]:
+    """The whole seconds [lo, hi) that lie inside [start, end); a window shorter than that gets its cover.
+
+    Results are kept per second, so a window is summarised over the seconds it
+    covers entirely: the portal's reports and the command line's summary alike.
+    """
+    lo, hi = math.ceil(start), math.floor(end)
+    if hi <= lo:
+        lo, hi = math.floor(start), math.ceil(end)
+    return lo, hi
+
+
 def measurement_window(profile: Any) -> tuple[float, float]:
     """The first measurement window as (start, end), for callers that know a single one."""
     start, end, _ = measurement_windows(profile)[0]
