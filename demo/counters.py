@@ -32,6 +32,9 @@ class Counters:
         # demo.tokencache: clean-ups of the token cache and the time they held its lock
         self.token_cache_cleanups = 0
         self.token_cache_cleanup_s = 0.0
+        # wall-clock time (epoch seconds) the first clean-up that walked the cache began; a
+        # clean-up adds to token_cache_cleanup_s only when it ends, up to a second later
+        self.token_cache_first_stall_at: float | None = None
 
     def record(self, path: str, status: int, body_bytes: int, seconds: float) -> None:
         self.requests += 1
@@ -56,6 +59,7 @@ class Counters:
             "token_cache_entries": self.token_cache_entries,
             "token_cache_cleanups": self.token_cache_cleanups,
             "token_cache_cleanup_ms_total": round(self.token_cache_cleanup_s * 1000, 3),
+            "token_cache_first_stall_at": self.token_cache_first_stall_at,
         }
 
 

@@ -108,6 +108,8 @@ class TokenCache:
         started = time.perf_counter()
         size = len(self._entries)
         if size > PRESSURE_ENTRIES:
+            if self._counters.token_cache_first_stall_at is None:
+                self._counters.token_cache_first_stall_at = time.time()
             await asyncio.sleep(size * CLEANUP_SECONDS_PER_ENTRY)
         self._counters.token_cache_cleanups += 1
         self._counters.token_cache_cleanup_s += time.perf_counter() - started

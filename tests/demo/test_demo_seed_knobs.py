@@ -244,6 +244,10 @@ def test_uncapped_cache_past_the_threshold_cuts_throughput_a_capped_one_does_not
     # (measured: 375 -> 125 pages/s). Capped: no stall, the steady throughput (~375).
     assert stalled >= 0.4 * seconds
     assert degraded_max >= large * CLEANUP_SECONDS_PER_ENTRY
+    # the first walking clean-up is stamped when it begins; a reset forgets it
+    assert before["token_cache_first_stall_at"] is None
+    assert after["token_cache_first_stall_at"] is not None
+    assert counters["token_cache_first_stall_at"] is None
     assert degraded < 0.6 * steady, (steady, degraded)
     assert counters["token_cache_entries"] == 1000
     assert counters["token_cache_cleanups"] >= 2
