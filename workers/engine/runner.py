@@ -111,6 +111,8 @@ TICK_LATENESS_S = 0.002  # wake just after a second's end: loop timers have mill
 # 10,000 users at 2,000 requests/s left ~46,000 objects to scan, a 20 ms pause (bench scale, AMD EPYC VM).
 GC_TICK_S = 0.1
 ARRIVAL_BATCH = 64  # arrivals started back to back (catching up) before the scheduler lets the loop turn
+SPAWN_LEAD_S = 0.05  # a closed-model user's task is created this long before its first session starts
+SPAWN_BATCH = 256  # user tasks created back to back before the spawner lets the loop turn
 
 
 # -- results -------------------------------------------------------------------
@@ -533,6 +535,7 @@ class _Run:
         self.timeout = plan.request_timeout
         self.think_mode = plan.think_time_mode
         self.user_ids = user_ids
+        self.user_tasks: list[asyncio.Task[None]] = []  # the closed model's users, as _users() creates them
         self.seed = seed
         self.client_factory = client_factory
         self.sink = sink
@@ -579,8 +582,8 @@ class _Run:
             self._cpu_mark = (time.perf_counter(), time.process_time())
             if self.profile.open_model:
                 tasks = [loop.create_task(self._arrivals())]
-            else:
-                tasks = [loop.create_task(self._user(k)) for k in self.user_ids]
+            elif self.user_ids:
+                tasks = [loop.create_task(self._users())]
             housekeeping = [loop.create_task(c) for c in (self._tick(), self._watch_loop(), self._collect_garbage())]
             users_done = loop.create_task(self._wait_users(tasks))
             stop = loop.create_task(reporter.stop_requested.wait())
@@ -591,7 +594,7 @@ class _Run:
             if not users_done.done():
                 if stop in done:
                     self.totals.stopped = True
-                    log.info("stop requested: cancelling %d virtual users", sum(not t.done() for t in tasks))
+                    log.info("stop requested: cancelling %d virtual users", sum(not t.done() for t in self.user_tasks))
                 else:
                     log.warning("hard end reached: cancelling the virtual users still running")
                 users_done.cancel()
@@ -733,10 +736,44 @@ class _Run:
     def _rng(self, k: int) -> random.Random:
         return random.Random(f"{self.seed}:{k}") if self.seed is not None else random.Random()
 
-    async def _user(self, k: int) -> None:
+    async def _users(self) -> None:
+        """The closed model's virtual users: each one's task created just before its first session, then awaited.
+
+        Created all at once, 10,000 tasks ran their first steps in one loop turn
+        (a ~80 ms stall at the start of every large run); created when due, in
+        batches of ``SPAWN_BATCH``, the cost spreads over the ramp-up, and a user
+        whose first level comes later holds no coroutine until then. Cancelled
+        (a stop, the hard end), it cancels the users and gives them
+        ``CANCEL_GRACE_S`` to close their connections. A user that failed
+        raises here, after the others have finished.
+        """
+        loop = self.loop
+        firsts = sorted(
+            (windows[0][0], k, windows) for k in self.user_ids if (windows := user_windows(k, self.profile))
+        )
+        users = self.user_tasks
+        try:
+            for n, (start, k, windows) in enumerate(firsts):
+                if n and n % SPAWN_BATCH == 0:
+                    await asyncio.sleep(0)
+                await _sleep_until(loop, self.t0 + start - SPAWN_LEAD_S)
+                users.append(loop.create_task(self._user(k, windows)))
+            if users:
+                await asyncio.wait(users)
+        finally:
+            running = [t for t in users if not t.done()]
+            for t in running:
+                t.cancel()
+            if running:
+                await asyncio.wait(running, timeout=CANCEL_GRACE_S)
+        for t in users:
+            if not t.cancelled() and t.exception() is not None:
+                raise t.exception()  # type: ignore[misc]
+
+    async def _user(self, k: int, windows: list[tuple[float, float]]) -> None:
         """Virtual user ``k`` of a closed model: one session per window (one per level it is in, for steps)."""
         rng = self._rng(k)
-        for start_offset, stop_offset in user_windows(k, self.profile):
+        for start_offset, stop_offset in windows:
             await self._session(k, rng, start_offset, stop_offset)
 
     async def _session(self, k: int, rng: random.Random, start_offset: float, stop_offset: float) -> None:
