@@ -12,6 +12,7 @@ README = BENCH_DIR / "README.md"
 RESULTS_DIR = BENCH_DIR / "results"
 SECTIONS = ("throughput", "accuracy", "scale")
 NOISY_PCT = 10.0
+OTHER_HEAD = "other CPU (gen. / nginx core); host steal"
 
 
 def start_marker(name: str) -> str:
@@ -66,15 +67,25 @@ def _other(*measures: dict[str, Any]) -> float:
     return max((m.get("extra", {}).get("cpu_window", {}).get("other_cpu_pct", 0.0) for m in measures), default=0.0)
 
 
+def _steal(*measures: dict[str, Any]) -> float | None:
+    """The most CPU time the host took from this machine during these runs (% of one core), if recorded."""
+    steals = [m.get("extra", {}).get("cpu_window", {}).get("steal_pct") for m in measures]
+    steals = [v for v in steals if v is not None]
+    return max(steals) if steals else None
+
+
 def _other_cell(*measures: dict[str, Any]) -> str:
-    """The most other processes used during these runs: in all, then on the generator's core / on nginx's core."""
+    """The most other processes used during these runs (in all, then on the generator's core / on nginx's core),
+    and the host's steal: a virtual machine's CPU time taken by its neighbours, which no process shows."""
     total = _other(*measures)
     windows = [m.get("extra", {}).get("cpu_window", {}) for m in measures]
     on_gen = [w["other_on_gen_core_pct"] for w in windows if "other_on_gen_core_pct" in w]
     on_server = [w["other_on_server_core_pct"] for w in windows if "other_on_server_core_pct" in w]
-    if not on_gen or not on_server:
-        return f"{total:.0f} %"
-    return f"{total:.0f} % ({max(on_gen):.0f} / {max(on_server):.0f})"
+    cell = f"{total:.0f} %"
+    if on_gen and on_server:
+        cell += f" ({max(on_gen):.0f} / {max(on_server):.0f})"
+    steal = _steal(*measures)
+    return cell if steal is None else f"{cell}; {steal:.0f} %"
 
 
 def _context(doc: dict[str, Any]) -> str:
@@ -107,6 +118,13 @@ def _notes(runs: list[dict[str, Any]], tools: list[str], others: list[float]) ->
             "(column *other CPU*: both cores together, and in brackets on the load generator's core / on nginx's). "
             "Only ratios measured within one repetition count."
         )
+    steals = [v for r in runs if (v := _steal(*(r[t] for t in tools if isinstance(r.get(t), dict)))) is not None]
+    if steals and max(steals) > NOISY_PCT:
+        notes.append(
+            f"The host took CPU time from this machine: steal up to {max(steals):.0f} % of a core during these runs "
+            "(after the semicolon in the last column). Stolen time shows in every timing, loop lag most of all, "
+            "and describes the host rather than the tools: repeat on a quiet machine before reading a goal as not met."
+        )
     for r in runs:
         for t in tools:
             m = r.get(t)
@@ -122,7 +140,7 @@ def render_throughput(doc: dict[str, Any], res: dict[str, Any]) -> str:
     peers = [t for t in s["order"] if t != "engine"]
     names = {"engine": "engine", "locust": "Locust FastHttpUser", "wrk": "wrk -t1 -c50"}
     head = ["rep"] + [f"{names[t]} req/s" for t in s["order"]] + [f"engine ÷ {names[p].split()[0]}" for p in peers]
-    head += ["engine CPU", "nginx CPU (engine / wrk)", "other CPU (gen. / nginx core)"]
+    head += ["engine CPU", "nginx CPU (engine / wrk)", OTHER_HEAD]
     lines = [
         "### 1. Throughput",
         "",
@@ -174,7 +192,7 @@ def render_accuracy(doc: dict[str, Any], res: dict[str, Any]) -> str:
         "Δ p99",
         "engine req/s",
         "wrk req/s",
-        "other CPU (gen. / nginx core)",
+        OTHER_HEAD,
     ]
     lines = [
         "### 2. Accuracy",
@@ -337,7 +355,7 @@ def render_scale(doc: dict[str, Any], res: dict[str, Any]) -> str:
         "loop lag p99, hold",
         "loop lag p99, whole run",
         "engine CPU (avg)",
-        "other CPU (gen. / nginx core)",
+        OTHER_HEAD,
     ]
     lines = [
         "### 3. Scale",

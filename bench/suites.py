@@ -67,6 +67,7 @@ def _progress(label: str, m: tools.Measure, other_before: float, fields: str) ->
         f"  {label:<22} {m.tool:<7} {fields}  cpu {m.cpu_pct:>3.0f} %  nginx {cw.get('server_cpu_pct', 0):>3.0f} %  "
         f"other {cw.get('other_cpu_pct', 0):>3.0f} %"
         + ("" if on_gen is None else f" ({on_gen:.0f} % on the generator's core)")
+        + ("" if cw.get("steal_pct") is None else f"  steal {cw['steal_pct']:.0f} %")
         + f"{status}",
         flush=True,
     )
