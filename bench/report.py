@@ -366,7 +366,7 @@ def render_scale(doc: dict[str, Any], res: dict[str, Any]) -> str:
         f"Memory per user = (peak RSS of the full run − peak RSS of a {s['base_users']}-user baseline run of "
         f"{s['base_duration_s']:g} s) ÷ {s['users'] - s['base_users']:,}; 1 kB = 1,024 bytes. Loop lag p99 of "
         f"the {s['duration_s']:g} s hold (the engine's measured window, `windows` in `--json`: the goal's figure) "
-        "and of the whole run, whose first and last second hold the start and the close of every user at once.",
+        "and of the whole run, whose last second holds the close of every user at once.",
         "",
         _context(doc),
         "",
