@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 USERS = 20
 HOLD_S = 90
 CONTROL_HOLD_S = 60
-STEADY_S = 20
+STEADY_S = 15  # the stall comes at 100,000 pages: 22-43 s into the run at 2,300-4,500 pages/s
 SUSTAIN_S = 10
 # demo.tokencache.PRESSURE_ENTRIES: clean-ups start to stall past this many entries.
 PRESSURE_ENTRIES = 100_000
@@ -37,7 +37,7 @@ def soak_target(tmp_path_factory):
     target.close()
 
 
-def soak_plan(project, target, *, name: str, hold: float) -> Plan:
+def soak_plan(project, target, *, name: str, hold: float, **degradation) -> Plan:
     env = Environment.objects.create(project=project, name=f"Demo {name}", base_url=target.base_url)
     home = TestCase.objects.create(project=project, name=f"Home {name}")
     Step.objects.create(test_case=home, position=0, name="Home", path="/", think_time=0)
@@ -50,6 +50,7 @@ def soak_plan(project, target, *, name: str, hold: float) -> Plan:
         hold=hold,
         degradation_steady_s=STEADY_S,
         degradation_sustain_s=SUSTAIN_S,
+        **degradation,
     )
     MixEntry.objects.create(plan=plan, test_case=home, weight=1)
     return plan
@@ -79,8 +80,13 @@ def per_second(run: Run) -> list[tuple[int, int, float | None]]:
 
 
 def test_an_uncapped_token_cache_degrades_and_the_report_says_when(project, alice, soak_target, celery_worker):
-    # given: 20 users without think time for 90 s; steady state = the first 20 s, a change must last 10 s
-    plan = soak_plan(project, soak_target, name="Soak uncapped", hold=HOLD_S)
+    # given: 20 users without think time for 90 s; steady state = the first 15 s, a change must last 10 s
+    # The stall costs 48-67 % of the throughput and adds 100-220 % to APD. A host losing a quarter or more of its
+    # CPU to steal (seen on these machines) could cost the defaults' 30 % by itself: the limits sit between the
+    # two, so that the onset found is the stall's.
+    plan = soak_plan(
+        project, soak_target, name="Soak uncapped", hold=HOLD_S, degradation_drop_pct=40, degradation_rise_pct=90
+    )
 
     # when: the cache has no cap
     run = run_through_the_portal(plan, alice, soak_target, cap=0)
