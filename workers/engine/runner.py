@@ -594,7 +594,7 @@ class _Run:
             if not users_done.done():
                 if stop in done:
                     self.totals.stopped = True
-                    log.info("stop requested: cancelling %d virtual users", sum(not t.done() for t in self.user_tasks))
+                    log.info("stop requested: cancelling the virtual users (%d active)", self.active)
                 else:
                     log.warning("hard end reached: cancelling the virtual users still running")
                 users_done.cancel()
