@@ -63,14 +63,18 @@ def _verdict(met: bool | None) -> str:
     return "**not measured**" if met is None else ("**met**" if met else "**not met**")
 
 
+def _cpu_window(m: dict[str, Any]) -> dict[str, Any]:
+    """What the machine's CPU did during one tool's run (sysinfo.CpuWindow), or {} if not recorded."""
+    return m.get("extra", {}).get("cpu_window", {})
+
+
 def _other(*measures: dict[str, Any]) -> float:
-    return max((m.get("extra", {}).get("cpu_window", {}).get("other_cpu_pct", 0.0) for m in measures), default=0.0)
+    return max((_cpu_window(m).get("other_cpu_pct", 0.0) for m in measures), default=0.0)
 
 
 def _steal(*measures: dict[str, Any]) -> float | None:
     """The most CPU time the host took from this machine during these runs (% of one core), if recorded."""
-    steals = [m.get("extra", {}).get("cpu_window", {}).get("steal_pct") for m in measures]
-    steals = [v for v in steals if v is not None]
+    steals = [v for m in measures if (v := _cpu_window(m).get("steal_pct")) is not None]
     return max(steals) if steals else None
 
 
@@ -78,7 +82,7 @@ def _other_cell(*measures: dict[str, Any]) -> str:
     """The most other processes used during these runs (in all, then on the generator's core / on nginx's core),
     and the host's steal: a virtual machine's CPU time taken by its neighbours, which no process shows."""
     total = _other(*measures)
-    windows = [m.get("extra", {}).get("cpu_window", {}) for m in measures]
+    windows = [_cpu_window(m) for m in measures]
     on_gen = [w["other_on_gen_core_pct"] for w in windows if "other_on_gen_core_pct" in w]
     on_server = [w["other_on_server_core_pct"] for w in windows if "other_on_server_core_pct" in w]
     cell = f"{total:.0f} %"
@@ -158,7 +162,7 @@ def render_throughput(doc: dict[str, Any], res: dict[str, Any]) -> str:
         others.append(other)
         cells = [str(r["rep"])] + [_n(r[t]["rps"]) if r[t]["ok"] else "failed" for t in s["order"]]
         cells += [_ratio(r[f"engine_vs_{p}"]) for p in peers]
-        nginx_cpu = {t: r[t]["extra"].get("cpu_window", {}).get("server_cpu_pct") for t in s["order"]}
+        nginx_cpu = {t: _cpu_window(r[t]).get("server_cpu_pct") for t in s["order"]}
         cells += [
             f"{r['engine']['cpu_pct']:.0f} %",
             f"{_n(nginx_cpu.get('engine'))} % / {_n(nginx_cpu.get('wrk'))} %",
