@@ -4,8 +4,8 @@
 or Celery: the Celery task passes a sink that writes rows, tests pass a list's
 ``append``, the CLI prints.
 
-**Virtual users.** Each user (numbered globally, see schedule.py) waits for its
-start offset, then loops iterations: pick a test case by the mix, run its steps
+**Virtual users.** Each user (numbered globally, see schedule.py) is a task
+created just before its start offset (``_users``), then loops iterations: pick a test case by the mix, run its steps
 in order (request, checks, think time). At its window's end a user finishes the
 step in flight and starts no other, so the requests recorded are exactly the
 requests the target served; think time is cut short at the window's end. A
