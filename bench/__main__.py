@@ -1,5 +1,7 @@
 """``python -m bench [throughput|accuracy|scale|all|phase] [--reps 3] [--duration 10] [--quick] [--wire]``.
 
+``python -m bench store [--lengths 900,3600]`` benchmarks the results store instead (bench/store.py).
+
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
 bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
 core 1, runs the load generators on core 0, and writes the figures to
@@ -83,6 +85,11 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["store"]:  # the results store (issue 9): no nginx, no load, its own options
+        from . import store
+
+        return store.main(given[1:])
     args = build_parser().parse_args(argv)
     quick = args.quick
     reps = args.reps or (1 if quick else 3)

@@ -4,6 +4,8 @@
 
 * ``/``, ``/articles``, ``/articles/{id}``: realistic HTML pages (5-60 KB);
 * ``/search?q=Area+042``: equality search on the custom field ``work_items.area``;
+* ``/workitems/{id}``: one work item, served by a simulated web garden of
+  ``web_garden.processes`` worker processes (``demo/webgarden.py``);
 * ``/login``, ``/account``, ``/logout``: a form login with a CSRF token, as in Django;
 * ``GET /documents`` (a list of links), ``GET /documents/{id}`` (download) and
   ``POST /documents`` (upload: a raw body, or multipart with one file; 201 with
@@ -51,6 +53,7 @@ from demo.documents import MAX_UPLOAD_BYTES, Documents
 from demo.knobs import KNOBS, KnobError, KnobRegistry
 from demo.tempdb import TempDb
 from demo.tokencache import TokenCache
+from demo.webgarden import WebGarden
 from demo.workitems import WorkItems
 
 log = logging.getLogger("demo")
@@ -110,10 +113,12 @@ class DemoState:
     knob_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tempdb: TempDb = field(init=False)
     token_cache: TokenCache = field(init=False)
+    web_garden: WebGarden = field(init=False)
 
     def __post_init__(self) -> None:
         self.tempdb = TempDb(self.counters)
         self.token_cache = TokenCache(self.counters)
+        self.web_garden = WebGarden(self.counters)
 
     async def allocate(self) -> None:
         """Allocate from the "tempdb files" before database work (the ``tempdb.files`` knob)."""
@@ -246,6 +251,15 @@ async def search(request: web.Request) -> web.Response:
     # In a header, not the page, so pages are byte-identical with or without index.
     response.headers["X-Demo-Query-Ms"] = f"{query_ms:.3f}"
     return response
+
+
+async def work_item(request: web.Request) -> web.Response:
+    """One work item, served by a web-garden process (``demo/webgarden.py``)."""
+    raw = request.match_info["id"]
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= request.app[STATE].workitems.items):
+        raise web.HTTPNotFound(reason="No such work item")
+    await request.app[STATE].web_garden.serve()
+    return html(content.work_item_page(int(raw), current_user(request)))
 
 
 def _set_session_cookies(response: web.StreamResponse, sid: str, session: Session) -> None:
@@ -454,6 +468,7 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     app.router.add_get("/articles", articles)
     app.router.add_get("/articles/{id}", article)
     app.router.add_get("/search", search)
+    app.router.add_get("/workitems/{id}", work_item)
     app.router.add_get("/login", login_form)
     app.router.add_post("/login", login_submit)
     app.router.add_get("/account", account)

@@ -137,6 +137,14 @@ def article_page(article_id: int, user: str | None) -> str:
     return layout(article_title(article_id), body, user)
 
 
+def work_item_page(item_id: int, user: str | None) -> str:
+    rng = random.Random(item_id)
+    body = f"<p>Work item {item_id} · area <code>Area {item_id % 1000:03d}</code></p>\n" + "\n".join(
+        f"<p>{p}</p>" for p in _paragraphs(rng, 1200)
+    )
+    return layout(f"Work item {item_id}", body, user)
+
+
 def search_page(query: str, total: int | None, rows: list[tuple], user: str | None) -> str:
     form = (
         '<form action="/search" method="get"><label>Area <input name="q" '

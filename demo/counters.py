@@ -17,6 +17,9 @@ class Counters:
     def __init__(self) -> None:
         self.in_flight = 0  # gauges: not zeroed by reset()
         self.token_cache_entries = 0  # kept by demo.tokencache.TokenCache
+        self.web_garden_busy = 0  # demo.webgarden: processes holding a work-item request
+        self.web_garden_queued = 0  # work-item requests waiting for a process
+        self.web_garden_processes = 1
         self.reset()
 
     def reset(self) -> None:
@@ -35,6 +38,8 @@ class Counters:
         # wall-clock time (epoch seconds) the first clean-up that walked the cache began; a
         # clean-up adds to token_cache_cleanup_s only when it ends, up to a second later
         self.token_cache_first_stall_at: float | None = None
+        # demo.webgarden: time work-item requests queued for a worker process
+        self.web_garden_queue_wait_s = 0.0
 
     def record(self, path: str, status: int, body_bytes: int, seconds: float) -> None:
         self.requests += 1
@@ -60,6 +65,10 @@ class Counters:
             "token_cache_cleanups": self.token_cache_cleanups,
             "token_cache_cleanup_ms_total": round(self.token_cache_cleanup_s * 1000, 3),
             "token_cache_first_stall_at": self.token_cache_first_stall_at,
+            "web_garden_processes": self.web_garden_processes,
+            "web_garden_busy": self.web_garden_busy,
+            "web_garden_queued": self.web_garden_queued,
+            "web_garden_queue_wait_ms_total": round(self.web_garden_queue_wait_s * 1000, 3),
         }
 
 
@@ -160,6 +169,30 @@ def prometheus_text(counters: Counters, knobs: dict[str, Any], sessions: int) ->
         "counter",
         "Time clean-ups held the token cache's lock (every page waits meanwhile).",
         [("", f"{counters.token_cache_cleanup_s:.6f}")],
+    )
+    metric(
+        "web_garden_processes",
+        "gauge",
+        "Worker processes of the web garden behind /workitems/{id} (simulated; the web_garden.processes knob).",
+        [("", counters.web_garden_processes)],
+    )
+    metric(
+        "web_garden_busy_processes",
+        "gauge",
+        "Web-garden processes holding a work-item request now.",
+        [("", counters.web_garden_busy)],
+    )
+    metric(
+        "web_garden_queued_requests",
+        "gauge",
+        "Work-item requests waiting for a web-garden process now.",
+        [("", counters.web_garden_queued)],
+    )
+    metric(
+        "web_garden_queue_wait_seconds_total",
+        "counter",
+        "Time work-item requests spent waiting for a web-garden process.",
+        [("", f"{counters.web_garden_queue_wait_s:.6f}")],
     )
     metric("sessions", "gauge", "Login sessions held in memory.", [("", sessions)])
     metric(

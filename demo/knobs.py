@@ -122,6 +122,11 @@ async def _apply_token_cache_cap(state: Any, value: int) -> None:
     state.token_cache.set_cap(value)
 
 
+async def _apply_web_garden(state: Any, value: int) -> None:
+    state.web_garden.set_processes(value)
+    state.counters.web_garden_processes = value
+
+
 async def _apply_documents_storage(state: Any, value: str) -> None:
     await asyncio.to_thread(state.documents.migrate, value)
 
@@ -185,5 +190,16 @@ KNOBS = [
         "BLOB Storage (RBS) with SharePoint 2010 story.",
         "database/blob",
         _apply_documents_storage,
+    ),
+    Knob(
+        "web_garden.processes",
+        int_range(1, 16),
+        1,
+        "Worker processes serving /workitems/{id} (simulated: a request holds one for 10 ms while it "
+        "waits on the back end, using no CPU). 1: at most ~100 such pages/s however many users, while "
+        "the CPU stays low (a software bottleneck); N: N times as many. Replays the TFS story: a web "
+        "garden sized to the cores (IIS maxProcesses = cores - 1).",
+        "integer 1..16",
+        _apply_web_garden,
     ),
 ]

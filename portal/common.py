@@ -27,3 +27,9 @@ def human_duration(seconds: float) -> str:
         return f"{m} min {s} s" if s else f"{m} min"
     h, rest = divmod(value, 3600)
     return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+
+
+def plural(count, word: str) -> str:
+    """``count`` and ``word``, with an s unless there is exactly one: "1 user", "2 users", "1,000 rows"."""
+    shown = f"{count:,}" if isinstance(count, int) else str(count)
+    return f"{shown} {word}{'' if count == 1 else 's'}"

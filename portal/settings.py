@@ -7,6 +7,8 @@ Redis. A malformed value stops the process at start with a message naming the va
 """
 
 import os
+import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -65,6 +67,58 @@ ALLOWED_HOSTS = [
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
+# HTTPS and browser protections (issue 10). Each reads its variable; the default is secure
+# when DEBUG is off and the portal answers more than loopback names (ALLOWED_HOSTS), i.e.
+# when it is deployed, and off for a checkout on 127.0.0.1 (whose browser would be refused
+# the Secure cookies over plain http). docker/.env.example sets them for HTTPS behind a proxy.
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
+DEPLOYED = not DEBUG and any(h not in _LOOPBACK_HOSTS for h in ALLOWED_HOSTS)
+_secure = "true" if DEPLOYED else "false"
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", _secure)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", _secure)
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _secure)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "31536000" if DEPLOYED else "0", minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "false")
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "false")
+
+
+def envheader(name: str) -> tuple[str, str] | None:
+    """``HTTP_X_FORWARDED_PROTO=https`` as Django's (header, value) pair; empty means none."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return None
+    header, sep, expected = value.partition("=")
+    if not sep or not re.fullmatch(r"HTTP_[A-Z0-9_]+", header) or not expected:
+        raise ImproperlyConfigured(
+            f"{name}={value!r}: expected HTTP_HEADER_NAME=value, e.g. HTTP_X_FORWARDED_PROTO=https"
+        )
+    return header, expected
+
+
+# Only behind a proxy that sets this header itself (and strips a client's): otherwise any
+# client could claim to be on HTTPS.
+SECURE_PROXY_SSL_HEADER = envheader("SECURE_PROXY_SSL_HEADER")
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+# Content-Security-Policy (django-csp): scripts, styles, images and fonts from the portal's
+# own static files only (vendored, never a CDN); no inline code, no framing, forms post home.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -77,14 +131,24 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "portal.accounts",
     "portal.projects",
     "portal.runs",
     "portal.history",
+    "portal.sharing",
+    "axes",  # issue 10: login throttling (portal/accounts/throttle.py)
+    # Server metrics scraped during runs (issue 14)
+    "portal.metrics",
+    # i12-schedules: scheduled runs and their fires
+    "portal.schedules",
+    "portal.notifications",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",  # issue 10: the Content-Security-Policy header
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -93,6 +157,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes requires: turns a refused login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -151,12 +217,43 @@ MIGRATION_MODULES = {
     "projects": "migrations.projects",
     "runs": "migrations.runs",
     "history": "migrations.history",
+    "sharing": "migrations.sharing",
+    "metrics": "migrations.metrics",
+    "schedules": "migrations.schedules",
+    "notifications": "migrations.notifications",
 }
 
 AUTH_PASSWORD_VALIDATORS = [
+    # Issue 10: "victim123" for user victim, "20242024" and "Plimsoll" were accepted.
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    {"NAME": "portal.accounts.passwords.SiteWordsValidator"},
 ]
+# Login throttling (issue 10, django-axes). Every authenticate(request=...) is counted:
+# AXES_FAILURE_LIMIT failures for one account, or PLIMSOLL_LOGIN_ADDRESS_FAILURE_LIMIT from one
+# client address, pause logins for the cool-off time. See portal/accounts/throttle.py.
+AUTHENTICATION_BACKENDS = [
+    "portal.accounts.throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = envint("PLIMSOLL_LOGIN_FAILURE_LIMIT", "5", minimum=1)
+# Failures from one client address, over all accounts (an office behind one NAT address shares it).
+PLIMSOLL_LOGIN_ADDRESS_FAILURE_LIMIT = envint("PLIMSOLL_LOGIN_ADDRESS_FAILURE_LIMIT", "20", minimum=1)
+AXES_HANDLER = "portal.accounts.throttle.LoginThrottleHandler"
+AXES_COOLOFF_TIME = timedelta(minutes=envint("PLIMSOLL_LOGIN_COOLOFF_MINUTES", "15", minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one locks: one account, or one address
+# Failures are not forgotten on a success: a guesser with an account of their own would
+# otherwise reset their address's count by logging in to it.
+AXES_RESET_ON_SUCCESS = False
+AXES_ENABLE_ACCESS_FAILURE_LOG = True  # the record owners see (AccessFailureLog.locked_out)
+AXES_DISABLE_ACCESS_LOG = True  # successful logins are not recorded
+AXES_LOCKOUT_CALLABLE = "portal.accounts.throttle.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "portal.accounts.throttle.client_ip"
+AXES_VERBOSE = False
+# Reverse proxies in front of the portal that append to X-Forwarded-For (0: none, use REMOTE_ADDR).
+PLIMSOLL_TRUSTED_PROXIES = envint("PLIMSOLL_TRUSTED_PROXIES", "0", minimum=0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "projects:list"
 LOGOUT_REDIRECT_URL = "login"
@@ -176,15 +273,53 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 
+# --- REST API (issue 11): /api/v1/, hashed bearer tokens, one error shape, OpenAPI by drf-spectacular.
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.api.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",  # the browser, with CSRF
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.Pagination",
     "PAGE_SIZE": 50,
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",  # data-set uploads
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
+    # Per token (per user for the browser): a pipeline that loops on ?wait= needs a call a minute.
+    "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("PLIMSOLL_API_RATE", "600/min")},
 }
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Plimsoll API",
+    "DESCRIPTION": (
+        "Everything a pipeline needs to run load tests: start a plan's run, wait for it, read its verdict "
+        "and download its results as JUnit XML or CSV. Authenticate with `Authorization: Bearer <token>` "
+        "(a token from the Tokens page or `manage.py create_token`). Errors are JSON: "
+        "`{status, code, detail, fields?}`."
+    ),
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI from drf-spectacular-sidecar's files, served by us: never a CDN. (Not Redoc: its
+    # page loads Google Fonts.)
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "portal.runs.models.Run.Status",
+        "ShardStatusEnum": "portal.runs.models.RunShard.Status",
+    },
+}
+# Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 # Celery: Redis through CELERY_BROKER_URL, else the file-system transport under var/.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+# The file-system transport ignores the host; naming one keeps kombu from warning "No hostname was supplied".
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 if CELERY_BROKER_URL.startswith("filesystem"):
     _broker_dir = VAR_DIR / "broker"
     for sub in ("queue", "processed", "control"):
@@ -219,6 +354,37 @@ PLIMSOLL_START_DELAY = envint("PLIMSOLL_START_DELAY", "2", minimum=0)
 PLIMSOLL_SHARD_TIMEOUT = envint("PLIMSOLL_SHARD_TIMEOUT", "30", minimum=5)
 # Longest run a plan may ask for (seconds).
 PLIMSOLL_MAX_RUN_SECONDS = envint("PLIMSOLL_MAX_RUN_SECONDS", str(72 * 3600), minimum=1)
+# Issue 9, the results store: a run left *finishing* this long (its finalize crashed or its
+# worker was killed) is finalized again by the watchdog, at most this many attempts in all.
+PLIMSOLL_FINALIZE_TIMEOUT = envint("PLIMSOLL_FINALIZE_TIMEOUT", "600", minimum=10)
+PLIMSOLL_FINALIZE_ATTEMPTS = envint("PLIMSOLL_FINALIZE_ATTEMPTS", "3", minimum=1)
+# Per-second label rows of a finished run are rolled up into per-minute rows this long after it ended.
+PLIMSOLL_ROLLUP_AFTER = envint("PLIMSOLL_ROLLUP_AFTER", str(24 * 3600), minimum=0)
+
+# --- E-mail, sign-up and share links (issue 13) ---
+# SMTP when EMAIL_HOST is set; otherwise every mail is written as a file under var/mail/, so a
+# newcomer on the embedded default can read invitations and password resets without a mail server.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = envint("EMAIL_PORT", "587", minimum=1)
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = envsecret("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "true")
+    EMAIL_TIMEOUT = 30
+else:
+    EMAIL_BACKEND = "portal.notifications.backends.OneFilePerMailBackend"
+    EMAIL_FILE_PATH = VAR_DIR / "mail"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Plimsoll <plimsoll@localhost>")
+# Anyone may create an account at /signup/ unless PLIMSOLL_SIGNUP=false (invitations still work then).
+PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true")
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.accounts.context_processors.signup")
+PASSWORD_RESET_TIMEOUT = 3 * 3600  # a reset link is good for three hours
+
+# -- shard handoff (issue 17) --
+# A shard released by a stopping worker (or lost) waits this long for another worker to take it over;
+# then it ends interrupted (or lost) and its run partial.
+PLIMSOLL_HANDOFF_GRACE = envint("PLIMSOLL_HANDOFF_GRACE", "120", minimum=5)
 
 LOGGING = {
     "version": 1,
@@ -226,3 +392,20 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+# --- Imports (issue 18) ---
+# A HAR uploaded for import waits under VAR_DIR/har-uploads while its preview is open; it is deleted on
+# confirmation or discard, and an abandoned one after this many seconds (by the next upload and by beat).
+PLIMSOLL_HAR_UPLOAD_TTL_S = envint("PLIMSOLL_HAR_UPLOAD_TTL_S", "3600", minimum=60)
+# The largest HAR file accepted, in MB.
+PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
+# The largest result file (k6 JSON lines …) accepted by the environment page's upload, in MB.
+PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "200", minimum=1)
+
+# i12-schedules: where notification webhooks may go (portal/notifications/services.py). Default:
+# the load-target allowlist; set it to your chat or CI host names/networks to reach them.
+PLIMSOLL_WEBHOOK_ALLOWED = os.environ.get("PLIMSOLL_WEBHOOK_ALLOWED", PLIMSOLL_ALLOWED_TARGETS)
+try:
+    parse_allowlist(PLIMSOLL_WEBHOOK_ALLOWED)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PLIMSOLL_WEBHOOK_ALLOWED: {exc}") from None

@@ -1,13 +1,49 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
+
+from portal.accounts.forms import MailingPasswordResetForm
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="accounts/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # Password reset by e-mail, with Django's own views (issue 13); the mail goes through portal.notifications.
+    path(
+        "password-reset/",
+        auth_views.PasswordResetView.as_view(
+            template_name="accounts/password_reset.html", form_class=MailingPasswordResetForm
+        ),
+        name="password_reset",
+    ),
+    path(
+        "password-reset/sent/",
+        auth_views.PasswordResetDoneView.as_view(template_name="accounts/password_reset_done.html"),
+        name="password_reset_done",
+    ),
+    path(
+        "password-reset/<uidb64>/<token>/",
+        auth_views.PasswordResetConfirmView.as_view(template_name="accounts/password_reset_confirm.html"),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password-reset/done/",
+        auth_views.PasswordResetCompleteView.as_view(template_name="accounts/password_reset_complete.html"),
+        name="password_reset_complete",
+    ),
+    path("", include("portal.sharing.urls")),
     path("", include("portal.projects.urls")),
     path("", include("portal.runs.urls")),
     path("", include("portal.history.urls")),
     path("", include("portal.accounts.urls")),
+    # Server metrics of runs (issue 14)
+    path("", include("portal.metrics.urls")),
+    # i12-schedules
+    path("", include("portal.schedules.urls")),
+    path("", include("portal.notifications.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("portal.api.urls")),
+    # Issue 15: browsers ask for /favicon.ico on every page whatever the <link> says; send them to the icon.
+    path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
 ]

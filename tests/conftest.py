@@ -128,3 +128,22 @@ def bob_client(client, bob):
 def charlie_client(client, charlie):
     client.force_login(charlie)
     return client
+
+
+def wait_for_js(page, expression: str, *, timeout: float = 10.0):
+    """Polls ``expression`` in the page until it is truthy, under the portal's Content-Security-Policy.
+
+    Playwright's ``wait_for_function`` compiles its predicate with eval inside the page, which the
+    policy (script-src 'self', no 'unsafe-eval') refuses; ``page.evaluate`` goes through the
+    DevTools protocol and is not subject to it, so pages can be tested with the policy enforced.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {expression!r} in {page.url}")
+        time.sleep(0.1)

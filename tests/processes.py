@@ -111,7 +111,7 @@ def database_url(settings_dict: dict) -> str:
 class Worker:
     """A real Celery worker process consuming both queues."""
 
-    def __init__(self, log_path: Path, env: dict, *, name: str = "e2e", concurrency: int = 2):
+    def __init__(self, log_path: Path, env: dict, *, name: str = "e2e", concurrency: int = 2, queues="default,engine"):
         self.name = name
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115
@@ -124,7 +124,7 @@ class Worker:
                 "workers.celery",
                 "worker",
                 "-Q",
-                "default,engine",
+                queues,
                 "-c",
                 str(concurrency),
                 "-n",

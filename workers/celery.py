@@ -5,12 +5,16 @@ whole run, and ``default`` for short bookkeeping (starting a run, the watchdog),
 long soak never delays the start of another run.
 """
 
+import logging
 import os
+import threading
 
 from celery import Celery
+from celery.signals import worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
+logger = logging.getLogger(__name__)
 app = Celery("plimsoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
@@ -21,6 +25,9 @@ app.conf.update(
     # One message at a time per process: a shard holds its slot for the whole run.
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
+    # A cold shutdown (a second Ctrl-C, SIGQUIT) first waits this long, so a shard asked to hand
+    # over (see below) can still flush and release itself; a warm one (SIGTERM) waits for it anyway.
+    worker_soft_shutdown_timeout=10.0,
     beat_schedule={
         "watchdog": {
             "task": "workers.tasks.watchdog_task",
@@ -28,7 +35,47 @@ app.conf.update(
             # A beat that piles up while no worker runs is useless: expire it.
             "options": {"expires": 10.0},
         },
+        # Issue 18: uploaded HAR files of abandoned import previews are deleted.
+        "har-uploads-sweep": {
+            "task": "workers.tasks.har_uploads_sweep_task",
+            "schedule": 600.0,
+            "options": {"expires": 600.0},
+        },
+        # i12-schedules: fires are read from Schedule rows on every tick, so edits need no restart.
+        "schedules": {
+            "task": "workers.tasks.schedules_tick_task",
+            "schedule": 10.0,
+            # A missed tick is harmless: the next one sees every fire still due (timing.plan_tick).
+            "options": {"expires": 10.0},
+        },
     },
     timezone="UTC",
 )
 app.autodiscover_tasks(["workers"], related_name="tasks")
+
+
+@worker_shutting_down.connect
+def _hand_shards_over(sender: str, **kwargs) -> None:
+    """A worker told to stop asks its running shards to hand over, so that it exits within seconds.
+
+    Celery sends this signal in the main process on a warm or cold shutdown (SIGTERM, SIGINT,
+    SIGQUIT); the shards run in pool processes and learn of it at their next flush (about a
+    second): they drain, flush, release themselves as continuations and re-queue their tasks,
+    then the warm shutdown, which waits for running tasks, completes. The database write runs
+    in a thread because this is called from the signal handler.
+    """
+
+    def ask() -> None:
+        from django.db import connection
+
+        from portal.runs.services import shards_hand_off
+
+        try:
+            asked = shards_hand_off(worker_node=sender)
+            logger.warning("shutting down: %d running shard(s) asked to hand over", asked)
+        except Exception:
+            logger.exception("shutting down: could not ask the running shards to hand over")
+        finally:
+            connection.close()
+
+    threading.Thread(target=ask, name="plimsoll-handoff", daemon=True).start()

@@ -16,18 +16,90 @@ def start_run_task(run_id: int) -> None:
 # acks_late: a shard whose worker died before it claimed the shard is delivered again;
 # once claimed, the lease in the database (not the broker) decides, so a second delivery
 # of a long run (past Redis's visibility timeout, celery#5935) does nothing.
-@shared_task(ignore_result=True, acks_late=True, reject_on_worker_lost=False)
-def run_shard_task(run_id: int, shard_no: int) -> None:
+@shared_task(bind=True, ignore_result=True, acks_late=True, reject_on_worker_lost=False)
+def run_shard_task(self, run_id: int, shard_no: int) -> None:
     from portal.runs.services import shard_execute
 
-    shard_execute(run_id, shard_no)
+    # The node's name: its warm shutdown asks the shards it runs to hand over (workers/celery.py).
+    shard_execute(run_id, shard_no, worker_node=self.request.hostname or "")
+
+
+@shared_task(ignore_result=True)
+def collect_metrics_task(run_id: int, tick: int) -> None:
+    from portal.metrics.services import collect_tick
+
+    collect_tick(run_id=run_id, tick=tick)
 
 
 @shared_task(ignore_result=True)
 def watchdog_task() -> None:
     from portal.history.services import advance_all
+    from portal.metrics.services import collection_watchdog
     from portal.runs.services import watchdog
 
     watchdog()
+    collection_watchdog()
     # Trial sets and experiments also advance when a run ends; this catches up after a restart.
     advance_all()
+
+
+# Sending the same mail twice is the lesser harm than losing it, so a retry after a failed
+# SMTP connection is fine; the message is rendered from its context in the worker.
+@shared_task(ignore_result=True, autoretry_for=(OSError,), retry_backoff=30, max_retries=5)
+def send_mail_task(template: str, to: list[str], context: dict) -> None:
+    from portal.notifications.mail import mail_send
+
+    mail_send(template=template, to=to, context=context)
+
+
+@shared_task(ignore_result=True)
+def har_uploads_sweep_task() -> None:
+    """Deletes HAR recordings whose import preview was abandoned (older than PLIMSOLL_HAR_UPLOAD_TTL_S)."""
+    from portal.projects.services import har_uploads_sweep
+
+    har_uploads_sweep()
+
+
+# i12-schedules: one tick asks the database what is due; safe with two beats (see portal.schedules.services).
+@shared_task(ignore_result=True)
+def schedules_tick_task() -> None:
+    from portal.schedules.services import schedules_tick
+
+    schedules_tick()
+
+
+# i12-schedules: a scheduled plan's finished run judged against its baseline, on the default queue.
+@shared_task(ignore_result=True)
+def baseline_verdict_task(run_id: int) -> None:
+    from portal.notifications.services import notify_run
+    from portal.schedules.baselines import run_judge
+
+    run_judge(run_id=run_id)
+    # The notification waits for the verdict, so its mail says whether the run moved.
+    notify_run(run_id=run_id)
+
+
+# i12-schedules: notifications, each a task on the default queue after the run or fire committed.
+@shared_task(ignore_result=True)
+def run_notify_task(run_id: int) -> None:
+    from portal.notifications.services import notify_run
+
+    notify_run(run_id=run_id)
+
+
+@shared_task(ignore_result=True)
+def fire_notify_task(fire_id: int) -> None:
+    from portal.notifications.services import notify_fire
+
+    notify_fire(fire_id=fire_id)
+
+
+# One try per message; a failed webhook schedules its next try (backoff) as a new message,
+# so no worker slot waits for a slow receiver.
+@shared_task(ignore_result=True)
+def delivery_send_task(delivery_id: int) -> None:
+    from portal.notifications.services import _enqueue, delivery_attempt
+
+    delay = delivery_attempt(delivery_id=delivery_id)
+    if delay:
+        _enqueue(delivery_id, countdown=delay)

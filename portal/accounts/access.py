@@ -8,7 +8,7 @@ A tenant model declares ``team_path``, the ORM path from it to its ``Team``
 (``"team"`` for a project, ``"project__team"`` for what lives in a project).
 """
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Model, QuerySet
 from django.http import Http404
 
@@ -20,12 +20,13 @@ def scoped(queryset: QuerySet, user) -> QuerySet:
     if not user.is_authenticated:
         return queryset.none()
     path = queryset.model.team_path
-    return queryset.filter(**{f"{path}__memberships__user": user})
+    prefix = f"{path}__" if path else ""  # a Team's own path is ""
+    return queryset.filter(**{f"{prefix}memberships__user": user})
 
 
 def team_of(obj: Model) -> Team:
     team = obj
-    for part in obj.team_path.split("__"):
+    for part in filter(None, obj.team_path.split("__")):
         team = getattr(team, part)
     return team
 
@@ -46,10 +47,14 @@ def require_write(user, obj: Model) -> None:
 
 
 def get_for_user(user, queryset: QuerySet, *, write: bool = False, **lookup) -> Model:
-    """One object of the user's teams, or 404; with ``write=True``, 403 for viewers."""
+    """One object of the user's teams, or 404; with ``write=True``, 403 for viewers.
+
+    A malformed lookup value (``?plan=x`` for a UUID code, a number too large for its
+    column) names no object either: 404, not the ValidationError or ValueError Django raises.
+    """
     try:
         obj = scoped(queryset, user).get(**lookup)
-    except (queryset.model.DoesNotExist, ValueError):
+    except (queryset.model.DoesNotExist, ValueError, ValidationError, OverflowError):
         raise Http404 from None
     if write:
         require_write(user, obj)

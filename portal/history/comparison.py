@@ -35,11 +35,12 @@ from django.db.models import Count, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.runs.analysis import cut_windows
-from portal.runs.models import PageInterval, Run, ShardInterval
+from portal.runs import storage
+from portal.runs.analysis import cut_windows, scalability_model
+from portal.runs.models import PageInterval, Run, RunFigures, ShardInterval
 from workers.engine.histogram import Histogram
 
-from . import analysis
+from . import analysis, scalability
 from .models import ExternalMeasurement, TrialSet
 
 BATCHES = 10
@@ -131,6 +132,60 @@ def side_for_run(run: Run) -> Side:
     side = side_for_runs(f"Run #{run.number}", [run], _measurements_for([run]))
     side.url = run.get_absolute_url()
     return side
+
+
+def find_side(*, project, runs, trial_sets, code) -> Side | None:
+    """The run or trial set of ``project`` with ``code`` among the caller's ``runs`` and ``trial_sets``
+    (querysets already cut to the caller's teams), as a side; None when it is neither."""
+    run = runs.filter(project=project, code=code).select_related("tuning_change").first()
+    if run is not None:
+        return side_for_run(run)
+    trial_set = trial_sets.filter(project=project, code=code).first()
+    return side_for_trialset(trial_set) if trial_set is not None else None
+
+
+def report_dict(report: Report) -> dict:
+    """A comparison as data: the page's rows, verdicts, basis and headline (for the API)."""
+
+    def row(r: Row) -> dict:
+        c = r.comparison
+        return {
+            "page": r.page,
+            "figure": r.figure,
+            "unit": r.unit,
+            "before": r._before,
+            "after": r._after,
+            "verdict": r.verdict,
+            "note": r.note,
+            "difference": c.difference if c else None,
+            "speedup": c.speedup if c else None,
+            "reduction_pct": c.reduction_pct if c else None,
+            "noise": getattr(c, "noise", None) if c else None,
+            "method": c.method if c else None,
+            "n_before": c.n_before if c else None,
+            "n_after": c.n_after if c else None,
+        }
+
+    def side(s: Side) -> dict:
+        return {
+            "label": s.label,
+            "runs": [str(r.code) for r in s.runs],
+            "excluded": [{"run": str(r.code), "doubts": r.doubts} for r in s.excluded],
+        }
+
+    return {
+        "title": report.title,
+        "headline": report.headline,
+        "verdict": report.verdict,
+        "basis": report.basis,
+        "samples": report.samples,
+        "problems": list(report.problems),
+        "before": side(report.before),
+        "after": side(report.after),
+        "total": [row(r) for r in report.total],
+        "pages": [{"page": page, "rows": [row(r) for r in rows]} for page, rows in report.pages],
+        "measurements": [row(r) for r in report.measurements],
+    }
 
 
 def side_for_trialset(trial_set: TrialSet) -> Side:
@@ -274,6 +329,9 @@ class Report:
     problems: list[str]
     samples: str = ""  # "trials", "batches", or "" when there is nothing to compare
     title: str = ""
+    # The scalability models (USL) of both sides' steps runs and what changed (`models_compared`).
+    models: dict | None = None
+    servers: list[Row] = field(default_factory=list)  # server series (portal.metrics), one sample per run
 
     @property
     def apd(self) -> Row | None:
@@ -291,7 +349,7 @@ class Report:
     @property
     def rows(self) -> list[Row]:
         """Every row with a verdict, for counting ("3 better, 1 worse")."""
-        return [*self.total, *(r for _, rows in self.pages for r in rows), *self.measurements]
+        return [*self.total, *(r for _, rows in self.pages for r in rows), *self.measurements, *self.servers]
 
 
 # --------------------------------------------------------------------------------------
@@ -350,6 +408,15 @@ class _BatchAcc:
 
 
 def run_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, list[float | None]]]:
+    """A run's batch figures: stored at finalize for a finished run, else computed (``compute_batches``)."""
+    if batches == BATCHES and not run.is_active:
+        stored = RunFigures.objects.filter(run=run).values_list("batches", flat=True).first()
+        if stored is not None:
+            return {key: figures for key, figures in stored}
+    return compute_batches(run, batches)
+
+
+def compute_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, list[float | None]]]:
     """The figures of each batch of a run's measurement window, in total (key None) and per page.
 
     Per batch: APD = the mean of the per-second APDs (each second's merged histograms;
@@ -358,61 +425,76 @@ def run_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, 
     page is a real 0), error rate = errors / pages. A figure without pages is None.
     Rows are read in order of seconds, so memory stays bounded for a soak of days.
     """
-    seconds = _window_seconds(run)
-    bounds = batch_bounds(len(seconds), batches)
-    if not bounds:
+    sampler = BatchSampler(run, batches)
+    if not sampler.seconds:
         return {}
-    k = len(bounds) - 1
-    position = {s: i for i, s in enumerate(seconds)}
-    accs: dict[str | None, list[_BatchAcc]] = {}
-    current: int | None = None
-    per_second: dict[str | None, list[int]] = {}  # key → [sum µs, count] of the current second
+    rows = (
+        PageInterval.objects.filter(run=run, second__gte=sampler.seconds[0], second__lte=sampler.seconds[-1])
+        .order_by("second")
+        .values_list("second", "label", "pages", "errors", "hist_bin", "hist")
+    )
+    for second, label, pages, errors, hist_bin, hist in rows.iterator(chunk_size=2000):
+        if second in sampler.position:
+            sampler.add(second, label, pages, errors, storage.histogram(hist_bin, hist))
+    return sampler.result()
 
-    def flush():
-        if current is None:
+
+class BatchSampler:
+    """``compute_batches`` fed one row at a time, in order of seconds (finalize feeds it from its own pass)."""
+
+    def __init__(self, run: Run, batches: int = BATCHES):
+        self.seconds = _window_seconds(run)
+        self.bounds = batch_bounds(len(self.seconds), batches)
+        self.position = {s: i for i, s in enumerate(self.seconds)}
+        self.accs: dict[str | None, list[_BatchAcc]] = {}
+        self.current: int | None = None
+        self.per_second: dict[str | None, list[int]] = {}  # key → [sum µs, count] of the current second
+
+    def _flush(self) -> None:
+        if self.current is None:
             return
-        b = bisect.bisect_right(bounds, position[current]) - 1
-        for key, (total_us, count) in per_second.items():
+        b = bisect.bisect_right(self.bounds, self.position[self.current]) - 1
+        for key, (total_us, count) in self.per_second.items():
             if count:
-                acc = accs[key][b]
+                acc = self.accs[key][b]
                 acc.apd_sum += total_us / count / 1000.0
                 acc.apd_seconds += 1
-        per_second.clear()
+        self.per_second.clear()
 
-    rows = (
-        PageInterval.objects.filter(run=run, second__gte=seconds[0], second__lte=seconds[-1])
-        .order_by("second")
-        .values_list("second", "label", "pages", "errors", "hist")
-    )
-    for second, label, pages, errors, hist in rows.iterator(chunk_size=2000):
-        if second not in position:
-            continue
-        if second != current:
-            flush()
-            current = second
-        b = bisect.bisect_right(bounds, position[second]) - 1
-        h = Histogram.from_dict(hist) if hist else Histogram()
+    def add_row(self, row) -> None:
+        """A decoded row (portal.runs.analysis): one outside the window is skipped."""
+        if row.second in self.position:
+            self.add(row.second, row.label, row.pages, row.errors, row.hist)
+
+    def add(self, second: int, label: str, pages: int, errors: int, h: Histogram) -> None:
+        if second != self.current:
+            self._flush()
+            self.current = second
+        b = bisect.bisect_right(self.bounds, self.position[second]) - 1
+        k = len(self.bounds) - 1
         for key in (None, label):
-            acc = accs.setdefault(key, [_BatchAcc() for _ in range(k)])[b]
+            acc = self.accs.setdefault(key, [_BatchAcc() for _ in range(k)])[b]
             acc.hist.merge(h)
             acc.pages += pages
             acc.errors += errors
-            sums = per_second.setdefault(key, [0, 0])
+            sums = self.per_second.setdefault(key, [0, 0])
             sums[0] += h.sum
             sums[1] += h.count
-    flush()
 
-    out: dict[str | None, dict[str, list[float | None]]] = {}
-    for key, batch_accs in accs.items():
-        figures: dict[str, list[float | None]] = {f.key: [] for f in FIGURES}
-        for i, acc in enumerate(batch_accs):
-            length = bounds[i + 1] - bounds[i]
-            figures["apd_ms"].append(acc.apd_sum / acc.apd_seconds if acc.apd_seconds else None)
-            figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
-            figures["pages_per_s"].append(acc.pages / length)
-            figures["error_rate_pct"].append(100.0 * acc.errors / acc.pages if acc.pages else None)
-        out[key] = figures
-    return out
+    def result(self) -> dict[str | None, dict[str, list[float | None]]]:
+        self._flush()
+        self.current = None
+        out: dict[str | None, dict[str, list[float | None]]] = {}
+        for key, batch_accs in self.accs.items():
+            figures: dict[str, list[float | None]] = {f.key: [] for f in FIGURES}
+            for i, acc in enumerate(batch_accs):
+                length = self.bounds[i + 1] - self.bounds[i]
+                figures["apd_ms"].append(acc.apd_sum / acc.apd_seconds if acc.apd_seconds else None)
+                figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
+                figures["pages_per_s"].append(acc.pages / length)
+                figures["error_rate_pct"].append(100.0 * acc.errors / acc.pages if acc.pages else None)
+            out[key] = figures
+        return out
 
 
 # --------------------------------------------------------------------------------------
@@ -567,6 +649,48 @@ def _capacity_row(before: Side, after: Side, samples: str) -> Row | None:
     return row
 
 
+def _model_levels(runs: list[Run]) -> list[dict]:
+    """The measured levels of a side's steps runs (users, pages/s, APD), pooled: trials of one plan add up."""
+    levels = []
+    for run in runs:
+        cap = (run.summary or {}).get("capacity") or {}
+        levels.extend(lv for lv in cap.get("levels") or [] if lv.get("pages_per_s") is not None)
+    return levels
+
+
+def models_compared(before: Side, after: Side) -> dict | None:
+    """σ, κ and the peak before and after, and what the change did in words; None without steps runs.
+
+    Each side's model is fitted on the levels of all its counting steps runs together,
+    so a trial set of three runs gives one model with three points per level.
+    """
+    levels_b, levels_a = _model_levels(before.runs), _model_levels(after.runs)
+    if not levels_b or not levels_a:
+        return None
+    model_b, model_a = scalability_model(levels_b), scalability_model(levels_a)
+    # A side that never saturated reads as σ = κ = 0 (linear); two such sides say nothing.
+    comparable = all(m["fitted"] or m["linear"] for m in (model_b, model_a)) and (
+        model_b["fitted"] or model_a["fitted"]
+    )
+    if comparable:
+        sentence = scalability.change_in_words(model_b, model_a)
+        peak_b, peak_a = model_b["peak_pages_per_s"], model_a["peak_pages_per_s"]
+        if peak_b and peak_a:
+            sentence += f" The modelled peak went from {peak_b:,.0f} to {peak_a:,.0f} pages/s."
+    else:
+        reasons = [f"{name}: {m['reason']}" for name, m in (("before", model_b), ("after", model_a)) if not m["fitted"]]
+        sentence = "No models to compare (" + "; ".join(reasons) + ")"
+    for m in (model_b, model_a):
+        m.pop("curve", None)  # the comparison shows figures, not charts
+    return {
+        "before": model_b,
+        "after": model_a,
+        "sentence": sentence,
+        "comparable": comparable,
+        "before_after": [model_b, model_a],
+    }
+
+
 def _knees(users: list[int]) -> str:
     return f"{', '.join(map(str, users))} users" if users else "none"
 
@@ -590,6 +714,21 @@ def _measurement_rows(before: Side, after: Side) -> list[Row]:
             continue
         fig = Figure(name, unit_b, "", ma[-1].lower_is_better)
         rows.append(Row(None, name, unit_b, _compare(values_b, values_a, fig, "measurements")))
+    return rows
+
+
+def _server_rows(before: Side, after: Side) -> list[Row]:
+    """Server series measured on both sides (portal.metrics): each run's window mean is one sample."""
+    from portal.metrics.history import run_server_figures
+
+    figs_b = [run_server_figures(r) for r in before.runs]
+    figs_a = [run_server_figures(r) for r in after.runs]
+    keys = {k for f in figs_b for k in f} & {k for f in figs_a for k in f}
+    rows = []
+    for name, unit, lower in sorted(keys):
+        values_b = [f[(name, unit, lower)] for f in figs_b if (name, unit, lower) in f]
+        values_a = [f[(name, unit, lower)] for f in figs_a if (name, unit, lower) in f]
+        rows.append(Row(None, name, unit, _compare(values_b, values_a, Figure(name, unit, "", lower), "runs")))
     return rows
 
 
@@ -738,7 +877,9 @@ def compare_sides(before: Side, after: Side, *, title: str = "") -> Report:
         basis=_basis(before, after, sampler, apd),
         problems=_problems(before, after),
         samples=samples,
+        servers=_server_rows(before, after),
         title=title,
+        models=models_compared(before, after) if samples else None,
     )
 
 
@@ -777,3 +918,20 @@ def compare_choices(project) -> dict[str, list[tuple[str, str]]]:
 def compare_url(project, a, b=None) -> str:
     url = reverse("history:compare", args=[project.code]) + f"?a={a}"
     return url + f"&b={b}" if b else url
+
+
+def experiment_report(experiment) -> Report | None:
+    """Baseline against after, once the experiment is done or both sides have a run that counts.
+
+    Showing it before the end lets people see the trend as trials come in; the
+    comparison itself says how many runs each side has.
+    """
+    baseline, after = experiment.baseline, experiment.after
+    if baseline is None or after is None:
+        return None
+    ready = experiment.status == type(experiment).Status.DONE or (
+        any(run.counts for run in baseline.runs.all()) and any(run.counts for run in after.runs.all())
+    )
+    if not ready:
+        return None
+    return compare_sides(side_for_trialset(baseline), side_for_trialset(after), title=experiment.change.title)

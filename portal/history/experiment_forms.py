@@ -10,7 +10,7 @@ from django import forms
 
 from portal.projects.models import Plan, Project
 
-from .models import MAX_TRIALS, Experiment
+from .models import MAX_TRIALS, Experiment, TuningChange
 
 CHANGE_PREFIX = "change"
 
@@ -64,7 +64,8 @@ class ExperimentForm(forms.ModelForm):
         message lands next to the field the user has to change.
         """
         hook_url = (change_form.cleaned_data or {}).get("hook_url")
-        if self.cleaned_data.get("apply_mode") == Experiment.ApplyMode.HOOK and not hook_url:
+        control = (change_form.cleaned_data or {}).get("category") == TuningChange.Category.CONTROL
+        if self.cleaned_data.get("apply_mode") == Experiment.ApplyMode.HOOK and not hook_url and not control:
             self.add_error(
                 "apply_mode",
                 "Applying by hook needs the change's hook URL below; without one, choose “by hand”.",

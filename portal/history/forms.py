@@ -13,17 +13,29 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
+from portal import outbound
 from portal.projects.forms import format_configuration, parse_configuration
 from portal.runs.models import Run
 from portal.runs.services import allowlist
-from workers.engine.targets import ENV_VAR, TargetNotAllowed, check_url
+from workers.engine.targets import ENV_VAR
 
 from .models import ExternalMeasurement, TuningChange, apply_edits, config_diff
 
 UNCHANGED = "The configuration is unchanged: edit a value, add or remove a key."
+CONTROL_CHANGES_NOTHING = (
+    "A control changes nothing: leave the configuration as it is (it is recorded unchanged), "
+    "or choose another category."
+)
+CONTROL_HOOK = "A control changes nothing, so it has no hook to send: leave the hook URL empty."
 # A clock a little ahead of the server's is fine; a date next week is a typo.
 FUTURE_TOLERANCE = timedelta(minutes=5)
 COMMON_UNITS = ["s", "min", "h", "ms", "GB", "MB", "TB", "MB/s", "items", "%"]
+# Units of durations and sizes: a measurement in one of them cannot be negative (matched ignoring case).
+NON_NEGATIVE_UNITS = {
+    *("ms", "s", "sec", "secs", "second", "seconds", "min", "mins", "minute", "minutes", "h", "hr", "hrs"),
+    *("hour", "hours", "d", "day", "days", "b", "byte", "bytes", "kb", "mb", "gb", "tb", "pb"),
+    *("kib", "mib", "gib", "tib", "kb/s", "mb/s", "gb/s", "items", "rows"),
+}
 
 
 def edits_between(before: list[dict], after: list[dict]) -> list[dict]:
@@ -107,11 +119,12 @@ class ChangeForm(forms.ModelForm):
         help_text="A KB article, a ticket, a blog post…",
         widget=forms.URLInput(attrs={"placeholder": "https://learn.microsoft.com/…"}),
     )
-    hook_url = forms.URLField(
+    # A CharField read by the strict target parser (``clean_hook_url``), not Django's URLField: the
+    # parser that judges the URL must be the one the request is sent with.
+    hook_url = forms.CharField(
         label="Hook URL",
         max_length=500,
         required=False,
-        assume_scheme="http",
         help_text="Optional: an HTTP request Plimsoll sends to make the change, e.g. the demo target's "
         "<code>http://127.0.0.1:8001/_demo/knobs</code>. Leave it empty when a person makes the change. "
         f"Only allowed targets are called (the {ENV_VAR} setting); redirects are not followed.",
@@ -139,7 +152,12 @@ class ChangeForm(forms.ModelForm):
                 attrs={"rows": 4, "placeholder": '{"search.index": "on"}', "spellcheck": "false"}
             ),
         }
-        help_texts = {"hook_body": "Sent as is (GET sends none).", "hook_content_type": ""}
+        help_texts = {
+            "hook_body": "Sent as is (GET sends none).",
+            "hook_content_type": "",
+            "category": "<em>Control</em> is “no change” (an A/A test): leave the configuration as it is and the "
+            "hook empty; runs before and after it measure the noise floor.",
+        }
 
     def __init__(self, data=None, *, environment, initial_configuration=None, **kwargs):
         super().__init__(data, **kwargs)
@@ -154,19 +172,28 @@ class ChangeForm(forms.ModelForm):
         return parse_configuration(self.cleaned_data["configuration"])
 
     def clean_hook_url(self):
-        url = self.cleaned_data["hook_url"]
-        if url:
-            try:
-                check_url(url, allowlist())
-            except TargetNotAllowed as exc:
-                raise forms.ValidationError(
-                    f"{exc}. Hooks are sent only to allowed targets: the {ENV_VAR} setting allows {allowlist()}."
-                ) from None
+        url = self.cleaned_data["hook_url"].strip()
+        if not url:
+            return url
+        if "://" not in url:
+            url = f"http://{url}"  # as typed into the form: 127.0.0.1:8001/_demo/knobs
+        try:
+            outbound.parse_url(url)
+        except outbound.OutboundRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
+        try:
+            outbound.check(url)
+        except outbound.OutboundRefused as exc:
+            raise forms.ValidationError(
+                f"{exc} Hooks are sent only to allowed targets: the {ENV_VAR} setting allows {allowlist()}."
+            ) from None
         return url
 
     def clean(self):
         cleaned = super().clean()
-        self._clean_edits(cleaned.get("configuration"), cleaned.get("based_on"))
+        self._clean_edits(cleaned.get("configuration"), cleaned.get("based_on"), cleaned.get("category"))
+        if cleaned.get("category") == TuningChange.Category.CONTROL and cleaned.get("hook_url"):
+            self.add_error("hook_url", CONTROL_HOOK)
         body = cleaned.get("hook_body") or ""
         if body.strip():
             if cleaned.get("hook_method") == TuningChange.HookMethod.GET:
@@ -181,7 +208,7 @@ class ChangeForm(forms.ModelForm):
                     )
         return cleaned
 
-    def _clean_edits(self, configuration, based_on) -> None:
+    def _clean_edits(self, configuration, based_on, category=None) -> None:
         if configuration is None:  # the text had errors of its own
             return
         current = self.environment.configuration
@@ -200,7 +227,10 @@ class ChangeForm(forms.ModelForm):
             )
             return
         self.edits = edits_between(current, configuration)
-        if not self.edits:
+        if category == TuningChange.Category.CONTROL:
+            if self.edits:
+                self.add_error("configuration", CONTROL_CHANGES_NOTHING)
+        elif not self.edits:
             self.add_error("configuration", UNCHANGED)
 
     @property
@@ -290,6 +320,9 @@ class MeasurementForm(forms.ModelForm):
 
     def clean(self):
         cleaned = super().clean()
+        unit, value = cleaned.get("unit"), cleaned.get("value")
+        if unit is not None and value is not None and value < 0 and unit.lower() in NON_NEGATIVE_UNITS:
+            self.add_error("value", f"A measurement in {unit} cannot be negative: give the {unit} measured.")
         run, change = cleaned.get("run"), cleaned.get("tuning_change")
         if run is not None:
             if change is None:

@@ -31,12 +31,15 @@ from django.urls import reverse
 from portal.projects.models import Environment, Plan, Project
 from portal.runs.models import Run
 
-from .comparison import compare_sides, run_capacity, side_for_runs
+from .comparison import compare_sides, models_compared, run_capacity, side_for_runs
 from .models import ExternalMeasurement, TuningChange
 
 MAX_RUNS = 1000
 """The most runs a journey loads (the latest ones): each carries its summary, and a
 thousand points is already more than a chart can show one by one."""
+
+JOURNEY_UNUSED = ("config_snapshot", "error_message", "analysis_settings", "tuning_change__hook_response")
+"""Run fields a journey never reads, left in the database (2,000 runs' worth adds up)."""
 
 NOT_MEASURED_HINT = "Run the plan before and after the change, or start an experiment."
 INITIAL = "the initial configuration"
@@ -75,6 +78,21 @@ def plan_choices(*, environment: Environment | None = None, project: Project | N
 def default_plan(choices: list[dict]) -> Plan | None:
     """The plan with the most finished runs (``plan_choices`` puts it first)."""
     return choices[0]["plan"] if choices else None
+
+
+def chosen_plan(choices: list[dict], code: str | None) -> Plan | None:
+    """The plan of ``choices`` whose code is ``code`` (LookupError if none), or the default without a code."""
+    if not code:
+        return default_plan(choices)
+    for choice in choices:
+        if str(choice["plan"].code) == code:
+            return choice["plan"]
+    raise LookupError("No such plan here.")
+
+
+def plans_listed(choices: list[dict]) -> list[dict]:
+    """The choices as the journey's JSON lists them."""
+    return [{"name": c["plan"].name, "code": str(c["plan"].code), "finished": c["finished"]} for c in choices]
 
 
 # --------------------------------------------------------------------------------------
@@ -117,7 +135,16 @@ def run_point(run: Run, seq: int) -> dict:
         "doubts": run.doubts,
         "include_anyway": run.include_anyway,
         "change": run.tuning_change.number if run.tuning_change else None,
+        # i12-schedules: the verdict against the plan's baseline (scheduled plans only).
+        **_baseline_verdict(run),
     }
+
+
+def _baseline_verdict(run: Run) -> dict:
+    verdict = getattr(run, "baseline_verdict", None) if run.pk else None
+    if verdict is None:
+        return {"baseline_verdict": None, "baseline_headline": ""}
+    return {"baseline_verdict": verdict.verdict, "baseline_headline": verdict.headline}
 
 
 # --------------------------------------------------------------------------------------
@@ -251,11 +278,14 @@ def change_effect(
         "basis": "",
         "problems": [],
         "measurements": [],
+        "models": None,
+        "servers": [],
     }
     if not measured and not (before.measurements and after.measurements):
         return effect
     report = compare_sides(before, after, title=change.title)
     effect["measurements"] = [_row_dict(row) for row in report.measurements]
+    effect["servers"] = [_row_dict(row) for row in report.servers]
     if measured:
         effect.update(
             apd=_figure(report, "APD"),
@@ -264,6 +294,7 @@ def change_effect(
             headline=report.headline,
             basis=report.basis,
             problems=list(report.problems),
+            models=report.models,
         )
     return effect
 
@@ -292,7 +323,9 @@ def environment_journey(environment: Environment, plan: Plan | None) -> dict:
     if plan is not None:
         qs = (
             Run.objects.filter(environment=environment, plan=plan, status__in=Run.FINISHED)
-            .select_related("tuning_change")
+            .select_related("tuning_change", "baseline_verdict")
+            # What a point, an effect and a comparison read: not the configuration or the errors.
+            .defer(*JOURNEY_UNUSED)
             .order_by("-created_at", "-number")  # never null, unlike start_at; start order follows
         )
         runs = list(qs[: MAX_RUNS + 1])
@@ -393,3 +426,44 @@ def project_journey(project: Project, plan: Plan | None) -> dict:
         "sections": sections,
         "ledger": ledger,
     }
+
+
+def change_models(change: TuningChange) -> list[dict]:
+    """The scalability models each steps plan had before ``change`` and under it (the ledger's change page).
+
+    Before is the counting runs under the previous applied change (or the initial configuration),
+    after those under this change, plan by plan; a plan without steps runs on both sides is left out.
+    """
+    if not change.is_applied:
+        return []
+    previous = (
+        TuningChange.objects.filter(
+            environment_id=change.environment_id, status=TuningChange.Status.APPLIED, number__lt=change.number
+        )
+        .order_by("-number")
+        .first()
+    )
+    runs = Run.objects.filter(
+        environment_id=change.environment_id,
+        status__in=Run.FINISHED,
+        tuning_change_id__in=[change.id] if previous is None else [change.id, previous.id],
+        plan__isnull=False,
+        plan_snapshot__profile__kind="steps",
+    ).select_related("plan")
+    if previous is None:
+        runs = runs | Run.objects.filter(
+            environment_id=change.environment_id,
+            status__in=Run.FINISHED,
+            tuning_change__isnull=True,
+            plan__isnull=False,
+            plan_snapshot__profile__kind="steps",
+        ).select_related("plan")
+    by_plan: dict = defaultdict(lambda: ([], []))
+    for run in runs:
+        by_plan[run.plan][1 if run.tuning_change_id == change.id else 0].append(run)
+    out = []
+    for plan, (before, after) in sorted(by_plan.items(), key=lambda kv: kv[0].name):
+        models = models_compared(side_for_runs("Before", before), side_for_runs("After", after))
+        if models is not None:
+            out.append({"plan": plan, "models": models})
+    return out

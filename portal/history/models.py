@@ -78,6 +78,9 @@ class TuningChange(TimeStamped):
         HARDWARE = "hardware", "Hardware"
         CODE = "code", "Code"
         OTHER = "other", "Other"
+        # "No change", an A/A test: recorded and applied like a change, it touches no key, so an
+        # experiment made of it measures the noise floor and the ledger never claims a change that did not happen.
+        CONTROL = "control", "Control (no change, A/A)"
 
     class Status(models.TextChoices):
         PLANNED = "planned", "Planned"
@@ -142,6 +145,10 @@ class TuningChange(TimeStamped):
     @property
     def has_hook(self) -> bool:
         return bool(self.hook_url)
+
+    @property
+    def is_control(self) -> bool:
+        return self.category == self.Category.CONTROL
 
 
 class TrialSet(TimeStamped):

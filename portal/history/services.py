@@ -8,18 +8,17 @@ a run's end calls it (``on_run_finished``), and so does the watchdog every few s
 
 import logging
 import time
-import urllib.error
-import urllib.request
 from datetime import timedelta
+from http import HTTPStatus
 
 from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from portal import outbound
 from portal.projects.models import Environment, Plan
 from portal.runs.models import Run
-from portal.runs.services import EnvironmentBusy, RunError, active_run_on, allowlist, run_cancel, run_create
-from workers.engine.targets import TargetNotAllowed, check_url
+from portal.runs.services import EnvironmentBusy, RunError, active_run_on, run_cancel, run_create
 
 from .models import Experiment, ExternalMeasurement, TrialSet, TuningChange, apply_edits
 
@@ -45,61 +44,58 @@ class EnvironmentBusyForChange(ChangeError):
 # --------------------------------------------------------------------------------------
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A hook is one request to an allowed target: a redirect could lead anywhere, so it is not followed."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
 def call_hook(change: TuningChange) -> dict:
     """Sends the change's hook request and returns what happened, for the record.
 
-    The URL must pass the target allowlist (like a run's base URL); redirects are not
-    followed; the call is bounded by HOOK_TIMEOUT_S. Never raises: an error is recorded.
+    Through ``portal.outbound``: only to an allowed target, connected to the address that
+    was checked, no redirect followed, bounded by HOOK_TIMEOUT_S. Never raises: an error
+    is recorded.
     """
     at = timezone.now().isoformat()
-    try:
-        check_url(change.hook_url, allowlist())
-    except TargetNotAllowed as exc:
-        return {"error": f"Hook refused, no request was sent: {exc}", "at": at}
-    except OSError as exc:
-        return {"error": f"Cannot resolve the hook's host: {exc}", "at": at}
     data = change.hook_body.encode() if change.hook_body and change.hook_method != "GET" else None
-    request = urllib.request.Request(change.hook_url, data=data, method=change.hook_method)
+    headers = {"User-Agent": "Plimsoll tuning-change hook"}
     if data is not None and change.hook_content_type:
-        request.add_header("Content-Type", change.hook_content_type)
-    request.add_header("User-Agent", "Plimsoll tuning-change hook")
-    # No proxy: the allowlist checked this host, and a proxy from http_proxy would send it elsewhere.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect)
+        headers["Content-Type"] = change.hook_content_type
     started = time.perf_counter()
     try:
-        with opener.open(request, timeout=HOOK_TIMEOUT_S) as response:
-            status, reason, body = response.status, response.reason, response.read(HOOK_BODY_KEPT)
-    except urllib.error.HTTPError as exc:
-        status, reason, body = exc.code, exc.reason, exc.read(HOOK_BODY_KEPT)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
+        response = outbound.request(
+            change.hook_method, change.hook_url, body=data, headers=headers, timeout=HOOK_TIMEOUT_S
+        )
+    except outbound.OutboundRefused as exc:
+        return {"error": f"Hook refused, no request was sent: {exc}", "at": at}
+    except outbound.OutboundFailed as exc:
         return {
-            "error": f"The hook request failed: {reason}",
+            "error": f"The hook request failed: {exc}",
             "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
             "at": at,
         }
+    reason = HTTPStatus(response.status).phrase if response.status in HTTPStatus._value2member_map_ else ""
     result = {
-        "status": status,
-        "reason": str(reason),
-        "body": body.decode("utf-8", "replace"),
-        "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
+        "status": response.status,
+        "reason": reason,
+        "body": response.body[:HOOK_BODY_KEPT].decode("utf-8", "replace"),
+        "elapsed_ms": round(response.elapsed_s * 1000, 1),
+        "address": response.address,
         "at": at,
     }
-    if status >= 300:
-        result["error"] = f"The hook answered {status} {reason}"
+    if response.status >= 300:
+        result["error"] = f"The hook answered {response.status} {reason}".rstrip()
     return result
 
 
 def change_create(*, environment: Environment, user, edits: list[dict], **fields) -> TuningChange:
-    """A planned change; ``fields`` are the model's (category, title, reason, reference, hook_*)."""
-    if not edits:
+    """A planned change; ``fields`` are the model's (category, title, reason, reference, hook_*).
+
+    A *control* is the one change that changes nothing: it has no edits and no hook.
+    """
+    if fields.get("category") == TuningChange.Category.CONTROL:
+        if edits:
+            raise ChangeError(
+                "A control changes nothing: leave the configuration as it is, or choose another category."
+            )
+        if fields.get("hook_url"):
+            raise ChangeError("A control changes nothing, so it has no hook to send: remove the hook URL.")
+    elif not edits:
         raise ChangeError("The change changes no key: edit at least one value, add a key or remove one.")
     return TuningChange.objects.create(environment=environment, made_by=user, edits=edits, **fields)
 
@@ -144,8 +140,9 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
         if user is not None and change.made_by_id is None:
             change.made_by = user
         change.save()
-        environment.configuration = after
-        environment.save(update_fields=["configuration", "updated_at"])
+        if not change.is_control:  # a control takes its place in the ledger and touches nothing else
+            environment.configuration = after
+            environment.save(update_fields=["configuration", "updated_at"])
     return change
 
 
@@ -261,7 +258,7 @@ def trialset_stop(trial_set: TrialSet) -> None:
 def experiment_create(
     *, plan: Plan, user, title: str, trials: int, apply_mode: str, change: TuningChange, description: str = ""
 ) -> Experiment:
-    if apply_mode == Experiment.ApplyMode.HOOK and not change.has_hook:
+    if apply_mode == Experiment.ApplyMode.HOOK and not change.has_hook and not change.is_control:
         raise ChangeError("An experiment that applies its change by hook needs a hook URL on the change.")
     if change.environment_id != plan.environment_id:
         raise ChangeError("The change must be on the plan's environment.")
@@ -335,7 +332,8 @@ def experiment_advance(experiment_id: int) -> None:
                 experiment.id, Experiment.Status.STOPPED, f"The baseline trials stopped: {baseline.error_message}"
             )
             return
-        if experiment.apply_mode == Experiment.ApplyMode.MANUAL:
+        # A control has nothing for a person to do: it is recorded at once, whatever the mode.
+        if experiment.apply_mode == Experiment.ApplyMode.MANUAL and not experiment.change.is_control:
             Experiment.objects.filter(id=experiment.id, status=status).update(status=Experiment.Status.AWAITING)
             return
         # Moving it to applying claims the hook call (updated_at starts the lease).

@@ -11,12 +11,15 @@ from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
+from django.core.validators import MaxValueValidator
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
 from portal.common import human_duration
 from workers.engine import variables
+from workers.engine.targets import BadTargetURL, parse_target_url
 
+from . import har
 from .models import (
     DataSet,
     Environment,
@@ -54,6 +57,8 @@ def parse_configuration(text: str) -> list[dict]:
         key, value = key.strip(), value.strip()
         if not sep or not key:
             errors.append(f"line {number}: expected key = value")
+        elif any(c.isspace() for c in key):
+            errors.append(f"line {number}: the key “{key}” has a space; write keys without spaces, e.g. sql.max_dop")
         elif key in seen:
             errors.append(f"line {number}: key {key} appears twice (first on line {seen[key]})")
         else:
@@ -309,11 +314,12 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "description"]
+        fields = ["name", "base_url", "description", "metrics_interval_s"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3})}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["metrics_interval_s"].required = False
         if self.instance.pk:
             # Once the environment exists its configuration changes only through tuning changes
             # (portal.history), so that every run can name the configuration it measured.
@@ -334,7 +340,17 @@ class EnvironmentForm(ProjectScopedForm):
             raise forms.ValidationError(
                 "Give only scheme, host and port (e.g. http://shop.test:8080); paths belong in the test cases' steps."
             )
+        try:
+            # The strict parser that the allowlist check and the engine's connections read it with.
+            parse_target_url(url)
+        except BadTargetURL as exc:
+            raise forms.ValidationError(str(exc)) from None
         return f"{parts.scheme}://{parts.netloc}"
+
+    def clean_metrics_interval_s(self):
+        # Optional in the form (older clients and the API post none): empty keeps the current value.
+        value = self.cleaned_data.get("metrics_interval_s")
+        return value if value is not None else (self.instance.metrics_interval_s or 5)
 
     def clean_configuration_text(self):
         return parse_configuration(self.cleaned_data["configuration_text"])
@@ -345,10 +361,40 @@ class EnvironmentForm(ProjectScopedForm):
         return super().save(commit=commit)
 
 
+class ServerForm(forms.ModelForm):
+    """A server row; its metrics endpoint is checked like any outbound request (portal.metrics)."""
+
+    counter_set = forms.ChoiceField(required=False)
+
+    def __init__(self, *args, **kwargs):
+        from portal.metrics.countersets import CHOICES
+
+        super().__init__(*args, **kwargs)
+        self.fields["counter_set"].choices = [("", "—"), *CHOICES]
+
+    def clean_metrics_url(self):
+        from portal.metrics.scrape import check_metrics_url
+
+        url = self.cleaned_data["metrics_url"].strip()
+        if not url:
+            return ""
+        try:
+            return check_metrics_url(url)
+        except ValueError as exc:
+            raise forms.ValidationError(f"This metrics endpoint cannot be scraped: {exc}") from None
+
+    def clean(self):
+        data = super().clean()
+        if data.get("metrics_url") and not data.get("counter_set"):
+            self.add_error("counter_set", "Choose the counter set that matches the endpoint's exporter.")
+        return data
+
+
 ServerFormSet = inlineformset_factory(
     Environment,
     Server,
-    fields=["name", "role", "hardware"],
+    form=ServerForm,
+    fields=["name", "role", "hardware", "metrics_url", "counter_set"],
     extra=2,
     can_delete=True,
     help_texts={"role": ""},
@@ -356,6 +402,7 @@ ServerFormSet = inlineformset_factory(
         "name": forms.TextInput(attrs={"placeholder": "web-01"}),
         "role": forms.TextInput(attrs={"placeholder": "web"}),
         "hardware": forms.TextInput(attrs={"placeholder": "4 vCPU, 16 GB"}),
+        "metrics_url": forms.TextInput(attrs={"placeholder": "http://web-01:9100/metrics"}),
     },
 )
 
@@ -596,6 +643,11 @@ LevelFormSet = inlineformset_factory(
 DEGRADATION_INPUTS = ("degradation_drop_pct", "degradation_rise_pct", "degradation_sustain_s", "degradation_steady_s")
 
 
+# A page slower than the longest request timeout (600 s) cannot be measured; no system we load
+# serves a million pages a second.
+THRESHOLD_MAXIMA = {"threshold_apd_ms": 600_000, "threshold_p95_ms": 600_000, "threshold_min_pages_per_s": 1_000_000}
+
+
 class PlanForm(ProjectScopedForm):
     """A plan with its load profile; only the chosen kind's fields (or levels) are validated and saved."""
 
@@ -625,6 +677,7 @@ class PlanForm(ProjectScopedForm):
             "threshold_p95_ms",
             "threshold_error_rate_pct",
             "threshold_min_pages_per_s",
+            "capacity_search",
             *DEGRADATION_INPUTS,
         ]
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
@@ -639,6 +692,10 @@ class PlanForm(ProjectScopedForm):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
         self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
+        # Sane upper bounds, so that a slip ("1e30") is refused rather than failing every run.
+        for name, most in THRESHOLD_MAXIMA.items():
+            self.fields[name].validators.append(MaxValueValidator(most))
+            self.fields[name].widget.attrs["max"] = most
         # Degradation settings always have a value: left empty, they keep the plan's (or the defaults).
         for name in DEGRADATION_INPUTS:
             self.fields[name].required = False
@@ -755,3 +812,39 @@ class MixWeightForm(forms.ModelForm):
     class Meta:
         model = MixEntry
         fields = ["weight"]
+
+
+class HarUploadForm(forms.Form):
+    """A HAR recording to import as a test case; nothing is saved before its preview is confirmed."""
+
+    file = forms.FileField(
+        label="HAR file",
+        help_text=f"A HAR 1.2 recording: the browser's “Save all as HAR” (Chromium, Firefox), Playwright's "
+        f"record_har_path, k6 Studio. At most {settings.PLIMSOLL_HAR_MAX_MB} MB.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".har,application/json"}),
+        error_messages={"empty": "The file is empty. Save the recording with your browser's “Save all as HAR”."},
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        limit = settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024
+        if upload.size > limit:  # before reading it
+            raise forms.ValidationError(
+                f"The file is {upload.size / 1024 / 1024:.1f} MB; the limit is {settings.PLIMSOLL_HAR_MAX_MB} MB. "
+                "Record only the journey you want to test."
+            )
+        self.cleaned_data["raw"] = upload.read()
+        return upload
+
+
+def har_choices(data) -> har.Choices:
+    """The preview's choices from its posted form: unchecked boxes are not posted, so absent means no."""
+    return har.Choices(
+        rejected={
+            key[len("correlation:") :] for key in data if key.startswith("correlation:") and data[key] == "reject"
+        },
+        keep_headers={key[len("keep_header:") :].lower() for key in data if key.startswith("keep_header:")},
+        keep_fields={key[len("keep_field:") :] for key in data if key.startswith("keep_field:")},
+        vary_fields={key[len("vary_field:") :] for key in data if key.startswith("vary_field:")},
+        variables={key[len("variable:") :]: data[key] for key in data if key.startswith("variable:")},
+    )

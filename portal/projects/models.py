@@ -3,7 +3,7 @@ from django.db import models
 from django.urls import reverse
 
 from portal.accounts.models import Team
-from portal.common import TimeStamped, human_duration, new_code
+from portal.common import TimeStamped, human_duration, new_code, plural
 from workers.engine import variables
 
 # ``{{name}}`` (or ``{{ name }}``) in a step's path, header values and body: an extracted value or a
@@ -54,6 +54,13 @@ class Environment(TimeStamped):
     description = models.TextField(blank=True)
     # Ordered [{"key": ..., "value": ...}]: order is the author's (grouped by server, say), not alphabetical.
     configuration = models.JSONField(default=list, blank=True)
+    # Server metrics (portal.metrics): how often each server's metrics endpoint is scraped during a run.
+    metrics_interval_s = models.PositiveSmallIntegerField(
+        "scrape servers every (s)",
+        default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(300)],
+        help_text="How often Plimsoll reads each server's metrics endpoint while a run is active.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -82,6 +89,14 @@ class Server(models.Model):
     role = models.CharField(max_length=100, blank=True, help_text="web, database, application, search …")
     hardware = models.CharField("hardware notes", max_length=300, blank=True)
     position = models.PositiveIntegerField(default=0)
+    # Server metrics (portal.metrics): a Prometheus text endpoint and which of its series to keep.
+    metrics_url = models.CharField(
+        "metrics endpoint",
+        max_length=500,
+        blank=True,
+        help_text="Prometheus text, e.g. http://web-01:9100/metrics (node_exporter) or :9182 (windows_exporter)",
+    )
+    counter_set = models.CharField(max_length=20, blank=True)
 
     class Meta:
         ordering = ["position", "id"]
@@ -387,6 +402,14 @@ class Plan(TimeStamped):
     threshold_min_pages_per_s = models.FloatField(
         "pages/s at least", null=True, blank=True, validators=[MinValueValidator(0)]
     )
+    # A steps plan run to find where the system breaks: its run ends "done" with the capacity found,
+    # and fails only when even its first level breaks the thresholds.
+    capacity_search = models.BooleanField(
+        "capacity search",
+        default=False,
+        help_text="For a steps profile: the run ends done with the capacity found (the last level that held "
+        "every threshold) instead of failed when its upper levels break; it fails only if the first level breaks",
+    )
     # Degradation in long runs (see portal.history.analysis.degradation): against the steady
     # state after ramp-up, a sustained throughput drop or APD rise beyond these limits.
     degradation_drop_pct = models.FloatField(
@@ -466,24 +489,24 @@ class Plan(TimeStamped):
             users = [level.users for level in self.get_levels()]
             if len(users) > 1:
                 return f"{users[0]} → {users[-1]} users"
-            return f"{users[0]} users" if users else "no levels"
+            return plural(users[0], "user") if users else "no levels"
         if self.profile_kind == self.ProfileKind.ARRIVAL_RATE:
             return f"{_number(self.rate or 0)} iterations/s"
-        return f"{self.users} users"
+        return plural(self.users, "user")
 
     @property
     def profile_description(self) -> str:
         """The load profile in words, e.g. "5 levels: 20 → 50 users, 1 h ramp-up, 5 h measured, …"."""
         kind, d = self.profile_kind, human_duration
         if kind == self.ProfileKind.CONSTANT:
-            return f"{self.users} users from the start, {d(self.hold)} measured"
+            return f"{plural(self.users, 'user')} from the start, {d(self.hold)} measured"
         if kind == self.ProfileKind.STEPS:
             levels = self.get_levels()
             if not levels:
                 return "Steps with no levels yet"
             users = " → ".join(str(u) for u in (levels[0].users, levels[-1].users)) if len(levels) > 1 else None
             parts = [
-                f"{users or levels[0].users} users",
+                users and f"{users} users" or plural(levels[0].users, "user"),
                 f"{_span([lv.ramp_up for lv in levels])} ramp-up",
                 f"{_span([lv.hold for lv in levels])} measured",
                 f"{_span([lv.ramp_down for lv in levels])} ramp-down",
@@ -495,11 +518,13 @@ class Plan(TimeStamped):
             rate = _number(self.rate or 0)
             start = self.rate_start if self.rate_start is not None else self.rate
             ramp = f"{_number(start or 0)} → {rate} iterations/s over {d(self.ramp_up)}, then " if self.ramp_up else ""
-            return f"{ramp}{rate} iterations/s for {d(self.hold)} measured, at most {self.max_users} users"
+            return f"{ramp}{rate} iterations/s for {d(self.hold)} measured, at most {plural(self.max_users, 'user')}"
         ramp = f"{d(self.ramp_up)} ramp-up, {d(self.hold)} measured, {d(self.ramp_down)} ramp-down"
         if kind == self.ProfileKind.PACING:
-            return f"{self.users} users, each starting an iteration every {_number(self.pacing or 0)} s: {ramp}"
-        return f"{self.users} users: {ramp}"
+            return (
+                f"{plural(self.users, 'user')}, each starting an iteration every {_number(self.pacing or 0)} s: {ramp}"
+            )
+        return f"{plural(self.users, 'user')}: {ramp}"
 
     def profile_dict(self) -> dict:
         """The ``profile`` of the engine's plan, with the keys docs/plan-format.md gives for its kind."""
@@ -557,12 +582,13 @@ class Plan(TimeStamped):
     def analysis_settings(self) -> dict:
         """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""
         return {
+            "capacity_search": self.capacity_search and self.profile_kind == self.ProfileKind.STEPS,
             "degradation": {
                 "drop_pct": self.degradation_drop_pct,
                 "rise_pct": self.degradation_rise_pct,
                 "sustain_s": self.degradation_sustain_s,
                 "steady_s": self.degradation_steady_s,
-            }
+            },
         }
 
 
@@ -583,7 +609,7 @@ class PlanLevel(models.Model):
         ordering = ["position", "id"]
 
     def __str__(self):
-        return f"{self.users} users"
+        return plural(self.users, "user")
 
     @property
     def duration(self) -> float:

@@ -12,6 +12,27 @@ from .models import DataSet, Environment, MixEntry, Plan, Project, TestCase
 DATA_SET_HEAD = 10
 
 
+def target_problem(*, base_url: str) -> str | None:
+    """Why a run against ``base_url`` would be refused (outside PLIMSOLL_ALLOWED_TARGETS), or None.
+
+    Shown on the environment and plan pages so that nobody learns it from a run ending in
+    error. A name that does not resolve now is not reported: that may pass, and the run says so.
+    """
+    from portal import outbound
+
+    try:
+        outbound.check(base_url, timeout=2)
+    except outbound.OutboundRefused as exc:
+        return (
+            f"The target {base_url} is not allowed: {exc} Runs send load only to the targets in "
+            "PLIMSOLL_ALLOWED_TARGETS; point the environment at an allowed target, or ask the "
+            "administrator to add this one."
+        )
+    except OSError:
+        return None
+    return None
+
+
 class PreviewUnavailable(Exception):
     """The engine in this version cannot draw a profile (no ``schedule.preview``)."""
 

@@ -14,6 +14,9 @@ project_urls = [
     path("<uuid:code>/environments/new/", views.environment_new, name="environment-new"),
     path("<uuid:code>/testcases/new/", views.testcase_new, name="testcase-new"),
     path("<uuid:code>/plans/new/", views.plan_new, name="plan-new"),
+    # Issue 18: a HAR recording becomes a test case, after a preview that saves nothing.
+    path("<uuid:code>/testcases/import-har/", views.har_import, name="har-import"),
+    path("<uuid:code>/testcases/import-har/<str:token>/", views.har_import_preview, name="har-import-preview"),
     # The plan form's chart: its values in, users (or rate) over time out; for new and saved plans alike.
     path("<uuid:code>/plans/preview/", views.plan_preview, name="plan-preview"),
 ]

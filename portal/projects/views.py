@@ -9,6 +9,7 @@ is a ``partialdef`` that HTMX requests get alone. Without JavaScript the same UR
 plain form posts and redirect back to the page.
 """
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,19 +17,24 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 
 from portal.accounts import access
 from portal.accounts.models import Membership
+from portal.common import plural
+from portal.history.models import TuningChange
 from portal.history.views.changes import environment_history
 
-from . import selectors, services
+from . import har, selectors, services
 from .forms import (
     DataSetModeForm,
     DataSetUploadForm,
     EnvironmentForm,
+    HarUploadForm,
     MixAddForm,
     MixWeightForm,
     PlanForm,
@@ -36,10 +42,12 @@ from .forms import (
     ServerFormSet,
     StepForm,
     TestCaseForm,
+    har_choices,
 )
 from .models import DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
 
 RECENT_RUNS = 10
+RECENT_EXPERIMENTS = 5
 PLAN_RUNS = 20
 DIRECTIONS = ("up", "down")
 
@@ -130,6 +138,10 @@ def project_detail(request, code):
         .prefetch_related("levels")
         .annotate(mix_count=Count("mix")),
         "runs": project.runs.order_by("-number")[:RECENT_RUNS],
+        # The latest experiments, so the demo's ready-made one is one click from the project.
+        "experiments": project.experiments.select_related("plan", "change").order_by("-created_at", "-id")[
+            :RECENT_EXPERIMENTS
+        ],
         "can_write": _can_write(request.user, project),
         "nav": "projects",
     }
@@ -158,6 +170,8 @@ def project_delete(request, code):
         (project.test_cases.count(), "test case"),
         (project.plans.count(), "plan"),
         (project.runs.count(), "run and its results"),
+        (project.experiments.count(), "experiment"),
+        (TuningChange.objects.filter(environment__project=project).count(), "tuning change"),
     ]
     return _confirm_delete(
         request,
@@ -182,6 +196,7 @@ def environment_detail(request, code):
         "servers": environment.servers.all(),
         "plans": environment.plans.prefetch_related("levels"),
         "can_write": _can_write(request.user, environment.project),
+        "target_problem": selectors.target_problem(base_url=environment.base_url),
         "nav": "projects",
         # The results history: its ledger of tuning changes, a past configuration, measurements.
         **environment_history(environment, at=request.GET.get("at")),
@@ -198,8 +213,12 @@ def _environment_form(request, project: Project, environment: Environment | None
         saved = _save(form, lambda: services.environment_save(form=form, servers=servers))
         if saved:
             messages.success(request, f"Environment “{saved}” saved.")
+            if problem := selectors.target_problem(base_url=saved.base_url):
+                messages.warning(request, f"{problem} Its plans cannot run until then.")
             return redirect(saved)
     context = {"form": form, "servers": servers, "project": project, "environment": environment, "nav": "projects"}
+    if environment and request.method == "GET":
+        context["target_problem"] = selectors.target_problem(base_url=environment.base_url)
     return render(request, "projects/environment_form.html", context)
 
 
@@ -355,7 +374,7 @@ def testcase_delete(request, code):
         ),
         consequences=[f"its {test_case.steps.count()} steps"]
         + [
-            f"its data set “{d.file_name}” ({d.row_count:,} rows)"
+            f"its data set “{d.file_name}” ({plural(d.row_count, 'row')})"
             for d in DataSet.objects.filter(test_case=test_case).defer("rows")
         ],
     )
@@ -438,7 +457,7 @@ def data_set_upload(request, code):
         )
         messages.success(
             request,
-            f"Data set “{data_set}” saved: {data_set.row_count:,} rows of {', '.join(data_set.columns)}.",
+            f"Data set “{data_set}” saved: {plural(data_set.row_count, 'row')} of {', '.join(data_set.columns)}.",
         )
         return redirect(test_case.get_absolute_url() + "#data-set")
     return render(request, "projects/testcase_detail.html", _testcase_context(request, test_case, upload_form=form))
@@ -482,7 +501,7 @@ def data_set_delete(request, code):
         kind="data set",
         crumbs=[(str(project), project.get_absolute_url()), (str(test_case), test_case.get_absolute_url())],
         cancel_url=test_case.get_absolute_url() + "#data-set",
-        consequences=[f"its {data_set.row_count:,} rows (past runs keep their snapshot of them)"],
+        consequences=[f"its {plural(data_set.row_count, 'row')} (past runs keep their snapshot of them)"],
         note="Steps that use its columns as {{column}} will need another data set before their plans can run.",
     )
 
@@ -498,6 +517,11 @@ def _preview(plan: Plan) -> dict | None:
         return None
 
 
+def _target_problems(base_url: str) -> list[str]:
+    problem = selectors.target_problem(base_url=base_url)
+    return [problem] if problem else []
+
+
 def _plan_context(request, plan: Plan, **extra) -> dict:
     can_write = _can_write(request.user, plan.project)
     context = {
@@ -505,7 +529,7 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
         "project": plan.project,
         "levels": plan.get_levels(),
         "mix": selectors.plan_mix(plan=plan),
-        "problems": plan.problems(),
+        "problems": plan.problems() + _target_problems(plan.environment.base_url),
         "runs": plan.runs.order_by("-number")[:PLAN_RUNS],
         "can_write": can_write,
         "nav": "projects",
@@ -595,7 +619,11 @@ def plan_delete(request, code):
     plan = access.get_for_user(request.user, Plan.objects.select_related("project__team"), code=code, write=True)
     project = plan.project
     if request.method == "POST":
-        plan.delete()
+        try:
+            services.plan_delete(plan=plan)
+        except services.InUse as refusal:
+            messages.error(request, f"Not deleted: {refusal}")
+            return redirect(plan)
         messages.success(request, f"Plan “{plan}” deleted.")
         return redirect(project)
     runs = plan.runs.count()
@@ -605,6 +633,7 @@ def plan_delete(request, code):
         kind="plan",
         crumbs=[(str(project), project.get_absolute_url()), (str(plan), plan.get_absolute_url())],
         cancel_url=plan.get_absolute_url(),
+        blocker=services.plan_delete_refusal(plan),
         consequences=["its mix"],
         note=f"Its {runs} run{'' if runs == 1 else 's'} and their results stay in the project's history."
         if runs
@@ -657,3 +686,89 @@ def mix_move(request, pk, direction):
         raise Http404
     services.mix_entry_move(entry=entry, direction=direction)
     return _mix_changed(request, entry.plan)
+
+
+# HAR imports (issue 18)
+
+
+@login_required
+def har_import(request, code):
+    """Upload a HAR; a recording that cannot be imported is refused here, with the reason, and nothing kept."""
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    form = HarUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            token = services.har_upload_store(project=project, user_id=request.user.pk, raw=form.cleaned_data["raw"])
+        except har.HarError as refusal:
+            form.add_error("file", str(refusal))
+        else:
+            name = form.cleaned_data["file"].name.rsplit("/", 1)[-1].removesuffix(".har")[:100]
+            url = reverse("projects:har-import-preview", args=[project.code, token])
+            return redirect(f"{url}?{urlencode({'name': name})}")
+    context = {"form": form, "project": project, "nav": "projects", "ttl_min": _har_ttl_minutes()}
+    return render(request, "projects/har_upload.html", context)
+
+
+def _har_ttl_minutes() -> int:
+    return settings.PLIMSOLL_HAR_UPLOAD_TTL_S // 60
+
+
+@login_required
+def har_import_preview(request, code, token):
+    """The preview of an uploaded HAR: update it with the user's choices, create the test case, or discard."""
+    project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    upload = {"project": project, "user_id": request.user.pk, "token": token}
+    try:
+        raw = services.har_upload_read(**upload)
+    except services.HarUploadGone as gone:
+        messages.error(request, str(gone))
+        return redirect("projects:har-import", project.code)
+    action = request.POST.get("action") if request.method == "POST" else None
+    if action == "discard":
+        services.har_upload_discard(**upload)
+        messages.success(request, "Recording discarded: the uploaded file is deleted and nothing was saved.")
+        return redirect(project)
+    choices = har_choices(request.POST) if request.method == "POST" else har.Choices()
+    try:
+        preview = har.analyze(services.har_entries(raw), allowed=services.allowed_target, choices=choices)
+    except har.HarError as refusal:  # the allowlist changed since the upload
+        services.har_upload_discard(**upload)
+        messages.error(request, f"Not imported: {refusal}")
+        return redirect("projects:har-import", project.code)
+    name = (request.POST.get("name") if request.method == "POST" else request.GET.get("name")) or "Recorded journey"
+    error = None
+    if action == "create":
+        try:
+            test_case = services.test_case_import(
+                project=project, name=name, steps=preview.step_fields(), description=_har_description(preview)
+            )
+        except services.ImportRefused as refusal:
+            error = str(refusal)
+        else:
+            services.har_upload_discard(**upload)
+            needed = ", ".join(f"{{{{{v}}}}}" for v in preview.variables_needed())
+            more = f" It posts {needed}: upload a data set with that column before running it." if needed else ""
+            messages.success(request, f"Test case “{test_case}” created; the uploaded file is deleted.{more}")
+            return redirect(test_case)
+    secret_headers = sorted(
+        {r.name.lower() for s in preview.steps for r in s.header_rules if r.name.lower() in har.SECRET_HEADERS}
+    )
+    context = {
+        "project": project,
+        "preview": preview,
+        "name": name,
+        "error": error,
+        "secret_headers": [(h, h in choices.keep_headers) for h in secret_headers],
+        "variables_needed": preview.variables_needed(),
+        "ttl_min": _har_ttl_minutes(),
+        "nav": "projects",
+    }
+    return render(request, "projects/har_preview.html", context)
+
+
+def _har_description(preview: har.Preview) -> str:
+    accepted = [c.name for c in preview.correlations if c.accepted]
+    text = f"Imported from a HAR recording of {preview.base_url}: {len(preview.steps)} pages."
+    if accepted:
+        text += f" Correlated: {', '.join(accepted)}."
+    return text

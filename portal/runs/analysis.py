@@ -14,20 +14,25 @@ feeds them a run's figures and words their answers.
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+
+from django.db.models import Max
 
 from portal.common import human_duration
 from portal.history import analysis as history_analysis
+from portal.history import changepoint, scalability
 from portal.projects.models import Plan
 from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from .models import PageInterval, Run, ShardInterval
+from . import storage
+from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
 
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.
 MAX_POINTS = 720
+# A live run's first chart load reads label rows (for p95, hits and bytes) for this many recent seconds.
+LIVE_DETAIL_S = 600
 
 
 def _hist(d: dict) -> Histogram:
@@ -63,44 +68,53 @@ def cut_windows(run: Run, last_second: int | None) -> list[dict]:
     return windows
 
 
-@dataclass
 class _Acc:
-    """Sums over some seconds of a run."""
+    """Sums over some seconds of a run (of some labels)."""
 
-    pages: int = 0
-    hits: int = 0
-    errors: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    hist: Histogram = field(default_factory=Histogram)
-    ttfb: Histogram = field(default_factory=Histogram)
-    connect: Histogram = field(default_factory=Histogram)
+    __slots__ = ("pages", "hits", "errors", "bytes_in", "bytes_out", "hist", "ttfb", "connect")
 
-    def add(self, row) -> None:
+    def __init__(self) -> None:
+        self.pages = self.hits = self.errors = self.bytes_in = self.bytes_out = 0
+        self.hist, self.ttfb, self.connect = Histogram(), Histogram(), storage.Mean()
+
+    def add(self, row) -> "_Acc":
+        """Adds a row, or another accumulator (both have the same attributes)."""
         self.pages += row.pages
         self.hits += row.hits
         self.errors += row.errors
         self.bytes_in += row.bytes_in
         self.bytes_out += row.bytes_out
-        self.hist.merge(row.h)
+        self.hist.merge(row.hist)
         self.ttfb.merge(row.ttfb)
         self.connect.merge(row.connect)
+        return self
 
 
-@dataclass
 class _Row:
-    second: int
-    label: str
-    pages: int
-    hits: int
-    errors: int
-    by_kind: dict
-    samples: dict
-    bytes_in: int
-    bytes_out: int
-    h: Histogram
-    ttfb: Histogram
-    connect: Histogram
+    """One PageInterval row, decoded from either storage format."""
+
+    __slots__ = (
+        "second",
+        "label",
+        "pages",
+        "hits",
+        "errors",
+        "by_kind",
+        "samples",
+        "bytes_in",
+        "bytes_out",
+        "hist",
+        "ttfb",
+        "connect",
+    )
+
+    def __init__(self, values: tuple):
+        (s, label, pages, hits, errors, by_kind, samples, b_in, b_out, hb, hj, tb, tj, cn, cs, cj) = values
+        self.second, self.label, self.pages, self.hits, self.errors = s, label, pages, hits, errors
+        self.by_kind, self.samples, self.bytes_in, self.bytes_out = by_kind or {}, samples or {}, b_in, b_out
+        self.hist = storage.histogram(hb, hj)
+        self.ttfb = storage.histogram(tb, tj)
+        self.connect = storage.Mean.of(cn, cs, cj)
 
 
 def _latency(h: Histogram) -> dict:
@@ -114,7 +128,7 @@ def _latency(h: Histogram) -> dict:
     }
 
 
-def _ms(h: Histogram, q: float | None = None) -> float | None:
+def _ms(h, q: float | None = None) -> float | None:
     if not h.count:
         return None
     return round((h.mean if q is None else h.percentile(q)) / 1000, 2)
@@ -153,28 +167,13 @@ def _figures(acc: _Acc, seconds: int, shard_seconds: list) -> dict:
     }
 
 
-def _load(run: Run) -> tuple[list[_Row], list]:
-    rows = [
-        _Row(second, label, p, h, e, by_kind, samples, b_in, b_out, _hist(hist), _hist(ttfb), _hist(connect))
-        for second, label, p, h, e, by_kind, samples, b_in, b_out, hist, ttfb, connect in PageInterval.objects.filter(
-            run=run
-        ).values_list(
-            "second",
-            "label",
-            "pages",
-            "hits",
-            "errors",
-            "errors_by_kind",
-            "error_samples",
-            "bytes_in",
-            "bytes_out",
-            "hist",
-            "ttfb_hist",
-            "connect_hist",
-        )
-    ]
-    shard_rows = list(
-        ShardInterval.objects.filter(run=run).only(
+def _shard_rows(run: Run, since: int | None = None) -> list:
+    """The run's ShardInterval rows as light named tuples (a 48 h run has 172,800 per shard)."""
+    rows = ShardInterval.objects.filter(run=run)
+    if since is not None:
+        rows = rows.filter(second__gte=since)
+    return list(
+        rows.values_list(
             "second",
             "active_users",
             "iterations_started",
@@ -182,41 +181,225 @@ def _load(run: Run) -> tuple[list[_Row], list]:
             "iterations_dropped",
             "loop_lag_p99_ms",
             "cpu_pct",
-        )
+            "pages",
+            "errors",
+            "latency_sum_us",
+            "latency_count",
+            named=True,
+        ).iterator(chunk_size=5000)
     )
-    return rows, shard_rows
+
+
+def page_rows(run: Run, since: int | None = None, until: int | None = None):
+    """The run's PageInterval rows in [since, until) in order of seconds, decoded one at a time (bounded memory)."""
+    rows = PageInterval.objects.filter(run=run)
+    if since is not None:
+        rows = rows.filter(second__gte=since)
+    if until is not None:
+        rows = rows.filter(second__lt=until)
+    for values in (
+        rows.order_by("second", "shard_no", "label").values_list(*storage.PAGE_ROW_FIELDS).iterator(chunk_size=2000)
+    ):
+        yield _Row(values)
+
+
+class _ChartRow:
+    """What a chart bucket needs of a row: its counts and page-duration histogram, nothing else decoded."""
+
+    __slots__ = ("second", "pages", "hits", "errors", "bytes_in", "hist")
+
+    def __init__(self, values: tuple):
+        self.second, self.pages, self.hits, self.errors, self.bytes_in, hist_bin, hist = values
+        self.hist = storage.histogram(hist_bin, hist)
+
+
+def chart_rows(run: Run, since: int):
+    """The rows from ``since`` on, in order of seconds, for a live chart."""
+    rows = PageInterval.objects.filter(run=run, second__gte=since).order_by("second")
+    for values in rows.values_list("second", "pages", "hits", "errors", "bytes_in", "hist_bin", "hist").iterator(
+        chunk_size=2000
+    ):
+        yield _ChartRow(values)
+
+
+def last_second(run: Run) -> int | None:
+    last = [
+        PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
+        ShardInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
+    ]
+    last = [s for s in last if s is not None]
+    return max(last) if last else None
+
+
+class _PerSecond:
+    """Pages, latency sum and count per second (the degradation input), in flat lists of ints."""
+
+    def __init__(self, end: int):
+        self.pages = [0] * end
+        self.total_us = [0] * end
+        self.count = [0] * end
+        self.reported: set[int] = set()
+
+    def add(self, row: _Row) -> None:
+        if 0 <= row.second < len(self.pages):
+            self.reported.add(row.second)
+            self.pages[row.second] += row.pages
+            self.total_us[row.second] += row.hist.sum
+            self.count[row.second] += row.hist.count
+
+
+class _Series:
+    """Chart buckets filled from rows in order of seconds: one open bucket histogram at a time."""
+
+    def __init__(self, bucket: int, first: int = 0):
+        self.bucket = bucket
+        self.first = first
+        self.pages, self.hits, self.errs, self.bytes_in = (defaultdict(int) for _ in range(4))
+        self.apd: dict[int, float | None] = {}
+        self.p95: dict[int, float | None] = {}
+        self._open: int | None = None
+        self._hist = Histogram()
+        self.last: int | None = None
+
+    def _close(self) -> None:
+        if self._open is not None:
+            h = self._hist
+            self.apd[self._open] = round(h.mean / 1000, 2) if h.count else None
+            self.p95[self._open] = round(h.percentile(95) / 1000, 2) if h.count else None
+        self._hist = Histogram()
+
+    def add(self, row: _Row) -> None:
+        start = self.first + (row.second - self.first) // self.bucket * self.bucket
+        if start != self._open:
+            self._close()
+            self._open = start
+        self.last = row.second if self.last is None else max(self.last, row.second)
+        self.pages[start] += row.pages
+        self.hits[start] += row.hits
+        self.errs[start] += row.errors
+        self.bytes_in[start] += row.bytes_in
+        self._hist.merge(row.hist)
+
+    def result(self, shard_rows: list, last: int, *, totals_from: int | None = None) -> dict:
+        """The buckets from ``totals_from`` (default: the first row's) to ``last``.
+
+        Buckets before the rows read (a live run's first load reads label rows only for its
+        last LIVE_DETAIL_S) come from the shards' per-second totals: pages, errors and APD,
+        without hits, bytes and p95, which only label rows hold.
+        """
+        self._close()
+        users: dict[int, int] = defaultdict(int)
+        dropped: dict[int, int] = defaultdict(int)
+        early: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # bucket → pages, errors, µs, count
+        for s in shard_rows:
+            users[s.second] += s.active_users
+            dropped[s.second] += s.iterations_dropped
+            if s.second < self.first:
+                e = early[s.second // self.bucket * self.bucket]
+                e[0] += s.pages
+                e[1] += s.errors
+                e[2] += s.latency_sum_us
+                e[3] += s.latency_count
+        keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms")
+        out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in keys}, "bytes_per_s": []}
+        for start in range(self.first if totals_from is None else totals_from, last + 1, self.bucket):
+            span = range(start, min(start + self.bucket, last + 1))
+            n = len(span)
+            out["t"].append(start)
+            out["users"].append(max((users.get(s, 0) for s in span), default=0))
+            out["dropped_per_s"].append(round(sum(dropped.get(s, 0) for s in span) / n, 2))
+            if start < self.first:
+                pages, errors, total_us, count = early[start]
+                out["pages_per_s"].append(round(pages / n, 2))
+                out["errors_per_s"].append(round(errors / n, 2))
+                out["apd_ms"].append(round(total_us / count / 1000, 2) if count else None)
+                for key in ("hits_per_s", "bytes_per_s", "p95_ms"):
+                    out[key].append(None)
+                continue
+            out["pages_per_s"].append(round(self.pages[start] / n, 2))
+            out["hits_per_s"].append(round(self.hits[start] / n, 2))
+            out["errors_per_s"].append(round(self.errs[start] / n, 2))
+            out["bytes_per_s"].append(round(self.bytes_in[start] / n, 1))
+            out["apd_ms"].append(self.apd.get(start))
+            out["p95_ms"].append(self.p95.get(start))
+        return out
+
+
+def chart_bucket(last: int) -> int:
+    """Seconds per chart point of a finished run: at most MAX_POINTS points."""
+    return max(1, math.ceil((last + 1) / MAX_POINTS))
+
+
+def _window_of(windows: list[dict], second: int) -> int | None:
+    """The index of the window holding ``second`` (windows are consecutive and never overlap)."""
+    for i, w in enumerate(windows):
+        if w["start"] <= second < w["end"]:
+            return i
+    return None
 
 
 def summarize(run: Run) -> dict:
-    rows, shard_rows = _load(run)
-    seconds = [r.second for r in rows] + [s.second for s in shard_rows]
-    last_second = max(seconds) if seconds else None
-    windows = cut_windows(run, last_second)
-    in_window = {s for w in windows for s in range(w["start"], w["end"])}
-    limits = run.plan_snapshot.get("thresholds") or {}
+    """The run's summary in one pass over its rows in order of seconds (``summarize_with_series``)."""
+    return summarize_with_series(run)[0]
 
-    total, per_label = _Acc(), defaultdict(_Acc)
+
+def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
+    """The summary and the chart series, from one streaming pass over the run's rows.
+
+    ``also``: more callables that each decoded row is given to, in the same pass (finalize's
+    comparison batches and roll-up), so no row is read or decoded twice.
+
+    Each row is decoded once and merged once into its (label, window) accumulator; the
+    per-label, per-window and total figures are merges of those, so memory depends on the
+    number of labels and windows, not on the run's length (besides the per-second lists
+    the degradation analysis takes, a few integers per second).
+    """
+    shard_rows = _shard_rows(run)
+    last = last_second(run)
+    windows = cut_windows(run, last)
+    limits = run.plan_snapshot.get("thresholds") or {}
+    end = (last + 1) if last is not None else 0
+
+    cells: dict[tuple[str, int], _Acc] = defaultdict(_Acc)
     errors: dict[str, dict] = {}
     whole = _Acc()
-    per_window = [_Acc() for _ in windows]
-    for row in rows:
-        whole.add(row)
-        if row.second not in in_window:
+    per_second = _PerSecond(end)
+    chart = _Series(chart_bucket(last) if last is not None else 1)
+    for row in page_rows(run):
+        whole.pages += row.pages
+        whole.hits += row.hits
+        whole.errors += row.errors
+        whole.bytes_in += row.bytes_in
+        per_second.add(row)
+        chart.add(row)
+        for consume in also:
+            consume(row)
+        w = _window_of(windows, row.second)
+        if w is None:
             continue
-        total.add(row)
-        per_label[row.label].add(row)
-        for acc, w in zip(per_window, windows, strict=True):
-            if w["start"] <= row.second < w["end"]:
-                acc.add(row)
+        cells[(row.label, w)].add(row)
         for kind, n in row.by_kind.items():
             e = errors.setdefault(kind, {"kind": kind, "count": 0, "sample": row.samples.get(kind, ""), "pages": set()})
             e["count"] += n
             e["pages"].add(row.label)
 
+    per_label: dict[str, _Acc] = defaultdict(_Acc)
+    per_window = [_Acc() for _ in windows]
+    for (label, w), acc in cells.items():
+        per_label[label].add(acc)
+        per_window[w].add(acc)
+    total = _Acc()
+    for acc in per_window:
+        total.add(acc)
+
     measured_seconds = sum(w["seconds"] for w in windows)
-    totals = _figures(total, measured_seconds, [s for s in shard_rows if s.second in in_window])
-    for w, acc in zip(windows, per_window, strict=True):
-        w_shards = [s for s in shard_rows if w["start"] <= s.second < w["end"]]
+    window_shards = [[] for _ in windows]
+    for s in shard_rows:
+        w = _window_of(windows, s.second)
+        if w is not None:
+            window_shards[w].append(s)
+    totals = _figures(total, measured_seconds, [s for part in window_shards for s in part])
+    for w, acc, w_shards in zip(windows, per_window, window_shards, strict=True):
         w["totals"] = _figures(acc, w["seconds"], w_shards)
         w["thresholds"] = judge(limits, w["totals"])
         w["verdict"] = _verdict(w["thresholds"])
@@ -236,7 +419,7 @@ def summarize(run: Run) -> dict:
         }
         for label, acc in sorted(per_label.items())
     ]
-    return {
+    summary = {
         "window": {
             "start": windows[0]["start"],
             "end": windows[-1]["end"],
@@ -252,16 +435,19 @@ def summarize(run: Run) -> dict:
             "hits": whole.hits,
             "errors": whole.errors,
             "bytes_in": whole.bytes_in,
-            "seconds": (last_second + 1) if seconds else 0,
+            "seconds": end,
         },
-        "generator": generator_health(shard_rows, in_window),
+        "generator": generator_health(shard_rows, windows),
+        "handoffs": handoff_timeline(run, windows),
         "thresholds": thresholds,
         "verdict": verdict,
-        **_capacity_or_degradation(run, windows, limits, rows, shard_rows),
+        **_capacity_or_degradation(run, windows, limits, per_second, shard_rows),
     }
+    series = chart.result(shard_rows, last) if last is not None else _Series(1).result([], -1)
+    return summary, series
 
 
-def generator_health(shard_rows: list, seconds: set[int]) -> dict:
+def generator_health(shard_rows: list, windows: list[dict]) -> dict:
     """The load generator's own state in the measured seconds; saturated means its figures are suspect.
 
     Per second, the worst shard counts: the run's figures are suspect if any shard's generator was.
@@ -269,7 +455,7 @@ def generator_health(shard_rows: list, seconds: set[int]) -> dict:
     lag: dict[int, float] = {}
     cpu: dict[int, float] = {}
     for s in shard_rows:
-        if s.second not in seconds:
+        if _window_of(windows, s.second) is None:
             continue
         if s.loop_lag_p99_ms is not None:
             lag[s.second] = max(lag.get(s.second, 0.0), s.loop_lag_p99_ms)
@@ -354,12 +540,20 @@ def degradation_defaults() -> dict:
     return {name: Plan._meta.get_field(f"degradation_{name}").default for name in DEGRADATION_SETTINGS}
 
 
-def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows: list, shard_rows: list) -> dict:
+def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, shard_rows: list) -> dict:
     """A steps run with several measured levels gets its capacity; a single-window run its degradation."""
     if len(windows) > 1:
         return {"capacity": capacity_of(run, windows, limits)}
     if len(windows) == 1:
-        return {"degradation": degradation_of(run, windows[0], rows, shard_rows)}
+        if (run.plan_snapshot.get("profile") or {}).get("kind") == "steps":
+            return {}  # a steps run is read for its capacity; one level is no soak
+        window, settings = windows[0], (run.analysis_settings or {}).get("degradation") or {}
+        steady_s = settings.get("steady_s") or degradation_defaults()["steady_s"]
+        if window.get("index") is not None and window["end"] - window["start"] < steady_s:
+            # Shorter than the steady state itself: a smoke test, nobody expected a look for
+            # degradation, so the report says nothing about it rather than "too short" on every such run.
+            return {}
+        return {"degradation": degradation_of(run, window, rows, shard_rows)}
     return {}
 
 
@@ -457,9 +651,17 @@ def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
         r["capacity"] = r["users"] == result.capacity_users
         r["knee"] = r["users"] == result.knee_users
     rows.sort(key=lambda r: r["users"])
+    held_level = next((r for r in rows if r["capacity"]), None)
+    failed_level = next((r for r in rows if r["users"] == result.first_failure_users), None)
     out = {
         "analysed": True,
+        # A capacity search ends "done" with this answer (run_finalize); later comparisons read a
+        # lower capacity than the baseline's as a regression, so the figures are kept with it.
+        "search": bool((run.analysis_settings or {}).get("capacity_search")),
         "capacity_users": result.capacity_users,
+        "capacity_pages_per_s": held_level["pages_per_s"] if held_level else None,
+        "capacity_apd_ms": held_level["apd_ms"] if held_level else None,
+        "next_level_broke": _breaks(failed_level, limits) if failed_level else None,
         "first_failure_users": result.first_failure_users,
         "knee_users": result.knee_users,
         "broken": {str(u): [_THRESHOLD_NAME[a] for a in attrs] for u, attrs in result.broken.items()},
@@ -467,9 +669,72 @@ def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
         "levels": rows,
     }
     out["sentence"] = _capacity_sentence(out, limits)
+    out["model"] = scalability_model(rows, open_model=getattr(run.engine_profile, "open_model", False))
+    for r, predicted in zip(rows, out["model"].get("predicted_pages_per_s") or [], strict=False):
+        r["predicted_pages_per_s"] = predicted
+    if out["search"]:
+        out["answer"] = _search_answer(out)
     for r in rows:
         del r["broken_fields"]
     return out
+
+
+def scalability_model(levels: list[dict], *, open_model: bool = False) -> dict:
+    """The Universal Scalability Law fitted to a steps run's levels, as the summary keeps it.
+
+    Closed model (users loop iterations): N is each level's users. Open model (arrivals):
+    N is the concurrency by Little's law, pages/s × APD. Keys ``lambda``, ``sigma``,
+    ``kappa``, ``peak_users``, ``peak_pages_per_s`` and ``r2`` are None when there is no
+    model; ``reason`` then says why in words.
+    """
+    measured = [lv for lv in levels if lv["pages_per_s"] is not None]
+    if open_model:
+        n = [scalability.littles_law(lv["pages_per_s"], (lv["apd_ms"] or 0) / 1000) for lv in measured]
+    else:
+        n = [float(lv["users"]) for lv in measured]
+    x = [lv["pages_per_s"] for lv in measured]
+    m = scalability.fit(n, x)
+    top = max(n, default=0.0)
+
+    def r(value, digits=4):
+        return None if value is None else round(value, digits)
+
+    out = {
+        "fitted": m.fitted,
+        # Levels that never saturated: no σ, κ or peak to print, but a comparison may say "σ fell to about 0".
+        "linear": not m.fitted and m.lam is not None and m.r2 is not None and m.r2 >= scalability.MIN_R2,
+        "reason": m.reason,
+        "concurrency": "Little's law (pages/s × APD)" if open_model else "users",
+        "lambda": r(m.lam) if m.fitted else None,
+        "sigma": r(m.sigma, 5) if m.fitted else None,
+        "kappa": r(m.kappa, 7) if m.fitted else None,
+        "lambda_ci": [r(v) for v in m.lam_ci] if m.fitted else None,
+        "sigma_ci": [r(v, 5) for v in m.sigma_ci] if m.fitted else None,
+        "kappa_ci": [r(v, 7) for v in m.kappa_ci] if m.fitted else None,
+        "peak_users": r(m.peak_users, 1),
+        "peak_pages_per_s": r(m.peak_throughput, 2),
+        "r2": r(m.r2),
+        "levels": [
+            {"n": round(ni, 2), "measured_pages_per_s": xi, "predicted_pages_per_s": round(pi, 2)}
+            for ni, xi, pi in zip(n, x, m.predicted, strict=False)
+        ],
+        "predicted_pages_per_s": [round(p, 2) for p in m.predicted] if m.fitted else [],
+        "curve": scalability.curve(m, top),
+        "last_level": top,
+        "sentence": scalability.interpretation(m, top),
+    }
+    return out
+
+
+def _search_answer(cap: dict) -> str:
+    """A capacity search's answer: "Capacity: 40 users, 190 pages/s; at 60 users APD breaks 1 s (1.5 s)"."""
+    if cap["capacity_users"] is None:
+        return f"No capacity found: even the first level, {cap['first_failure_users']} users, broke its thresholds."
+    words = f"Capacity: {cap['capacity_users']} users, {_fmt_rate(cap['capacity_pages_per_s'])} pages/s"
+    if cap["first_failure_users"] is None:
+        top = cap["levels"][-1]["users"]
+        return words + f"; every level held, so the capacity is at least {top} users: add higher levels to find it."
+    return words + f"; at {cap['first_failure_users']} users {cap['next_level_broke']}."
 
 
 def _capacity_sentence(cap: dict, limits: dict) -> str:
@@ -499,22 +764,70 @@ def _capacity_sentence(cap: dict, limits: dict) -> str:
     return words
 
 
-def per_second(rows: list, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:
+def _handoffs(run: Run) -> list[dict]:
+    return [
+        {**h, "shard": shard_no}
+        for shard_no, handoffs in RunShard.objects.filter(run=run).values_list("shard_no", "handoffs")
+        for h in handoffs or []
+    ]
+
+
+def _gap(h: dict) -> range:
+    """The seconds a handoff left with reduced load: from the stopping worker's last (partial)
+    second to the resuming worker's first (partial) one; to the run's end if nobody resumed."""
+    end = h.get("resumed_at_s")
+    return range(max(0, h["stopped_at_s"] - 1), (end + 1) if end is not None else 10**9)
+
+
+def handoff_seconds(run: Run) -> set[int]:
+    """Every second some shard was handing off (stopping, waiting for a worker, resuming)."""
+    out: set[int] = set()
+    for h in _handoffs(run):
+        gap = _gap(h)
+        out.update(range(gap.start, min(gap.stop, gap.start + 100_000)))
+    return out
+
+
+def handoff_timeline(run: Run, windows: list[dict]) -> list[dict]:
+    """Each handoff for the timeline, with the measured window it fell in; the windows count them.
+
+    A window that had a handoff says so in its note, with its seconds of reduced load, so that
+    they are not silently averaged into its figures.
+    """
+    out = []
+    for w in windows:
+        w.setdefault("handoffs", 0)
+        w.setdefault("reduced_seconds", 0)
+    for h in sorted(_handoffs(run), key=lambda h: h["stopped_at_s"]):
+        gap = _gap(h)
+        window = next((w for w in windows if w["start"] <= h["stopped_at_s"] < w["end"]), None)
+        resumed = h.get("resumed_on")
+        what = "stopped" if h["kind"] == "stopped" else "went silent"
+        text = f"worker {h.get('worker', '?')} {what} at {h['stopped_at_s']} s; " + (
+            f"shard {h['shard']} resumed on {resumed} after {h.get('gap_s')} s"
+            if resumed
+            else f"no worker took shard {h['shard']} over"
+        )
+        out.append({**h, "text": text, "window": window["label"] if window else None})
+        for w in windows:
+            reduced = len(range(max(gap.start, w["start"]), min(gap.stop, w["end"])))
+            if reduced > 0:
+                w["handoffs"] += 1
+                w["reduced_seconds"] += reduced
+                w["note"] = (w["note"] + " " if w["note"] else "") + (
+                    f"A handoff ({text}) reduced the load for {reduced} s of this window."
+                )
+    return out
+
+
+def per_second(rows: _PerSecond, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:
     """Pages/s and APD (ms) for each second in [0, end), shards and pages added up.
 
     A second some shard reported with no page in it is 0 pages/s, a real stall; a second
     nobody reported is None (no data). APD is None where no page succeeded.
     """
-    reported = {s.second for s in shard_rows if s.second < end}
-    pages = [0] * end
-    total_us = [0] * end
-    count = [0] * end
-    for r in rows:
-        if 0 <= r.second < end:
-            reported.add(r.second)
-            pages[r.second] += r.pages
-            total_us[r.second] += r.h.sum
-            count[r.second] += r.h.count
+    reported = {s.second for s in shard_rows if s.second < end} | {s for s in rows.reported if s < end}
+    pages, total_us, count = rows.pages, rows.total_us, rows.count
     throughput = [float(pages[s]) if s in reported else None for s in range(end)]
     apd = [round(total_us[s] / count[s] / 1000, 3) if count[s] else None for s in range(end)]
     return throughput, apd
@@ -554,6 +867,9 @@ def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict
             ),
         }
     throughput, apd = per_second(rows, shard_rows, end)
+    for second in handoff_seconds(run):  # a handoff's gap is reduced load by design, not degradation
+        if second < end:
+            throughput[second] = apd[second] = None
     d = history_analysis.degradation(
         throughput,
         apd,
@@ -588,7 +904,59 @@ def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict
     if d.throughput_onset_s is not None and d.throughput_onset_s == d.apd_onset_s:
         out["kind"] = "throughput drop and APD rise"  # both at once: naming one would hide the other
     out["sentence"] = _degradation_sentence(out)
+    out.update(began_of(out, throughput, apd, start=start, end=end, sustain_s=settings["sustain_s"]))
     return out
+
+
+def began_of(d: dict, throughput: list, apd: list, *, start: int, end: int, sustain_s: int) -> dict:
+    """When each drift that crossed its limit began (portal.history.changepoint), from the per-second series.
+
+    The search looks from the window's start up to the second the drift crossed (it began
+    by then at the latest), over the seconds up to as long again after it, so the fit sees
+    the new level or slope but not what the run did much later. ``began_s``,
+    ``began_interval_s`` and ``crossed_s`` describe the earliest drift (``onset_s``).
+    """
+    found = {}
+    for key, series, crossed in (
+        ("throughput", throughput, d["throughput_onset_s"]),
+        ("apd", apd, d["apd_onset_s"]),
+    ):
+        if crossed is None:
+            continue
+        stop = min(end, crossed + max(sustain_s, crossed - start))
+        cp = changepoint.find(range(start, stop), series[start:stop], last_break=crossed)
+        if cp is not None:
+            found[key] = {
+                "began_s": cp.began_s,
+                "began_interval_s": [cp.low_s, cp.high_s],
+                "crossed_s": crossed,
+                "shape": cp.shape,
+            }
+    out = {"change_points": found, "crossed_s": d["onset_s"], "began_s": None, "began_interval_s": None}
+    first = min(found.items(), key=lambda kv: (kv[1]["crossed_s"], kv[1]["began_s"]), default=None)
+    if first is not None:
+        key, cp = first
+        out.update(began_s=cp["began_s"], began_interval_s=cp["began_interval_s"], began_metric=key)
+        out["began_sentence"] = _began_sentence(key, cp, d)
+    return out
+
+
+def _began_sentence(key: str, cp: dict, d: dict) -> str:
+    """ "APD has been rising since 2 min 30 s (between 2 min 20 s and 2 min 40 s), a slope as a leak makes; …"."""
+    low, high = cp["began_interval_s"]
+    where = human_duration(low) if low == high else f"between {human_duration(low)} and {human_duration(high)}"
+    if key == "apd":
+        what, limit = "APD", f"{d['settings']['rise_pct']:g} %"
+        verb = "jumped up" if cp["shape"] == "step" else "has been rising"
+    else:
+        what, limit = "Throughput", f"{d['settings']['drop_pct']:g} %"
+        verb = "fell at once" if cp["shape"] == "step" else "has been falling"
+    since = "at" if cp["shape"] == "step" else "since"
+    shape = "a step, as a stall makes" if cp["shape"] == "step" else "a slope, as a leak makes"
+    return (
+        f"{what} {verb} {since} {human_duration(cp['began_s'])} ({where}), {shape}; "
+        f"it crossed the {limit} limit at {human_duration(cp['crossed_s'])}."
+    )
 
 
 def _when(onset: int, start: int) -> str:
@@ -647,46 +1015,31 @@ def _degradation_sentence(d: dict) -> str:
     return words
 
 
-def series(run: Run) -> dict:
-    """Per-second (or per-bucket, for long runs) figures over the whole run, for the charts."""
-    users = defaultdict(int)
-    dropped = defaultdict(int)
-    for second, active, drop in ShardInterval.objects.filter(run=run).values_list(
-        "second", "active_users", "iterations_dropped"
-    ):
-        users[second] += active
-        dropped[second] += drop
-    pages, hits, errs, bytes_in = defaultdict(int), defaultdict(int), defaultdict(int), defaultdict(int)
-    hists: dict[int, Histogram] = defaultdict(Histogram)
-    rows = PageInterval.objects.filter(run=run).values_list("second", "pages", "hits", "errors", "bytes_in", "hist")
-    seconds = set(users)
-    for second, p, h, e, b, hist in rows:
-        seconds.add(second)
-        pages[second] += p
-        hits[second] += h
-        errs[second] += e
-        bytes_in[second] += b
-        hists[second].merge(_hist(hist))
-    keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms", "bytes_per_s")
-    out = {"bucket_s": 1, "t": [], **{k: [] for k in keys}}
-    if not seconds:
-        return out
-    last = max(seconds)
-    bucket = out["bucket_s"] = max(1, math.ceil((last + 1) / MAX_POINTS))
-    for start in range(0, last + 1, bucket):
-        span = range(start, min(start + bucket, last + 1))
-        merged = Histogram()
-        for s in span:
-            if s in hists:
-                merged.merge(hists[s])
-        n = len(span)
-        out["t"].append(start)
-        out["users"].append(max((users.get(s, 0) for s in span), default=0))
-        out["pages_per_s"].append(round(sum(pages[s] for s in span) / n, 2))
-        out["hits_per_s"].append(round(sum(hits[s] for s in span) / n, 2))
-        out["errors_per_s"].append(round(sum(errs[s] for s in span) / n, 2))
-        out["dropped_per_s"].append(round(sum(dropped[s] for s in span) / n, 2))
-        out["bytes_per_s"].append(round(sum(bytes_in[s] for s in span) / n, 1))
-        out["apd_ms"].append(round(merged.mean / 1000, 2) if merged.count else None)
-        out["p95_ms"].append(round(merged.percentile(95) / 1000, 2) if merged.count else None)
-    return out
+def series(run: Run, *, since: int | None = None) -> dict:
+    """Per-second (or per-bucket) figures for the charts.
+
+    A finished run reads what its finalize stored (RunFigures); one recorded before that
+    existed is computed from its rows. A live run's buckets are fixed by its planned
+    duration, so that a poll with ``since`` (the start of the client's last bucket) reads
+    only the rows from there on and the client replaces its points from that bucket on:
+    a poll costs in proportion to the new seconds, not to the run's length.
+    """
+    if not run.is_active:
+        stored = RunFigures.objects.filter(run=run).values_list("series", flat=True).first()
+        if stored is not None:
+            return {**stored, "since": None}
+        return {**summarize_with_series(run)[1], "since": None}
+    # Fixed by the plan's length (or the run's, if it overran), so a poll's buckets line up.
+    last_seen = last_second(run)
+    bucket = chart_bucket(max(math.ceil(run.planned_duration), last_seen or 0))
+    start = 0 if since is None else max(0, since // bucket * bucket)
+    # A first load reads label rows only for the recent seconds; earlier buckets come from the
+    # shards' per-second totals, so opening the page of a 47 h soak costs no more than a 1 h one.
+    detail = start if since is not None else max(0, ((last_seen or 0) - LIVE_DETAIL_S) // bucket * bucket)
+    chart = _Series(bucket, first=detail)
+    for row in chart_rows(run, since=detail):
+        chart.add(row)
+    shard_rows = _shard_rows(run, since=start)
+    seconds = [s.second for s in shard_rows] + ([chart.last] if chart.last is not None else [])
+    last = max(seconds, default=start - 1)
+    return {**chart.result(shard_rows, last, totals_from=start), "since": None if since is None else start}

@@ -21,12 +21,14 @@ class Run(TimeStamped):
         FINISHING = "finishing", "Finishing"
         PASSED = "passed", "Passed"
         FAILED = "failed", "Failed"
+        # A capacity search that found its capacity: upper levels broke the thresholds, as they were meant to.
+        DONE = "done", "Done"
         CANCELLED = "cancelled", "Cancelled"
         PARTIAL = "partial", "Partial"
         ERROR = "error", "Error"
 
     ACTIVE = (Status.QUEUED, Status.STARTING, Status.RUNNING, Status.CANCELLING, Status.FINISHING)
-    FINISHED = (Status.PASSED, Status.FAILED, Status.CANCELLED, Status.PARTIAL, Status.ERROR)
+    FINISHED = (Status.PASSED, Status.FAILED, Status.DONE, Status.CANCELLED, Status.PARTIAL, Status.ERROR)
 
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
@@ -59,11 +61,31 @@ class Run(TimeStamped):
     include_anyway = models.BooleanField(
         default=False, help_text="Count this run in trends, baselines and verdicts although its validity is in doubt"
     )
+    # Recovery of a finalize that crashed or ran out of memory: the watchdog retries a run
+    # left in *finishing* a bounded number of times (services.finalize_stuck).
+    finishing_at = models.DateTimeField(null=True, blank=True)
+    finalize_attempts = models.PositiveSmallIntegerField(default=0)
+
+    class Kind(models.TextChoices):
+        NATIVE = "native", "Run by Plimsoll"
+        IMPORTED = "imported", "Imported from a result file"
+
+    # Issue 18: a run whose figures came from another tool's result file (portal.runs.result_files).
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.NATIVE)
+    # {"tool", "version", "format", "file_name", "sha256", "lines"} of an imported run's file.
+    source = models.JSONField(null=True, blank=True)
+    source_sha256 = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         ordering = ["-number"]
         constraints = [
             models.UniqueConstraint(fields=["project", "number"], name="run_number_unique_in_project"),
+            # Importing the same file twice into an environment finds the first run.
+            models.UniqueConstraint(
+                fields=["environment", "source_sha256"],
+                condition=models.Q(kind="imported"),
+                name="run_import_once_per_environment",
+            ),
         ]
         indexes = [
             # The watchdog and the "active runs" lists look runs up by status.
@@ -79,6 +101,10 @@ class Run(TimeStamped):
     @property
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
+
+    @property
+    def is_imported(self) -> bool:
+        return self.kind == self.Kind.IMPORTED
 
     @cached_property
     def engine_profile(self):
@@ -118,7 +144,12 @@ class Run(TimeStamped):
         if self.status == self.Status.CANCELLED:
             reasons.append("it was cancelled")
         elif self.status == self.Status.PARTIAL:
-            reasons.append("a shard was lost")
+            handoffs = (self.summary or {}).get("handoffs") or []
+            if any(h.get("kind") == "stopped" and not h.get("resumed_on") for h in handoffs):
+                # Told apart from a lost shard: its worker was stopped on purpose (DESIGN, shard continuation).
+                reasons.append("a shard was interrupted: its worker stopped and no worker took over")
+            else:
+                reasons.append("a shard was lost")
         elif self.status == self.Status.ERROR:
             reasons.append("it ended in error")
         saturated = ((self.summary or {}).get("generator") or {}).get("saturated")
@@ -152,19 +183,29 @@ class RunShard(models.Model):
         DONE = "done", "Done"
         LOST = "lost", "Lost"
         FAILED = "failed", "Failed"
+        # Its worker stopped and handed it on, but no worker took it over within the grace period.
+        INTERRUPTED = "interrupted", "Interrupted"
 
-    TERMINAL = (Status.DONE, Status.LOST, Status.FAILED)
+    TERMINAL = (Status.DONE, Status.LOST, Status.FAILED, Status.INTERRUPTED)
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="shards")
     shard_no = models.PositiveIntegerField()
     user_count = models.PositiveIntegerField()
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
     worker = models.CharField(max_length=200, blank=True, help_text="host and pid of the worker that claimed it")
     claimed_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     error_message = models.TextField(blank=True)
     totals = models.JSONField(null=True, blank=True)
+    # Shard continuation: the Celery node running it (its warm shutdown asks for a handoff), the
+    # request, the second the next claimant resumes at, when it was released, and each handoff:
+    # {"kind": "stopped"|"lost", "worker", "stopped_at_s", "released_at", "resumed_on", "resumed_at_s", "gap_s"}.
+    worker_node = models.CharField(max_length=200, blank=True)
+    handoff_requested = models.BooleanField(default=False)
+    resume_second = models.PositiveIntegerField(default=0)
+    released_at = models.DateTimeField(null=True, blank=True)
+    handoffs = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["shard_no"]
@@ -172,6 +213,20 @@ class RunShard(models.Model):
 
     def __str__(self):
         return f"shard {self.shard_no} of run {self.run_id}"
+
+
+class WatchdogView(models.Model):
+    """The watchdog's own view of the database: one row, written by every watchdog pass.
+
+    A watchdog that could not reach the database (or did not run) saw no heartbeats in that
+    time, so it judges a shard's silence only after it has watched for a whole timeout again.
+    """
+
+    last_pass_at = models.DateTimeField()
+    watching_since = models.DateTimeField(help_text="start of the current run of passes without a gap")
+
+    def __str__(self):
+        return f"watchdog watching since {self.watching_since}"
 
 
 class ShardInterval(models.Model):
@@ -189,10 +244,21 @@ class ShardInterval(models.Model):
     loop_lag_p99_ms = models.FloatField(null=True, blank=True)
     loop_lag_max_ms = models.FloatField(null=True, blank=True)
     cpu_pct = models.FloatField(null=True, blank=True)
+    # The shard's per-second totals over all labels, written by the sink with the row: live
+    # figures, live charts and the degradation inputs read these few rows, never PageInterval.
+    pages = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    latency_sum_us = models.BigIntegerField(default=0)
+    latency_count = models.PositiveIntegerField(default=0)
+    # Running totals of this shard up to and including this second (the previous row's plus
+    # this second's), so the live page reads one row per shard whatever the run's length.
+    pages_total = models.BigIntegerField(default=0)
+    errors_total = models.BigIntegerField(default=0)
 
     class Meta:
-        # Keyed so that a repeated flush replaces its row instead of counting twice.
-        constraints = [models.UniqueConstraint(fields=["run", "shard_no", "second"], name="shardinterval_unique")]
+        # Keyed so that a repeated flush replaces its row instead of counting twice; second before
+        # shard so that the run's last second and its latest rows are one index descent away.
+        constraints = [models.UniqueConstraint(fields=["run", "second", "shard_no"], name="shardinterval_unique")]
 
     def __str__(self):
         return f"run {self.run_id} shard {self.shard_no} second {self.second}"
@@ -212,14 +278,79 @@ class PageInterval(models.Model):
     error_samples = models.JSONField(default=dict)
     bytes_in = models.BigIntegerField(default=0)
     bytes_out = models.BigIntegerField(default=0)
+    # Rows written before issue 9 hold JSON histograms (hist, connect_hist, ttfb_hist); newer rows
+    # the compact binary form (Histogram.to_bytes) and connect times as count and sum, the only
+    # figure read from them (their mean). Readers take either: portal/runs/storage.py.
     hist = models.JSONField(default=dict)
     connect_hist = models.JSONField(default=dict)
     ttfb_hist = models.JSONField(default=dict)
+    hist_bin = models.BinaryField(null=True)
+    ttfb_bin = models.BinaryField(null=True)
+    connect_count = models.PositiveIntegerField(default=0)
+    connect_sum_us = models.BigIntegerField(default=0)
 
     class Meta:
+        # Second before shard: the index also serves reads of a run in time order (finalize,
+        # the live chart's ?since= poll) without a sort.
         constraints = [
-            models.UniqueConstraint(fields=["run", "shard_no", "second", "label"], name="pageinterval_unique")
+            models.UniqueConstraint(fields=["run", "second", "shard_no", "label"], name="pageinterval_unique")
         ]
 
     def __str__(self):
         return f"{self.label} @ {self.second} s (run {self.run_id} shard {self.shard_no})"
+
+
+class RunFigures(models.Model):
+    """What a finished run's pages read, computed once at finalize (the summary stays on Run).
+
+    Kept apart from Run so that lists of runs (the runs list, a journey of 2,000 runs) do not
+    load chart series. A finished run without a row (recorded before issue 9) is computed
+    from its interval rows on demand, as before.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, primary_key=True, related_name="figures")
+    # analysis.series(run) as the chart endpoint serves it.
+    series = models.JSONField()
+    # comparison.run_batches(run) as [[label or None, figures], ...] (JSON keys cannot be None).
+    batches = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When the per-second label rows were rolled up into PageRollup (None: not yet).
+    rolled_up_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"figures of run {self.run_id}"
+
+
+class PageRollup(models.Model):
+    """One page's (label's) measurements over ROLLUP_S seconds of a finished run, all shards merged.
+
+    PLIMSOLL_ROLLUP_AFTER seconds after a run ended (its figures are stored in Run.summary and
+    RunFigures), its per-second PageInterval rows are rolled up into these and deleted
+    (services.rollup_due, from the watchdog):
+    per-label detail is kept per minute, per-second run totals stay on ShardInterval (the
+    degradation and batch inputs), so nothing a report, comparison or export reads is lost.
+    """
+
+    ROLLUP_S = 60
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="page_rollups")
+    second = models.IntegerField(help_text="first second of the span, a multiple of span_s")
+    span_s = models.PositiveIntegerField()
+    label = models.CharField(max_length=210)
+    pages = models.PositiveIntegerField(default=0)
+    hits = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    errors_by_kind = models.JSONField(default=dict)
+    error_samples = models.JSONField(default=dict)
+    bytes_in = models.BigIntegerField(default=0)
+    bytes_out = models.BigIntegerField(default=0)
+    hist_bin = models.BinaryField(null=True)
+    ttfb_bin = models.BinaryField(null=True)
+    connect_count = models.PositiveIntegerField(default=0)
+    connect_sum_us = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "second", "label"], name="pagerollup_unique")]
+
+    def __str__(self):
+        return f"{self.label} @ {self.second}+{self.span_s} s (run {self.run_id})"

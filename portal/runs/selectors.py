@@ -28,12 +28,61 @@ def run_live_figures(run: Run) -> dict:
     if last is None:
         return figures
     figures["users"] = ShardInterval.objects.filter(run=run, second=last).aggregate(u=Sum("active_users"))["u"] or 0
-    totals = PageInterval.objects.filter(run=run).aggregate(p=Sum("pages"), e=Sum("errors"))
-    figures["pages"], figures["errors"] = totals["p"] or 0, totals["e"] or 0
-    recent = PageInterval.objects.filter(run=run, second__gt=last - LIVE_WINDOW_S, second__lte=last).aggregate(
+    figures["pages"], figures["errors"] = _run_totals(run, last)
+    # The shards' per-second totals: a few rows, never the run's PageInterval rows.
+    recent = ShardInterval.objects.filter(run=run, second__gt=last - LIVE_WINDOW_S, second__lte=last).aggregate(
         p=Sum("pages"), e=Sum("errors")
     )
     span = min(LIVE_WINDOW_S, last + 1)
     figures["pages_per_s"] = round((recent["p"] or 0) / span, 1)
     figures["errors_per_s"] = round((recent["e"] or 0) / span, 1)
     return figures
+
+
+def _run_totals(run: Run, last: int) -> tuple[int, int]:
+    """Pages and errors so far: each shard's running totals at its latest second.
+
+    The sink keeps running totals per shard, so this reads one row per shard whatever the
+    run's length. Rows written before those existed (running totals all zero) are summed.
+    """
+    # One query per shard, each a short backward walk of the (run, second, shard_no) index.
+    latest = ShardInterval.objects.filter(run=run, second__lte=last).order_by("-second")
+    rows = [
+        r
+        for n in run.shards.values_list("shard_no", flat=True)
+        if (r := latest.filter(shard_no=n).values_list("pages_total", "errors_total").first()) is not None
+    ]
+    pages, errors = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    if pages or errors:
+        return pages, errors
+    totals = PageInterval.objects.filter(run=run).aggregate(p=Sum("pages"), e=Sum("errors"))
+    return totals["p"] or 0, totals["e"] or 0
+
+
+def run_handoffs(run: Run) -> list[dict]:
+    """The run's shard handoffs for its timeline: from the summary once it ended, else as they stand."""
+    from . import analysis
+
+    if run.summary and not run.is_active:
+        return run.summary.get("handoffs") or []
+    return analysis.handoff_timeline(run, [])
+
+
+def run_series(run: Run, *, since: int | None = None) -> dict:
+    """The charts' data: per-second figures over the whole run, its status and measurement windows.
+
+    The run page's charts and the API (series, series.csv) read this one function; ``since``
+    (live polls) sends only the seconds from there on.
+    """
+    from . import analysis
+
+    data = analysis.series(run, since=since)
+    data.update(
+        {
+            "status": run.status,
+            "active": run.is_active,
+            "windows": [[start, end, label] for start, end, label in run.measurement_windows],
+            "duration_s": run.planned_duration,
+        }
+    )
+    return data

@@ -5,25 +5,28 @@ task delivered twice, a watchdog racing a finishing shard, or a Stop pressed dur
 finish, each change the row once and the loser does nothing.
 """
 
+import hashlib
 import logging
 import math
 import os
 import socket
 import traceback
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Max, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max, Min, Q, Sum
 from django.utils import timezone
 
 from portal.projects.models import Plan
+from workers.engine.histogram import Histogram
 from workers.engine.plan import Plan as EnginePlan
 from workers.engine.plan import PlanError
-from workers.engine.targets import TargetNotAllowed, check_url, parse_allowlist
+from workers.engine.runner import HANDOFF
+from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, parse_allowlist, parse_target_url
 
-from . import analysis
-from .models import PageInterval, Run, RunShard, ShardInterval
+from . import analysis, result_files, storage
+from .models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval, WatchdogView
 from .signals import run_finished
 
 log = logging.getLogger(__name__)
@@ -53,9 +56,73 @@ class EnvironmentBusy(RunError):
         )
 
 
+def target_refusal(base_url: str) -> str | None:
+    """Why a run against ``base_url`` would be refused at start (the allowlist), or None.
+
+    The start task checks again (DNS may change in between); the API asks first, so that a
+    pipeline gets the reason in its answer (422) instead of a run that ends in error.
+    """
+    try:
+        check_url(base_url, allowlist())
+    except TargetNotAllowed as exc:
+        return f"Target refused, no request was sent: {exc}"
+    except OSError as exc:
+        return f"Cannot resolve the target {base_url}: {exc}"
+    return None
+
+
 def active_run_on(environment_id: int) -> Run | None:
     """The run that holds the environment now, if any (queued runs hold it too)."""
     return Run.objects.filter(environment_id=environment_id, status__in=Run.ACTIVE).order_by("id").first()
+
+
+class TargetBusy(EnvironmentBusy):
+    """Another run loads the same target (scheme, host, port) through another environment."""
+
+    def __init__(self, run: Run, origin: str, *, visible: bool = True):
+        self.run = run
+        # Another team's run is not named (its project is a 404 to this user), only that it exists.
+        holder = (
+            f"Run #{run.number} ({run.plan_name}) of project “{run.project.name}”, through the environment "
+            f"“{run.environment_name}”,"
+            if visible
+            else "A run of another team"
+        )
+        RunError.__init__(
+            self,
+            f"{holder} is loading {origin} now: two runs never share a system under test, "
+            "because each would measure the other's load. Wait for it to end, or stop it.",
+        )
+
+
+def _target_origin(base_url: str) -> str | None:
+    """``scheme://host:port`` of a base URL, the unit of one-run-at-a-time (None when it does not parse)."""
+    try:
+        return parse_target_url(base_url).origin
+    except BadTargetURL:
+        return None
+
+
+def active_run_on_target(base_url: str) -> Run | None:
+    """The active run, on any environment, whose snapshot loads the same scheme, host and port.
+
+    Takes a transaction-scoped advisory lock on the target first, so two runs created at once
+    on two environments pointing at one system cannot both pass the check.
+    """
+    origin = _target_origin(base_url)
+    if origin is None:
+        return None
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"plimsoll-target:{origin}"])
+    # SQLite (the embedded default) needs no lock: its transactions are IMMEDIATE, so writers queue.
+    # Active runs are few (one per target), so comparing their origins in Python is cheap.
+    for run in Run.objects.filter(status__in=Run.ACTIVE).select_related("project__team").order_by("id"):
+        if _target_origin(run.plan_snapshot.get("base_url", "")) == origin:
+            return run
+    return None
 
 
 @transaction.atomic
@@ -68,6 +135,10 @@ def run_create(*, plan: Plan, user, trial_set=None) -> Run:
     tuning change, the configuration it runs under.
     """
     if problems := plan.problems():
+        raise RunError(" ".join(problems))
+    from portal.metrics.services import metric_sources_problems
+
+    if problems := metric_sources_problems(plan.environment):
         raise RunError(" ".join(problems))
     snapshot = plan.to_engine_dict()
     try:
@@ -82,6 +153,9 @@ def run_create(*, plan: Plan, user, trial_set=None) -> Run:
     environment = type(plan.environment).objects.select_for_update().get(pk=plan.environment_id)
     if busy := active_run_on(environment.id):
         raise EnvironmentBusy(busy)
+    if busy := active_run_on_target(snapshot["base_url"]):
+        visible = busy.project.team.memberships.filter(user=user).exists() if user is not None else False
+        raise TargetBusy(busy, _target_origin(snapshot["base_url"]), visible=visible)
     project = type(plan.project).objects.select_for_update().get(pk=plan.project_id)
     number = (project.runs.aggregate(n=Max("number"))["n"] or 0) + 1
     last_change = environment.changes.filter(status="applied").order_by("-number").first()
@@ -156,19 +230,42 @@ def run_start(run_id: int) -> None:
 
         for n in range(shard_count):
             transaction.on_commit(lambda n=n: run_shard_task.delay(run_id, n))
+    _metrics_start(run_id)
+
+
+def _metrics_start(run_id: int) -> None:
+    """Starts scraping the environment's servers (portal.metrics); a failure there never stops the run."""
+    from portal.metrics.services import collection_start
+
+    try:
+        collection_start(run_id=run_id)
+    except Exception:
+        log.exception("run %s: server metrics could not start; the run goes on without them", run_id)
 
 
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def shard_execute(run_id: int, shard_no: int) -> None:
-    """Runs one shard to its end; safe to call twice (the second call finds the shard claimed)."""
+def shard_execute(run_id: int, shard_no: int, *, worker_node: str = "") -> None:
+    """Runs one shard to its end, or until its worker hands it on; safe to call twice (the second finds it claimed).
+
+    ``worker_node`` is the Celery node's name: its warm shutdown asks the shards it runs for a
+    handoff (``shards_hand_off``). A shard released as a continuation (``resume_second`` > 0)
+    resumes the plan's schedule at that second.
+    """
     from workers.engine import run_sync
 
     now = timezone.now()
+    me = _worker_name()
     claimed = RunShard.objects.filter(run_id=run_id, shard_no=shard_no, status=RunShard.Status.PENDING).update(
-        status=RunShard.Status.RUNNING, worker=_worker_name(), claimed_at=now, heartbeat_at=now
+        status=RunShard.Status.RUNNING,
+        worker=me,
+        worker_node=worker_node,
+        claimed_at=now,
+        heartbeat_at=now,
+        handoff_requested=False,
+        released_at=None,
     )
     if not claimed:
         log.info("run %s shard %s: already claimed or gone; nothing to do", run_id, shard_no)
@@ -179,8 +276,17 @@ def shard_execute(run_id: int, shard_no: int) -> None:
         _shard_end(shard, RunShard.Status.DONE)
         run_finalize(run_id)
         return
+    if shard.handoffs and "resumed_on" not in shard.handoffs[-1]:
+        if now >= run.start_at + timedelta(seconds=run.planned_duration):
+            _continuation_end(shard, "the plan's end came first")  # too late: nothing of the schedule is left
+            run_finalize(run_id)
+            return
+        _note_resumed(shard, me, now, run.start_at)
     plan = EnginePlan.from_dict(run.plan_snapshot)
-    sink = ShardSink(run_id, shard_no)
+    sink = ShardSink(run_id, shard_no, worker=me)
+    # This thread's connection would sit idle for the whole run (the sink has its own), and a
+    # database outage meanwhile would leave it broken for the end: connect afresh then.
+    connection.close()
     try:
         totals = run_sync(
             plan,
@@ -189,6 +295,8 @@ def shard_execute(run_id: int, shard_no: int) -> None:
             shard=(shard_no, run.shard_count),
             start_at=run.start_at.timestamp(),
             allowlist=allowlist(),
+            resume_at=shard.resume_second,
+            data_taken=(shard.totals or {}).get("data_taken"),
         )
     except TargetNotAllowed as exc:
         _shard_end(shard, RunShard.Status.FAILED, error=f"Target refused at connect time: {exc}")
@@ -196,8 +304,96 @@ def shard_execute(run_id: int, shard_no: int) -> None:
         log.exception("run %s shard %s failed", run_id, shard_no)
         _shard_end(shard, RunShard.Status.FAILED, error=f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}")
     else:
-        _shard_end(shard, RunShard.Status.DONE, totals=_totals_dict(totals))
+        merged = _merge_totals(shard.totals, _totals_dict(totals))
+        resume = sink.last_second + 1 if sink.last_second is not None else shard.resume_second
+        handing_off = totals.handed_off and resume < run.planned_duration and not run.cancel_requested
+        released = handing_off and _shard_release(
+            shard, worker=me, resume_second=resume, kind="stopped", totals=merged, stopped_at=sink.handoff_at
+        )
+        if released:
+            return  # another worker takes it from here
+        _shard_end(shard, RunShard.Status.DONE, totals=merged)
     run_finalize(run_id)
+
+
+def _merge_totals(before: dict | None, now: dict) -> dict:
+    """A shard's totals over all the workers that ran a part of it."""
+    if not before:
+        return now
+    merged = dict(now)
+    for key in ("requests", "errors", "aborted", "bytes_in"):
+        merged[key] = before.get(key, 0) + now.get(key, 0)
+    merged["duration_s"] = max(before.get("duration_s", 0), now.get("duration_s", 0))
+    merged["start_late_ms"] = before.get("start_late_ms", now.get("start_late_ms"))  # the first start's
+    return merged
+
+
+def _shard_release(
+    shard: RunShard, *, worker: str, resume_second: int, kind: str, totals: dict | None, stopped_at=None
+) -> bool:
+    """Offers the rest of the shard's schedule to any worker: pending again, resuming at ``resume_second``.
+
+    Its task is queued again; the watchdog re-sends it while nobody claims it, and after
+    PLIMSOLL_HANDOFF_GRACE seconds ends the shard interrupted (or lost).
+    """
+    now = timezone.now()
+    handoff = {
+        "kind": kind,
+        "worker": shard.worker,
+        "stopped_at_s": resume_second,
+        # When the worker began to stop (its drain), so the gap counts the drain and the flush too.
+        "stopped_at": (stopped_at or now).isoformat(),
+        "released_at": now.isoformat(),
+    }
+    with transaction.atomic():
+        released = RunShard.objects.filter(
+            id=shard.id, status__in=[RunShard.Status.RUNNING, RunShard.Status.LOST], worker=worker
+        ).update(
+            status=RunShard.Status.PENDING,
+            resume_second=resume_second,
+            released_at=now,
+            handoff_requested=False,
+            handoffs=[*RunShard.objects.get(id=shard.id).handoffs, handoff],
+            totals=totals,
+        )
+        if released:
+            run_id, shard_no = shard.run_id, shard.shard_no
+            transaction.on_commit(lambda: _send_shard(run_id, shard_no))
+    if released:
+        log.warning("run %s shard %s released at second %s (%s)", shard.run_id, shard.shard_no, resume_second, kind)
+    return bool(released)
+
+
+def _send_shard(run_id: int, shard_no: int) -> None:
+    """Queues a shard's task; a broker that cannot be reached now is retried by the watchdog."""
+    from workers.tasks import run_shard_task
+
+    try:
+        run_shard_task.apply_async((run_id, shard_no), retry=True, retry_policy=ENQUEUE_RETRY)
+    except Exception:
+        log.exception("run %s shard %s: could not queue its task; the watchdog sends it again", run_id, shard_no)
+
+
+def _note_resumed(shard: RunShard, worker: str, now, start_at) -> None:
+    """Completes the shard's last handoff on the timeline: where, when and after how long it resumed."""
+    handoffs = list(shard.handoffs)
+    last = dict(handoffs[-1])
+    released = datetime.fromisoformat(last.get("stopped_at") or last["released_at"])
+    last.update(
+        resumed_on=worker,
+        resumed_at_s=max(shard.resume_second, math.floor((now - start_at).total_seconds())),
+        gap_s=round((now - released).total_seconds(), 1),
+    )
+    handoffs[-1] = last
+    RunShard.objects.filter(id=shard.id).update(handoffs=handoffs, error_message="")
+    shard.handoffs = handoffs
+
+
+def shards_hand_off(*, worker_node: str) -> int:
+    """Asks the shards a Celery node runs to hand over (its warm shutdown); they see it at their next flush."""
+    return RunShard.objects.filter(status=RunShard.Status.RUNNING, worker_node=worker_node).update(
+        handoff_requested=True
+    )
 
 
 def _totals_dict(totals) -> dict:
@@ -209,6 +405,8 @@ def _totals_dict(totals) -> dict:
         "duration_s": round(totals.duration_s, 3),
         # How long after the run's common start this shard began: shards must start together.
         "start_late_ms": round(totals.start_late_s * 1000, 2),
+        # Unique data-set rows taken (rows the shard's continuation must not use again).
+        "data_taken": dict(totals.data_taken),
     }
 
 
@@ -236,94 +434,162 @@ PAGE_INTERVAL_FIELDS = [
     "error_samples",
     "bytes_in",
     "bytes_out",
-    "hist",
-    "connect_hist",
-    "ttfb_hist",
+    "hist_bin",
+    "ttfb_bin",
+    "connect_count",
+    "connect_sum_us",
 ]
+SHARD_TOTAL_FIELDS = ["pages", "errors", "latency_sum_us", "latency_count", "pages_total", "errors_total"]
+
+
+def _page_row(run_id: int, shard_no: int, second: int, label: str, stats: dict) -> PageInterval:
+    connect = stats.get("connect_hist") or {}
+    return PageInterval(
+        run_id=run_id,
+        shard_no=shard_no,
+        second=second,
+        label=label[:210],
+        pages=stats.get("pages", 0),
+        hits=stats.get("hits", 0),
+        errors=stats.get("errors", 0),
+        errors_by_kind=stats.get("errors_by_kind", {}),
+        error_samples=stats.get("error_samples", {}),
+        bytes_in=stats.get("bytes_in", 0),
+        bytes_out=stats.get("bytes_out", 0),
+        hist_bin=storage.encode(stats.get("hist")),
+        ttfb_bin=storage.encode(stats.get("ttfb_hist")),
+        connect_count=connect.get("n", 0),
+        connect_sum_us=connect.get("sum", 0),
+    )
+
+
+def _shard_totals(run_id: int, shard_no: int, second: int, labels: dict) -> dict:
+    """This second's totals over all labels, and the running totals up to it."""
+    pages = sum(stats.get("pages", 0) for stats in labels.values())
+    errors = sum(stats.get("errors", 0) for stats in labels.values())
+    before = (
+        ShardInterval.objects.filter(run_id=run_id, shard_no=shard_no, second__lt=second)
+        .order_by("-second")
+        .values_list("pages_total", "errors_total")
+        .first()
+    ) or (0, 0)
+    return {
+        "pages": pages,
+        "errors": errors,
+        "latency_sum_us": sum((stats.get("hist") or {}).get("sum", 0) for stats in labels.values()),
+        "latency_count": sum((stats.get("hist") or {}).get("n", 0) for stats in labels.values()),
+        "pages_total": before[0] + pages,
+        "errors_total": before[1] + errors,
+    }
+
+
+def interval_write(run_id: int, shard_no: int, report: dict) -> None:
+    """Stores one second of a shard (an engine interval report): the one way interval rows are written.
+
+    The engine's sink calls it every second; an imported run's file is stored through it too
+    (issue 18), so both kinds of run have the same rows. Upserts on the natural keys, so a
+    report written twice replaces itself. Call it inside a transaction.
+    """
+    second = report["second"]
+    lag = report.get("loop_lag_ms") or {}
+    labels = report.get("labels", {})
+    ShardInterval.objects.bulk_create(
+        [
+            ShardInterval(
+                run_id=run_id,
+                shard_no=shard_no,
+                second=second,
+                active_users=report.get("active_users", 0),
+                iterations_started=report.get("iterations_started", 0),
+                iterations_completed=report.get("iterations_completed", 0),
+                iterations_dropped=report.get("iterations_dropped", 0),
+                loop_lag_p99_ms=lag.get("p99"),
+                loop_lag_max_ms=lag.get("max"),
+                cpu_pct=report.get("cpu_pct"),
+                **_shard_totals(run_id, shard_no, second, labels),
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["run", "second", "shard_no"],
+        update_fields=SHARD_INTERVAL_FIELDS + SHARD_TOTAL_FIELDS,
+    )
+    rows = [_page_row(run_id, shard_no, second, label, stats) for label, stats in labels.items()]
+    if rows:
+        PageInterval.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "second", "shard_no", "label"],
+            update_fields=PAGE_INTERVAL_FIELDS,
+        )
 
 
 class ShardSink:
     """The engine's sink for one shard: writes each interval report and answers "stop?".
 
     Each call is the shard's heartbeat. Rows are upserted on their natural key, so a report
-    written twice (a retry after a database hiccup) replaces itself and never counts twice.
+    written twice (a retry after a database hiccup) replaces itself and never counts twice;
+    the shard's running totals are the previous second's plus this one's, so a rewrite
+    recomputes the same values.
     """
 
-    def __init__(self, run_id: int, shard_no: int):
+    def __init__(self, run_id: int, shard_no: int, *, worker: str = ""):
         self.run_id = run_id
         self.shard_no = shard_no
+        self.worker = worker
+        self.last_second: int | None = None  # the last second written: a continuation resumes after it
+        self.handoff_at = None  # when it first answered HANDOFF (the worker began to stop)
 
     def __call__(self, report: dict) -> bool:
         try:
-            return self._write(report)
+            answer = self._write(report)
+            self.last_second = report["second"]
+            return answer
+        except Exception:
+            # A connection broken by a database outage stays broken outside a request cycle:
+            # drop it, so the retry a second later connects afresh.
+            connection.close_if_unusable_or_obsolete()
+            raise
         finally:
             # The engine calls us from a thread of its own; don't leave its connection behind.
-            from django.db import connection
-
             if report.get("final"):
                 connection.close()
 
     def _write(self, report: dict) -> bool:
-        second = report["second"]
-        lag = report.get("loop_lag_ms") or {}
         with transaction.atomic():
-            ShardInterval.objects.bulk_create(
-                [
-                    ShardInterval(
-                        run_id=self.run_id,
-                        shard_no=self.shard_no,
-                        second=second,
-                        active_users=report.get("active_users", 0),
-                        iterations_started=report.get("iterations_started", 0),
-                        iterations_completed=report.get("iterations_completed", 0),
-                        iterations_dropped=report.get("iterations_dropped", 0),
-                        loop_lag_p99_ms=lag.get("p99"),
-                        loop_lag_max_ms=lag.get("max"),
-                        cpu_pct=report.get("cpu_pct"),
-                    )
-                ],
-                update_conflicts=True,
-                unique_fields=["run", "shard_no", "second"],
-                update_fields=SHARD_INTERVAL_FIELDS,
-            )
-            rows = [
-                PageInterval(
-                    run_id=self.run_id,
-                    shard_no=self.shard_no,
-                    second=second,
-                    label=label[:210],
-                    pages=stats.get("pages", 0),
-                    hits=stats.get("hits", 0),
-                    errors=stats.get("errors", 0),
-                    errors_by_kind=stats.get("errors_by_kind", {}),
-                    error_samples=stats.get("error_samples", {}),
-                    bytes_in=stats.get("bytes_in", 0),
-                    bytes_out=stats.get("bytes_out", 0),
-                    hist=stats.get("hist", {}),
-                    connect_hist=stats.get("connect_hist", {}),
-                    ttfb_hist=stats.get("ttfb_hist", {}),
-                )
-                for label, stats in report.get("labels", {}).items()
-            ]
-            if rows:
-                PageInterval.objects.bulk_create(
-                    rows,
-                    update_conflicts=True,
-                    unique_fields=["run", "shard_no", "second", "label"],
-                    update_fields=PAGE_INTERVAL_FIELDS,
-                )
-            shard_status = (
-                RunShard.objects.filter(run_id=self.run_id, shard_no=self.shard_no)
-                .values_list("status", flat=True)
-                .first()
-            )
-            RunShard.objects.filter(run_id=self.run_id, shard_no=self.shard_no, status=RunShard.Status.RUNNING).update(
-                heartbeat_at=timezone.now()
-            )
+            interval_write(self.run_id, self.shard_no, report)
+            shard = self._heartbeat()
             Run.objects.filter(id=self.run_id, status=Status.STARTING).update(status=Status.RUNNING)
         run = Run.objects.only("cancel_requested", "status").get(id=self.run_id)
-        # Stop when the user asked to, or when the watchdog gave this shard up for lost.
-        return run.cancel_requested or shard_status != RunShard.Status.RUNNING
+        # Stop when the user asked to, or when another worker holds this shard now (or nobody may).
+        if run.cancel_requested or shard is None or shard.status != RunShard.Status.RUNNING:
+            return True
+        if shard.handoff_requested:
+            self.handoff_at = self.handoff_at or timezone.now()
+            return HANDOFF
+        return False
+
+    def _heartbeat(self) -> RunShard | None:
+        """Beats the shard's heart if this worker still holds it; takes back a shard declared lost too early.
+
+        A shard the watchdog declared lost while its worker was alive (a database outage hid
+        its heartbeats) becomes running again at its next flush, as long as no other worker
+        took it over (claiming it changes its worker) and its run has not ended; the handoff
+        the watchdog offered is withdrawn.
+        """
+        shards = RunShard.objects.filter(run_id=self.run_id, shard_no=self.shard_no)
+        if self.worker:
+            shards = shards.filter(worker=self.worker)
+            taken_back = shards.filter(
+                status__in=[RunShard.Status.LOST, RunShard.Status.PENDING],
+                run__status__in=[Status.STARTING, Status.RUNNING],
+            ).update(status=RunShard.Status.RUNNING, finished_at=None, released_at=None, error_message="")
+            if taken_back:
+                log.warning("run %s shard %s: alive after all, taken back", self.run_id, self.shard_no)
+                handoffs = shards.values_list("handoffs", flat=True).first() or []
+                if handoffs and handoffs[-1].get("kind") == "lost" and "resumed_on" not in handoffs[-1]:
+                    shards.update(handoffs=handoffs[:-1])
+        shards.filter(status=RunShard.Status.RUNNING).update(heartbeat_at=timezone.now())
+        return shards.only("status", "handoff_requested").first()
 
 
 def run_cancel(*, run: Run) -> Run:
@@ -357,20 +623,51 @@ def _run_end(run_id: int, status: str, *, from_statuses) -> int:
 
 
 def run_finalize(run_id: int) -> None:
-    """Once every shard has ended, computes the summary and the final status; runs once per run."""
+    """Once every shard has ended, computes the run's figures and its final status; runs once per run."""
     if RunShard.objects.filter(run_id=run_id).exclude(status__in=RunShard.TERMINAL).exists():
         return
     if not RunShard.objects.filter(run_id=run_id).exists():
         return
     if not Run.objects.filter(id=run_id, status__in=[Status.STARTING, Status.RUNNING, Status.CANCELLING]).update(
-        status=Status.FINISHING
+        status=Status.FINISHING, finishing_at=timezone.now(), finalize_attempts=1
     ):
         return
+    _finalize(run_id)
+
+
+def _finalize(run_id: int) -> None:
+    """Computes and stores the figures; a failure leaves the run *finishing*, with the reason, for a retry.
+
+    Safe to repeat: the figures row is replaced, and only a run still finishing changes status.
+    A finalize killed outright (out of memory) leaves the same state, and ``finalize_stuck``
+    retries both.
+    """
+    try:
+        _finalize_compute(run_id)
+    except Exception as exc:  # the watchdog retries, then ends the run in error with this reason
+        log.exception("run %s: finalize failed", run_id)
+        Run.objects.filter(id=run_id, status=Status.FINISHING).update(
+            error_message=f"Computing the results failed: {type(exc).__name__}: {exc}"
+        )
+
+
+def _finalize_compute(run_id: int) -> None:
+    """One pass over the run's rows in order of seconds feeds the summary, the chart series and
+    the comparison batches; then, in one transaction, the figures are stored and the status set.
+    The per-second label rows stay until ``rollup_due`` rolls them up (PLIMSOLL_ROLLUP_AFTER).
+    """
+    from portal.history.comparison import BatchSampler
+
     run = Run.objects.get(id=run_id)
+    if run.status != Status.FINISHING:
+        return  # finished meanwhile (another attempt won): its rows may already be rolled up
     shards = list(run.shards.all())
-    summary = analysis.summarize(run)
+    sampler = BatchSampler(run)
+    summary, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    batches = sampler.result()
     problems = [f"Shard {s.shard_no} {s.status}: {s.error_message.splitlines()[0]}" for s in shards if s.error_message]
-    lost = [s for s in shards if s.status in (RunShard.Status.LOST, RunShard.Status.FAILED)]
+    ended_early = (RunShard.Status.LOST, RunShard.Status.FAILED, RunShard.Status.INTERRUPTED)
+    lost = [s for s in shards if s.status in ended_early]
     has_data = summary["whole_run"]["pages"] > 0
     if run.cancel_requested:
         status = Status.CANCELLED
@@ -378,42 +675,225 @@ def run_finalize(run_id: int) -> None:
         status = Status.ERROR
     elif lost:
         status = Status.PARTIAL
+    elif (capacity := summary.get("capacity") or {}).get("search") and capacity.get("analysed"):
+        # A capacity search's upper levels break by design: it has its answer unless the first level broke.
+        status = Status.FAILED if capacity["capacity_users"] is None else Status.DONE
     elif summary["verdict"] == "failed":
         status = Status.FAILED
     else:
         status = Status.PASSED
-    if Run.objects.filter(id=run_id, status=Status.FINISHING).update(
-        status=status, summary=summary, error_message="\n".join(problems), finished_at=timezone.now()
-    ):
+    with transaction.atomic():
+        if not Run.objects.select_for_update().filter(id=run_id, status=Status.FINISHING).exists():
+            return
+        RunFigures.objects.update_or_create(
+            run_id=run_id, defaults={"series": series, "batches": [[key, figures] for key, figures in batches.items()]}
+        )
+        Run.objects.filter(id=run_id, status=Status.FINISHING).update(
+            status=status, summary=summary, error_message="\n".join(problems), finished_at=timezone.now()
+        )
         _announce(run_id)
 
 
+class _RollupCell:
+    """One label's sums over one roll-up span, all shards merged."""
+
+    __slots__ = ("pages", "hits", "errors", "by_kind", "samples", "bytes_in", "bytes_out", "hist", "ttfb", "connect")
+
+    def __init__(self):
+        self.pages = self.hits = self.errors = self.bytes_in = self.bytes_out = 0
+        self.by_kind: dict[str, int] = {}
+        self.samples: dict[str, str] = {}
+        self.hist, self.ttfb, self.connect = Histogram(), Histogram(), storage.Mean()
+
+    def add(self, row) -> None:
+        self.pages += row.pages
+        self.hits += row.hits
+        self.errors += row.errors
+        self.bytes_in += row.bytes_in
+        self.bytes_out += row.bytes_out
+        for kind, n in row.by_kind.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0) + n
+        for kind, sample in row.samples.items():
+            self.samples.setdefault(kind, sample)
+        self.hist.merge(row.hist)
+        self.ttfb.merge(row.ttfb)
+        self.connect.merge(row.connect)
+
+    def row(self, run_id: int, second: int, label: str) -> PageRollup:
+        return PageRollup(
+            run_id=run_id,
+            second=second,
+            span_s=PageRollup.ROLLUP_S,
+            label=label,
+            pages=self.pages,
+            hits=self.hits,
+            errors=self.errors,
+            errors_by_kind=self.by_kind,
+            error_samples=self.samples,
+            bytes_in=self.bytes_in,
+            bytes_out=self.bytes_out,
+            hist_bin=self.hist.to_bytes() if self.hist.count else None,
+            ttfb_bin=self.ttfb.to_bytes() if self.ttfb.count else None,
+            connect_count=self.connect.count,
+            connect_sum_us=self.connect.sum,
+        )
+
+
+class _Rollup:
+    """Rows in order of seconds in, one PageRollup row per label and span out (one span in memory)."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.start: int | None = None
+        self.cells: dict[str, _RollupCell] = {}
+
+    def add(self, row) -> None:
+        start = row.second // PageRollup.ROLLUP_S * PageRollup.ROLLUP_S
+        if start != self.start:
+            self.close()
+            self.start = start
+        self.cells.setdefault(row.label, _RollupCell()).add(row)
+
+    def close(self) -> None:
+        if self.cells:
+            PageRollup.objects.bulk_create(
+                [cell.row(self.run_id, self.start, label) for label, cell in self.cells.items()],
+                update_conflicts=True,
+                unique_fields=["run", "second", "label"],
+                update_fields=ROLLUP_FIELDS,
+            )
+        self.cells = {}
+
+
+# A roll-up row holds what a per-second page row holds, over a span.
+ROLLUP_FIELDS = ["span_s", *PAGE_INTERVAL_FIELDS]
+
+
+# Spans rolled up per transaction: short enough that SQLite's other writers (live shards) wait
+# well under a second, long enough that PostgreSQL does few round trips.
+ROLLUP_SPANS_PER_TRANSACTION = 5
+
+
+def run_rollup(run_id: int) -> int:
+    """Rolls a finished run's per-second PageInterval rows up into per-minute PageRollup rows; returns
+    the rows rolled up.
+
+    Only a run whose figures are stored (RunFigures) is rolled up: its pages never read the
+    per-second label rows again, and the per-second run totals stay on ShardInterval. Each
+    chunk of spans is written and its per-second rows deleted in one short transaction, so a
+    roll-up that stops halfway leaves every second either rolled up or intact; a repeated one
+    goes on where it stopped.
+    """
+    figures = RunFigures.objects.filter(run_id=run_id, rolled_up_at=None, run__status__in=Run.FINISHED)
+    if not figures.exists():
+        return 0
+    run = Run(id=run_id)
+    bounds = PageInterval.objects.filter(run_id=run_id).aggregate(lo=Min("second"), hi=Max("second"))
+    rolled = 0
+    if bounds["lo"] is not None:
+        span = PageRollup.ROLLUP_S
+        step = span * ROLLUP_SPANS_PER_TRANSACTION
+        for lo in range(bounds["lo"] // span * span, bounds["hi"] + 1, step):
+            with transaction.atomic():
+                rollup = _Rollup(run_id)
+                for row in analysis.page_rows(run, since=lo, until=lo + step):
+                    rollup.add(row)
+                    rolled += 1
+                rollup.close()
+                PageInterval.objects.filter(run_id=run_id, second__gte=lo, second__lt=lo + step).delete()
+    figures.update(rolled_up_at=timezone.now())
+    return rolled
+
+
+def rollup_due(limit: int = 1) -> None:
+    """Rolls up runs finished more than PLIMSOLL_ROLLUP_AFTER seconds ago, ``limit`` per call.
+
+    Called by the watchdog: a few runs a tick keeps each tick short, and the backlog after
+    an upgrade drains over the following minutes.
+    """
+    cutoff = timezone.now() - timedelta(seconds=settings.PLIMSOLL_ROLLUP_AFTER)
+    due = RunFigures.objects.filter(rolled_up_at=None, run__finished_at__lt=cutoff).order_by("run_id")
+    for run_id in list(due.values_list("run_id", flat=True)[:limit]):
+        try:
+            run_rollup(run_id)
+        except Exception:  # the figures are stored; the per-second rows just stay until the next tick
+            log.exception("run %s: roll-up failed; its per-second rows are kept", run_id)
+
+
+def run_figures_store(*, run: Run) -> bool:
+    """Stores the chart series and comparison batches of a finished run recorded before they were
+    stored at finalize (issue 9); its summary is left as it is. Returns whether it stored them.
+
+    Afterwards the run's pages read only stored figures, and the roll-up may take its rows.
+    """
+    from portal.history.comparison import BatchSampler
+
+    if run.is_active or RunFigures.objects.filter(run=run).exists():
+        return False
+    sampler = BatchSampler(run)
+    _, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    batches = sampler.result()
+    _, created = RunFigures.objects.get_or_create(
+        run=run, defaults={"series": series, "batches": [[key, figures] for key, figures in batches.items()]}
+    )
+    return created
+
+
+def finalize_stuck() -> None:
+    """Retries the finalize of runs left *finishing* (a crash, or a worker killed for its memory).
+
+    A run is stuck when its finalize began PLIMSOLL_FINALIZE_TIMEOUT seconds ago and it is
+    still finishing. Each retry is claimed by a conditional UPDATE (two watchdogs never
+    retry one run twice at once); after PLIMSOLL_FINALIZE_ATTEMPTS attempts the run ends in
+    *error* with the last failure's reason, keeping its interval rows.
+    """
+    now = timezone.now()
+    cutoff = now - timedelta(seconds=settings.PLIMSOLL_FINALIZE_TIMEOUT)
+    stuck = Run.objects.filter(status=Status.FINISHING).filter(Q(finishing_at__lt=cutoff) | Q(finishing_at=None))
+    for run_id, attempts, reason in stuck.values_list("id", "finalize_attempts", "error_message"):
+        if attempts >= settings.PLIMSOLL_FINALIZE_ATTEMPTS:
+            _run_error(
+                run_id,
+                f"The results could not be computed after {attempts} attempts: "
+                f"{reason or 'the finalizing worker stopped without a word (killed, or out of memory)'}. "
+                "The interval rows are kept.",
+            )
+            continue
+        claimed = (
+            Run.objects.filter(id=run_id, status=Status.FINISHING, finalize_attempts=attempts)
+            .filter(Q(finishing_at__lt=cutoff) | Q(finishing_at=None))
+            .update(finishing_at=now, finalize_attempts=attempts + 1)
+        )
+        if claimed:
+            log.warning("run %s: finalize retried (attempt %s)", run_id, attempts + 1)
+            _finalize(run_id)
+
+
 def watchdog() -> None:
-    """Declares silent shards lost, ends runs no worker took, and finalizes what is complete."""
+    """Declares silent shards lost, ends runs no worker took, and finalizes what is complete.
+
+    It judges silence only over time it watched itself (``_watching_since``): after its own
+    outage (no database, no broker, no beat) it waits a whole timeout before declaring anything.
+    A silent shard's schedule is offered as a continuation (``_offer_silent_shards``).
+    """
     now = timezone.now()
     timeout = timedelta(seconds=settings.PLIMSOLL_SHARD_TIMEOUT)
-    silent = RunShard.objects.filter(status=RunShard.Status.RUNNING, heartbeat_at__lt=now - timeout)
-    for shard in silent.select_related("run"):
-        if RunShard.objects.filter(id=shard.id, status=RunShard.Status.RUNNING, heartbeat_at__lt=now - timeout).update(
-            status=RunShard.Status.LOST,
-            finished_at=now,
-            error_message=f"no heartbeat for {settings.PLIMSOLL_SHARD_TIMEOUT} s (its worker {shard.worker} "
-            "probably died); every interval it recorded before is kept",
-        ):
-            log.warning("run %s shard %s lost", shard.run_id, shard.shard_no)
-    unclaimed = RunShard.objects.filter(status=RunShard.Status.PENDING, run__start_at__lt=now - timeout).select_related(
-        "run"
-    )
-    for shard in unclaimed:
+    watched = now - _watching_since(now)
+    _offer_silent_shards(now, watched)
+    _end_unclaimed_continuations(now)
+    _resend_waiting_tasks(now)
+    unclaimed = RunShard.objects.filter(
+        status=RunShard.Status.PENDING, released_at__isnull=True, run__start_at__lt=now - timeout
+    ).select_related("run")
+    for shard in unclaimed if watched >= timeout else []:
         RunShard.objects.filter(id=shard.id, status=RunShard.Status.PENDING).update(
             status=RunShard.Status.LOST,
             finished_at=now,
             error_message=f"no worker was free to start this shard within {settings.PLIMSOLL_SHARD_TIMEOUT} s "
             "of the run's start; add workers or raise PLIMSOLL_SHARD_MAX_USERS",
         )
-    for run_id in Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT).values_list(
-        "id", flat=True
-    ):
+    queued_long = Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT)
+    for run_id in (queued_long if watched >= QUEUED_TIMEOUT else Run.objects.none()).values_list("id", flat=True):
         _run_error(
             run_id,
             f"No Celery worker took this run within {QUEUED_TIMEOUT.seconds} s. Is a worker running "
@@ -424,3 +904,227 @@ def watchdog() -> None:
     )
     for run_id in active.values_list("id", flat=True).distinct():
         run_finalize(run_id)
+    finalize_stuck()
+    rollup_due()
+
+
+# --------------------------------------------------------------------------------------
+# Imported runs (issue 18): another tool's result file becomes a run in the history
+# --------------------------------------------------------------------------------------
+
+
+def _file_sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _configuration_at(environment, change) -> list[dict]:
+    """The environment's configuration under ``change`` (None: the initial one, before any change)."""
+    if change is not None:
+        return list(change.config_after)
+    first = environment.changes.filter(status="applied").order_by("number").first()
+    return list(first.config_before) if first else list(environment.configuration)
+
+
+def _imported_snapshot(results: result_files.ImportedResults, environment, plan: Plan | None) -> dict:
+    """The run's plan snapshot: what the file shows, in the engine's plan shape so every report reads it.
+
+    Its profile is *constant* at the file's most active users for the file's duration (the whole
+    file is the measurement window); its one test case, named after the tool, has a step per label
+    with the path the label requested. Thresholds: those of the plan the import stands for, if one
+    was picked; else none, and the run passes unless it has no data.
+    """
+    steps = [{"name": label[:200], "path": results.paths.get(label, "/")} for label in results.labels]
+    snapshot = {
+        "base_url": environment.base_url.rstrip("/"),
+        "test_cases": [{"name": results.tool, "steps": steps}],
+        "profile": {"kind": "constant", "users": max(results.max_users, 1), "hold": float(results.duration_s)},
+    }
+    if plan is not None:  # judged by the thresholds of the plan it stands for
+        snapshot["thresholds"] = plan.to_engine_dict()["thresholds"]
+    EnginePlan.from_dict(snapshot)  # the shape every reader of a run relies on
+    return snapshot
+
+
+def run_import(
+    *, environment, user, path, file_name: str, format: str | None = None, plan: Plan | None = None
+) -> tuple[Run, bool]:
+    """An imported run of ``environment`` from a result file, and whether it is new.
+
+    With ``plan`` (one of the environment's project), the run stands for a run of that plan: it
+    joins the plan's journey and comparisons, and the plan's thresholds judge it.
+
+    The same file (by SHA-256) imported again into the environment finds the first run. The
+    file is read whole before anything is written (result_files.ResultFileError names a bad
+    line), then the run, its shard and its rows are written in one transaction, through the
+    same ``interval_write`` as a native run's, and finalized like one.
+    """
+    from portal.history.services import change_in_effect
+
+    if plan is not None and plan.project_id != environment.project_id:
+        raise result_files.ResultFileError(f"The plan “{plan}” is not of this environment's project.")
+    sha256 = _file_sha256(path)
+    imported = Run.objects.filter(environment=environment, kind=Run.Kind.IMPORTED, source_sha256=sha256)
+    if existing := imported.first():
+        return existing, False
+    results = result_files.read(path, format=format)
+    start = datetime.fromtimestamp(results.first_second, UTC)
+    change = change_in_effect(environment, start)
+    snapshot = _imported_snapshot(results, environment, plan)
+    source = {
+        "tool": results.tool,
+        "version": results.version,
+        "format": results.format,
+        "file_name": file_name[:255],
+        "sha256": sha256,
+        "lines": results.lines,
+    }
+    try:
+        with transaction.atomic():
+            project = type(environment.project).objects.select_for_update().get(pk=environment.project_id)
+            run = Run.objects.create(
+                project=project,
+                number=(project.runs.aggregate(n=Max("number"))["n"] or 0) + 1,
+                environment=environment,
+                plan=plan,
+                plan_name=plan.name if plan is not None else f"{results.tool} import: {file_name}"[:100],
+                environment_name=environment.name,
+                plan_snapshot=snapshot,
+                config_snapshot=_configuration_at(environment, change),
+                tuning_change=change,
+                created_by=user,
+                # Finishing from the start: it never runs, and the watchdog's finalize_stuck computes
+                # its figures should this process die before finalize below.
+                status=Status.FINISHING,
+                finishing_at=timezone.now(),
+                finalize_attempts=1,
+                shard_count=1,
+                start_at=start,
+                kind=Run.Kind.IMPORTED,
+                source=source,
+                source_sha256=sha256,
+            )
+            RunShard.objects.create(
+                run=run,
+                shard_no=0,
+                user_count=results.max_users,
+                status=RunShard.Status.DONE,
+                worker=f"import of {file_name}"[:200],
+                finished_at=timezone.now(),
+            )
+            for report in results.reports():
+                interval_write(run.id, 0, report)
+    except IntegrityError:  # the same file, imported by a concurrent request
+        return imported.get(), False
+    _finalize(run.id)
+    run.refresh_from_db()
+    return run, True
+
+
+# Watchdog passes further apart than this (beat sends one every 10 s) mean it was out in between
+# (no database, broker or beat), so it saw no heartbeats then.
+WATCHDOG_GAP = timedelta(seconds=15)
+# A queued run, or a released shard, whose task no worker took for this long has its task sent
+# again (a broker restarted without persistence loses its messages); a repeat does no harm.
+RESEND_AFTER = timedelta(seconds=15)
+
+
+def _watching_since(now) -> datetime:
+    """Records this pass; returns since when the watchdog has watched the database without a gap."""
+    with transaction.atomic():
+        view = WatchdogView.objects.select_for_update().first()
+        if view is None:  # the first pass ever has seen nothing yet
+            WatchdogView.objects.create(last_pass_at=now, watching_since=now)
+            return now
+        if now - view.last_pass_at > WATCHDOG_GAP:
+            log.warning("watchdog: no pass since %s; judging silence again from now", view.last_pass_at)
+            view.watching_since = now
+        view.last_pass_at = now
+        view.save(update_fields=["last_pass_at", "watching_since"])
+        return view.watching_since
+
+
+def _offer_silent_shards(now, watched: timedelta) -> None:
+    """A shard silent for a whole timeout that the watchdog watched: its worker died; offer the rest.
+
+    The shard is released as a continuation from the second after its last flush (the
+    seconds between that flush and the crash are missing, not zero); if no worker claims it
+    within the grace period, it ends lost.
+    """
+    timeout = timedelta(seconds=settings.PLIMSOLL_SHARD_TIMEOUT)
+    if watched < timeout:
+        return
+    silent = RunShard.objects.filter(status=RunShard.Status.RUNNING, heartbeat_at__lt=now - timeout)
+    for shard in silent.select_related("run"):
+        last = ShardInterval.objects.filter(run_id=shard.run_id, shard_no=shard.shard_no).aggregate(s=Max("second"))
+        resume = last["s"] + 1 if last["s"] is not None else shard.resume_second
+        totals = dict(shard.totals or {})
+        if unique := _unique_cases(shard.run.plan_snapshot):
+            # Rows a crashed shard took are unknown: the iterations it started since it was claimed
+            # bound them (each took at most one row), so no row is used twice; a few may be skipped.
+            started = ShardInterval.objects.filter(
+                run_id=shard.run_id, shard_no=shard.shard_no, second__gte=shard.resume_second
+            ).aggregate(n=Sum("iterations_started"))["n"]
+            before = totals.get("data_taken") or {}
+            totals["data_taken"] = {case: before.get(case, 0) + (started or 0) for case in unique}
+        if _shard_release(shard, worker=shard.worker, resume_second=resume, kind="lost", totals=totals or None):
+            RunShard.objects.filter(id=shard.id).update(
+                error_message=f"no heartbeat for {settings.PLIMSOLL_SHARD_TIMEOUT} s (its worker {shard.worker} "
+                "probably died); every interval it recorded before is kept"
+            )
+
+
+def _unique_cases(plan_snapshot: dict) -> list[str]:
+    """The test cases whose data set hands each row out once (``unique``)."""
+    return [
+        tc["name"] for tc in plan_snapshot.get("test_cases", []) if (tc.get("data_set") or {}).get("mode") == "unique"
+    ]
+
+
+def _end_unclaimed_continuations(now) -> None:
+    """A released shard no worker claimed within the grace period (or before the plan's end) ends."""
+    grace = timedelta(seconds=settings.PLIMSOLL_HANDOFF_GRACE)
+    waiting = RunShard.objects.filter(status=RunShard.Status.PENDING, released_at__isnull=False).select_related("run")
+    for shard in waiting:
+        run_end = shard.run.start_at + timedelta(seconds=shard.run.planned_duration)
+        if shard.run.cancel_requested:
+            _continuation_end(shard, "the run was stopped before a worker took over")
+        elif shard.released_at < now - grace:
+            _continuation_end(shard, f"no worker took over within {settings.PLIMSOLL_HANDOFF_GRACE} s")
+        elif run_end < now:
+            _continuation_end(shard, "no worker took over before the plan's end")
+
+
+def _continuation_end(shard: RunShard, why: str) -> None:
+    """Ends a released shard nobody resumed: interrupted (its worker stopped) or lost (it went silent)."""
+    last = shard.handoffs[-1] if shard.handoffs else {}
+    if last.get("kind") == "lost":
+        status = RunShard.Status.LOST
+        message = f"{shard.error_message or 'its worker went silent'}; {why}"
+    else:
+        status = RunShard.Status.INTERRUPTED
+        message = f"worker {last.get('worker', '?')} stopped at {last.get('stopped_at_s', '?')} s, {why}"
+    if RunShard.objects.filter(id=shard.id, status__in=[RunShard.Status.PENDING, RunShard.Status.RUNNING]).update(
+        status=status, finished_at=timezone.now(), error_message=message, released_at=None
+    ):
+        log.warning("run %s shard %s %s: %s", shard.run_id, shard.shard_no, status, message)
+
+
+def _resend_waiting_tasks(now) -> None:
+    """Sends again the tasks of queued runs and pending shards that no worker took (lost with the broker)."""
+    from workers.tasks import run_shard_task, start_run_task
+
+    old = now - RESEND_AFTER
+    try:
+        for run_id in Run.objects.filter(status=Status.QUEUED, created_at__lt=old).values_list("id", flat=True):
+            start_run_task.apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
+        waiting = RunShard.objects.filter(
+            Q(released_at__lt=old) | Q(released_at__isnull=True, run__start_at__lt=old), status=RunShard.Status.PENDING
+        )
+        for run_id, shard_no in waiting.values_list("run_id", "shard_no"):
+            run_shard_task.apply_async((run_id, shard_no), retry=True, retry_policy=ENQUEUE_RETRY)
+    except Exception:
+        log.exception("watchdog: could not send waiting tasks again; next pass retries")

@@ -13,4 +13,6 @@ urlpatterns = [
     # /projects/<code>/runs/, /plans/<code>/run/
     path("projects/<uuid:code>/runs/", views.project_runs, name="project"),
     path("plans/<uuid:code>/run/", views.run_start, name="start"),
+    # Issue 18: other tools' result files become imported runs of an environment.
+    path("environments/<uuid:code>/import-results/", views.results_import, name="import"),
 ]

@@ -1,20 +1,27 @@
+import tempfile
+from pathlib import Path
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from portal.accounts.access import get_for_user, membership_for, scoped
-from portal.projects.models import Plan, Project
+from portal.projects.models import Environment, Plan, Project
 
-from . import analysis, selectors, services
+from . import result_files, selectors, services
+from .forms import ResultUploadForm
 from .models import Run
 
-RUN_LIST_LIMIT = 200
+RUNS_PER_PAGE = 100
 
 
 def _runs_table(request, runs, **context):
-    return render(request, "runs/list.html", {"runs": runs[:RUN_LIST_LIMIT], "nav": "runs", **context})
+    # Pages of runs, newest first: a nightly soak makes thousands, and every one stays reachable.
+    page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "runs/list.html", {"runs": page.object_list, "page": page, "nav": "runs", **context})
 
 
 @login_required
@@ -51,6 +58,7 @@ def run_detail(request, code):
         "live": selectors.run_live_figures(run),
         "can_write": membership is not None and membership.can_write,
         "shards": run.shards.all(),
+        "handoffs": selectors.run_handoffs(run),
     }
     if request.htmx and not request.htmx.boosted:
         response = render(request, "runs/detail.html#live", context)
@@ -64,16 +72,12 @@ def run_detail(request, code):
 @login_required
 def run_series(request, code):
     run = get_for_user(request.user, Run.objects.all(), code=code)
-    data = analysis.series(run)
-    data.update(
-        {
-            "status": run.status,
-            "active": run.is_active,
-            "windows": [[start, end, label] for start, end, label in run.measurement_windows],
-            "duration_s": run.planned_duration,
-        }
-    )
-    return JsonResponse(data)
+    since = request.GET.get("since")
+    if since is not None:
+        if not (since.isascii() and since.isdigit() and len(since) <= 9):
+            return JsonResponse({"error": "since must be a whole number of seconds (0 or more)"}, status=400)
+        since = int(since)
+    return JsonResponse(selectors.run_series(run, since=since))
 
 
 @login_required
@@ -86,3 +90,38 @@ def run_stop(request, code):
     if request.htmx:
         return run_detail(request, code)
     return redirect(run)
+
+
+@login_required
+def results_import(request, code):
+    """Result files of other tools into imported runs of an environment: one run per file (issue 18)."""
+    environment = get_for_user(request.user, Environment.objects.select_related("project__team"), code=code, write=True)
+    form = ResultUploadForm(request.POST or None, request.FILES or None, environment=environment)
+    if request.method == "POST" and form.is_valid():
+        for upload in form.cleaned_data["files"]:
+            _import_upload(request, environment, upload, form.cleaned_data["format"] or None, form.cleaned_data["plan"])
+        return redirect(environment)
+    context = {"form": form, "environment": environment, "project": environment.project, "nav": "projects"}
+    return render(request, "runs/results_import.html", context, status=400 if form.errors else 200)
+
+
+def _import_upload(request, environment, upload, format_: str | None, plan) -> None:
+    """Imports one uploaded file through a temporary copy, deleted afterwards; says what became of it."""
+    with tempfile.NamedTemporaryFile(suffix=".upload") as copy:
+        for chunk in upload.chunks():
+            copy.write(chunk)
+        copy.flush()
+        try:
+            run, created = services.run_import(
+                environment=environment,
+                user=request.user,
+                path=Path(copy.name),
+                file_name=upload.name,
+                format=format_,
+                plan=plan,
+            )
+        except result_files.ResultFileError as refusal:
+            messages.error(request, f"{upload.name}: {refusal}")
+            return
+    verb = "imported as" if created else "was already imported as"
+    messages.success(request, f"{upload.name} {verb} run #{run.number}.")

@@ -272,6 +272,7 @@ def test_knobs_get_post_and_schema(base):
                 "tempdb.files": 1,
                 "token_cache.cap": 0,
                 "documents.storage": "database",
+                "web_garden.processes": 1,
             }
             new = await set_knobs(s, base, compression="on", latency_ms="5")
             assert new["compression"] == "on"
@@ -284,6 +285,7 @@ def test_knobs_get_post_and_schema(base):
                 "tempdb.files",
                 "token_cache.cap",
                 "documents.storage",
+                "web_garden.processes",
             }
             assert all(k["description"] for k in schema)
             stories = {k["name"]: k["description"] for k in schema}

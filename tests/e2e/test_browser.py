@@ -15,7 +15,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transa
 
 @pytest.fixture
 def page(browser, tmp_path):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    # bypass_csp: Playwright's wait_for_function evaluates its predicate with eval, which the
+    # page's Content-Security-Policy refuses (tests/portal/runs/test_csp_browser.py runs pages under it).
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, bypass_csp=True)
     page = context.new_page()
     page.set_default_timeout(15_000)
     yield page

@@ -47,7 +47,7 @@ def test_make_run_path_on_sqlite_and_the_file_system_broker(embedded_env, demo_t
     assert first.returncode == 0, first.stderr
     before = counts(embedded_env)
     assert manage(embedded_env, "seed_demo", "--base-url", demo_target.base_url).returncode == 0
-    assert counts(embedded_env) == before == "1 1 1 4 9 4 7"
+    assert counts(embedded_env) == before == "1 1 1 5 10 5 8"
     # a short version of the seeded plan, so the test takes seconds
     shorten = (
         "from portal.projects.models import Plan; "

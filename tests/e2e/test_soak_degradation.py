@@ -5,7 +5,8 @@ cache; past 100,000 entries each clean-up stalls every page (demo/tokencache.py)
 throughput falls by half or more. A 90 s soak of 20 users without think time runs
 through the portal and a real Celery worker; the run report must call it degraded, with
 an onset after the steady state, in the second the target's first clean-up stall began
-(by the target's own clock) or within five seconds after it. The control, the same load
+(by the target's own clock) or within five seconds after it, and a change point ("began")
+whose interval holds that stall. The control, the same load
 with the cache capped (``-T4618``), serves more than 100,000 pages and must not degrade.
 """
 
@@ -127,6 +128,12 @@ def test_an_uncapped_token_cache_degrades_and_the_report_says_when(project, alic
     assert stall_at is not None, served
     stall_s = stall_at - start
     print(f"  the target's first clean-up stall began {stall_s:.2f} s into the run")
+    # the change point: the drift began inside the interval given, which holds the first stall
+    # (the interval counts whole seconds: [low, high] covers the instants low ≤ t < high + 1)
+    low, high = d["began_interval_s"]
+    print(f"  began {d['began_s']} s (between {low} and {high}), crossed {d['crossed_s']} s\n  {d['began_sentence']}")
+    assert d["crossed_s"] == onset and low <= d["began_s"] <= high <= onset, d
+    assert low <= stall_s < high + 1, (stall_s, d["began_interval_s"], per_second(run))
     assert int(stall_s) <= onset <= stall_s + 5, (stall_s, onset, per_second(run))
     # and no stall at all during the steady state
     assert stall_s >= STEADY_S, stall_s

@@ -98,6 +98,30 @@ def test_a_private_address_exits_2_before_any_traffic(monkeypatch, capsys):
     assert "http://10.0.0.5:80 resolves to 10.0.0.5, which is not in the allowed targets" in captured.err
 
 
+def test_a_name_that_rebinds_after_the_first_check_exits_2_with_the_reason(monkeypatch, capsys):
+    # given: DNS that answers loopback to the CLI's check, then a private address to the runner's
+    answers = iter([["127.0.0.1"], ["10.0.0.5"]])
+    real = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "rebind.test":
+            return real(host, port, *args, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in next(answers)]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(socket.socket, "connect", lambda *a: pytest.fail("a connection was attempted"))
+    # when
+    code = cli.main(["run", "--url", "http://rebind.test:8001/", "--users", "1", "--duration", "1", "--json"])
+    # then
+    assert code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        "plimsoll: http://rebind.test:8001 resolves to 10.0.0.5, which is not in the allowed targets "
+        "(127.0.0.0/8, ::1/128, localhost)\n"
+    )
+
+
 def test_the_allowlist_comes_from_the_environment_or_allow(other_target):
     url = f"{other_target.url}/"
 

@@ -137,3 +137,26 @@ def test_an_empty_histogram_reads_as_zero():
 def test_from_dict_refuses_inconsistent_data():
     with pytest.raises(ValueError, match="do not add up"):
         Histogram.from_dict({"v": 1, "n": 3, "sum": 3, "min": 1, "max": 1, "b": {"1": 2}})
+
+
+def test_binary_form_round_trips_and_is_much_smaller_than_json():
+    rng = random.Random(7)
+    h = Histogram()
+    for _ in range(50):
+        h.record(rng.lognormvariate(11, 0.6))  # ~60 ms pages with a long tail
+
+    data = h.to_bytes()
+
+    assert Histogram.from_bytes(data) == h
+    assert Histogram.from_bytes(memoryview(data)).percentile(95) == h.percentile(95)
+    assert len(data) * 4 < len(json.dumps(h.to_dict()))
+    assert Histogram.from_bytes(Histogram().to_bytes()).count == 0
+
+
+def test_a_damaged_binary_histogram_is_refused():
+    h = Histogram()
+    h.record_many([100, 5000, 70000])
+    data = h.to_bytes()
+    for bad in (b"", data[:-1], data + b"\x00", b"\x01" + data[1:]):
+        with pytest.raises(ValueError):
+            Histogram.from_bytes(bad)

@@ -371,7 +371,9 @@ def test_constant_and_steps_runs_follow_the_schedule():
 def test_pacing_starts_iterations_on_schedule_or_at_once_when_late(delay, expected_starts, dropped):
     sent, reports = [], []
     plan = plan_with({"kind": "pacing", "users": 1, "hold": 1.2, "pacing": 0.3})
-    start_at = time.time() + 0.2
+    # Half a second to set the run up: late in the whole suite (a large process, leftover threads)
+    # setting up took over 0.2 s, and the whole grid then started late (every start +0.07 s).
+    start_at = time.time() + 0.5
 
     totals = run_sync(
         plan, sink=reports.append, start_at=start_at, client_factory=lambda: FakeClient(sent, delay=delay)

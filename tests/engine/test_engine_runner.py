@@ -186,7 +186,7 @@ def test_a_steps_run_has_one_window_per_level(target):
     totals = run_sync(plan, sink=sink, seed=3)
 
     assert [(w.label, w.start_s, w.end_s) for w in totals.windows] == [
-        ("Level 1: 1 users", 0, 1),
+        ("Level 1: 1 user", 0, 1),
         ("Level 2: 2 users", 1, 2),
     ]
     for w in totals.windows:

@@ -16,7 +16,9 @@ hold. A ``--ramp-up`` therefore keeps connection set-up out of those figures.
 
 Targets must be allowed: ``--allow`` or the ``PLIMSOLL_ALLOWED_TARGETS``
 environment variable (default: loopback only). A target that is not allowed is
-refused before any request is sent, with exit code 2 (as for any bad input).
+refused before any request is sent, with exit code 2 (as for any bad input),
+also when the name passed the first check and the runner's check just before
+connecting refuses it (DNS answered differently in between).
 Ctrl-C stops the run the way the portal's Stop button does, and still prints
 the summary.
 """
@@ -36,7 +38,7 @@ from typing import Any
 
 from .plan import THINK_TIME_MODES, Plan, PlanError
 from .runner import RunTotals, lag_ms, latency_ms, new_event_loop_factory, run
-from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, check_url, parse_allowlist
+from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, TargetNotAllowed, check_url, parse_allowlist
 
 EXIT_BAD_INPUT = 2
 
@@ -81,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # PlanError, a bad allowlist, TargetNotAllowed, an unreadable file
         print(f"plimsoll: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    totals = _execute(plan, allow, args)
+    try:
+        totals = _execute(plan, allow, args)
+    except TargetNotAllowed as exc:
+        # The runner checks again just before it connects; DNS may have changed since the check above.
+        print(f"plimsoll: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if args.json:
         print(json.dumps(_json_summary(totals)))
     else:

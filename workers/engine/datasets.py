@@ -63,6 +63,15 @@ class DataFeed:
             self._taken += 1
         return dict(zip(self.columns, row, strict=True))
 
+    def skip(self, n: int) -> None:
+        """Unique mode: count ``n`` rows as used (a continuation of a shard that took them before its handoff)."""
+        self._taken = min(len(self._unique), self._taken + max(0, n))
+
+    @property
+    def taken(self) -> int:
+        """Rows of this shard's part handed out (unique mode), those skipped included."""
+        return self._taken
+
     @property
     def remaining(self) -> int | None:
         """Rows this shard can still hand out in unique mode (None for the modes that never run out)."""

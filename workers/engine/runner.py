@@ -98,7 +98,12 @@ from .variables import (
 
 log = logging.getLogger(__name__)
 
-Sink = Callable[[dict[str, Any]], bool | None]
+Sink = Callable[[dict[str, Any]], bool | str | None]
+# What a sink may answer besides True (stop now): hand the rest of the schedule over. The run stops
+# starting sessions, iterations and steps, lets requests in flight finish (up to DRAIN_GRACE_S),
+# reports every second and returns with ``handed_off`` set; ``run(resume_at=...)`` continues it.
+HANDOFF = "handoff"
+DRAIN_GRACE_S = 5.0
 
 HARD_END_GRACE_S = 5.0  # after total duration + request timeout, cancel whatever still runs
 CANCEL_GRACE_S = 1.0  # how long cancelled users get to close their connections
@@ -207,6 +212,8 @@ class RunTotals:
     loop_lag: Histogram = field(default_factory=Histogram)  # generator health: event-loop lag (µs), whole run
     cpu_pct_max: float = 0.0  # generator health: the busiest second's process CPU
     start_late_s: float = 0.0  # how long after the common start_at this run (shard) actually began
+    handed_off: bool = False  # the sink asked for a handoff and the schedule was not over
+    data_taken: dict[str, int] = field(default_factory=dict)  # unique data sets: rows taken, per test case
     windows: list[WindowTotals] = field(default_factory=list)  # the measurement windows' share of the above
 
     @property
@@ -234,6 +241,8 @@ class RunTotals:
             "cpu_pct_max": round(self.cpu_pct_max, 1),
             "start_late_ms": round(self.start_late_s * 1000, 2),
             "stopped": self.stopped,
+            "handed_off": self.handed_off,
+            "data_taken": dict(self.data_taken),
             "reports_sent": self.reports_sent,
             "reports_dropped": self.reports_dropped,
             "windows": [w.to_dict() for w in self.windows],
@@ -428,6 +437,13 @@ _NO_HEADERS: Mapping[str, str] = {}
 DATA_EXHAUSTED_PAUSE_S = 1.0  # closed model: a user whose test case has no row left waits this long before a new draw
 
 
+def _resumed(windows: list[tuple[float, float]], resume_at: float) -> list[tuple[float, float]]:
+    """A user's windows from ``resume_at`` on: those over are dropped, the one under way starts a new session now."""
+    if resume_at <= 0:
+        return windows
+    return [(max(a, resume_at), b) for a, b in windows if b > resume_at]
+
+
 def _missing_message(name: str, tc: TestCase, step: Step) -> str:
     variable = "{{" + name + "}}"
     later = [s.name for s in tc.steps[tc.steps.index(step) + 1 :] if any(e.name == name for e in s.extract)]
@@ -451,6 +467,7 @@ class _Reporter:
         self._wakeup = asyncio.Event()
         self._closing = False
         self.stop_requested = asyncio.Event()
+        self.handoff_requested = asyncio.Event()
         self.sent = 0
         self.dropped = 0
         self._task = loop.create_task(self._deliver())
@@ -489,7 +506,9 @@ class _Reporter:
             failures = 0
             self._pending.popleft()
             self.sent += 1
-            if answer:
+            if answer == HANDOFF:
+                self.handoff_requested.set()
+            elif answer:
                 self.stop_requested.set()
 
     def _drop_pending(self) -> None:
@@ -528,8 +547,15 @@ class _Run:
         seed: Any,
         client_factory: Callable[[], HttpClient],
         shard: tuple[int, int] | None = None,
+        resume_at: float = 0.0,
+        data_taken: Mapping[str, int] | None = None,
     ) -> None:
         self.plan = plan
+        # A continuation: the part of the schedule before this offset ran elsewhere (or not at all).
+        self.resume_at = resume_at
+        self.data_taken = dict(data_taken or {})
+        self.draining = False  # a handoff: start nothing new
+        self.in_flight = 0  # pages being requested now (a drain waits for them)
         self.profile = plan.profile
         self.shard = shard  # arrival_rate: (shard_no, shard_count) of the arrivals this run starts
         self.timeout = plan.request_timeout
@@ -542,7 +568,8 @@ class _Run:
         self.cases = cases = [tuple(_CompiledStep.build(plan, tc, s) for s in tc.steps) for tc in plan.test_cases]
         self.mix: Mix[tuple[_CompiledStep, ...]] = Mix(cases, [tc.weight for tc in plan.test_cases])
         self.totals = RunTotals(
-            windows=[WindowTotals(label, *whole_seconds(a, b)) for a, b, label in measurement_windows(self.profile)]
+            windows=[WindowTotals(label, *whole_seconds(a, b)) for a, b, label in measurement_windows(self.profile)],
+            data_taken=dict(self.data_taken),
         )
         self.active = 0
         self.intervals: dict[int, _Interval] = {}
@@ -574,9 +601,12 @@ class _Run:
         housekeeping: list[asyncio.Task[None]] = []  # reports, loop watcher, garbage collection
         finished = False
         try:
-            await _sleep_until(loop, t0)
+            await _sleep_until(loop, t0 + self.resume_at)
             # How late this shard began after the common start (a busy worker, a slow broker).
-            self.totals.start_late_s = max(0.0, loop.time() - t0)
+            self.totals.start_late_s = max(0.0, loop.time() - t0 - self.resume_at)
+            if self.resume_at > 0:
+                # A continuation starts the schedule where the clock is: the seconds it missed are a gap.
+                self.resume_at = loop.time() - t0
             # A shard that starts late reports from the second it started, not from 0.
             self.next_second = max(0, int(loop.time() - t0))
             self._cpu_mark = (time.perf_counter(), time.process_time())
@@ -587,12 +617,22 @@ class _Run:
             housekeeping = [loop.create_task(c) for c in (self._tick(), self._watch_loop(), self._collect_garbage())]
             users_done = loop.create_task(self._wait_users(tasks))
             stop = loop.create_task(reporter.stop_requested.wait())
+            handoff = loop.create_task(reporter.handoff_requested.wait())
             done, _ = await asyncio.wait(
-                {users_done, stop}, timeout=max(0.0, hard_end - loop.time()), return_when=asyncio.FIRST_COMPLETED
+                {users_done, stop, handoff},
+                timeout=max(0.0, hard_end - loop.time()),
+                return_when=asyncio.FIRST_COMPLETED,
             )
+            if handoff in done and not users_done.done():
+                await self._drain(users_done)
+                done = {users_done} if users_done.done() else done
+                self.totals.handed_off = True
             stop.cancel()
+            handoff.cancel()
             if not users_done.done():
-                if stop in done:
+                if handoff in done:
+                    log.info("handoff: cancelling the virtual users between requests (%d active)", self.active)
+                elif stop in done:
                     self.totals.stopped = True
                     log.info("stop requested: cancelling the virtual users (%d active)", self.active)
                 else:
@@ -620,6 +660,18 @@ class _Run:
         if crashed:
             raise crashed[0]
         return totals
+
+    async def _drain(self, users_done: asyncio.Task[None]) -> None:
+        """A handoff: start no session, iteration or step; wait (bounded) for the pages in flight to complete.
+
+        Users then sit in think times or wait for their next start, where cancelling them loses
+        no request; one still in flight after ``DRAIN_GRACE_S`` is aborted (counted as such).
+        """
+        self.draining = True
+        log.info("handoff requested: %d page(s) in flight", self.in_flight)
+        deadline = self.loop.time() + DRAIN_GRACE_S
+        while self.in_flight and self.loop.time() < deadline and not users_done.done():
+            await asyncio.sleep(0.01)
 
     async def _wait_users(self, tasks: list[asyncio.Task[None]]) -> None:
         if tasks:
@@ -749,7 +801,9 @@ class _Run:
         """
         loop = self.loop
         firsts = sorted(
-            (windows[0][0], k, windows) for k in self.user_ids if (windows := user_windows(k, self.profile))
+            (windows[0][0], k, windows)
+            for k in self.user_ids
+            if (windows := _resumed(user_windows(k, self.profile), self.resume_at))
         )
         users = self.user_tasks
         try:
@@ -789,7 +843,7 @@ class _Run:
         loop = self.loop
         stop_at = self.t0 + stop_offset
         await _sleep_until(loop, self.t0 + start_offset)
-        if loop.time() >= stop_at:
+        if loop.time() >= stop_at or self.draining:
             return
         client = self.client_factory()
         interval = self._interval()  # before the change: a new interval notes the users at its start
@@ -804,7 +858,7 @@ class _Run:
                     if i >= n_due:
                         break
                     await _sleep_until(loop, self.t0 + start_offset + i * pacing)
-                if loop.time() >= stop_at:
+                if loop.time() >= stop_at or self.draining:
                     break
                 due_perf = None
                 if pacing:
@@ -850,12 +904,16 @@ class _Run:
         slept = False
         last = len(steps) - 1
         for i, step in enumerate(steps):
-            if i and loop.time() >= stop_at:
+            if i and (loop.time() >= stop_at or self.draining):
                 break
             late_s = 0.0
             if i == 0 and due_perf is not None:
                 late_s = max(0.0, time.perf_counter() - due_perf)
-            ok = await self._step(client, step, values, late_s)
+            self.in_flight += 1
+            try:
+                ok = await self._step(client, step, values, late_s)
+            finally:
+                self.in_flight -= 1
             if ok and i == last:
                 self._interval().iterations_completed += 1
             if i == last and due_perf is not None:
@@ -904,6 +962,10 @@ class _Run:
         backlog = 0
         try:
             for _, offset in arrivals(self.profile, self.shard):
+                if offset < self.resume_at:  # a continuation: those were due before it (elsewhere, or in the gap)
+                    continue
+                if self.draining:
+                    break
                 due = self.t0 + offset
                 if due > loop.time():
                     await _sleep_until(loop, due)
@@ -942,6 +1004,8 @@ class _Run:
         self.active += 1  # in the open model, the active users are the busy ones
         interval.peak_users = max(interval.peak_users, self.active)
         try:
+            if self.draining:
+                return
             steps = self.mix.choose(user.rng)
             values = self._new_iteration(user.k, user.rng, steps)
             if values is not None:  # None: its unique data set is used up (counted as dropped)
@@ -970,7 +1034,11 @@ class _Run:
         if feed is None:
             shard = getattr(self, "shard", None) or (0, 1)
             feed = feeds[steps[0].case] = DataFeed(data_set.columns, data_set.rows, data_set.mode, shard)
+            if taken := self.data_taken.get(steps[0].case):
+                feed.skip(taken)  # a continuation: rows the shard used before its handoff are not used again
         row = feed.take(k, rng)
+        if feed.mode == "unique":
+            self.totals.data_taken[steps[0].case] = feed.taken
         if row is None:
             interval = self._interval()
             interval.iterations_dropped += 1
@@ -1178,6 +1246,8 @@ async def run(
     allowlist: str | Allowlist = DEFAULT_ALLOWLIST,
     seed: Any = None,
     client_factory: Callable[[], HttpClient] | None = None,
+    resume_at: float = 0.0,
+    data_taken: Mapping[str, int] | None = None,
 ) -> RunTotals:
     """Run ``plan`` (or one shard of it) and report each second to ``sink``.
 
@@ -1202,6 +1272,14 @@ async def run(
       A custom ``client_factory`` is responsible for its own connections.
     - ``seed`` makes the mix and think times reproducible (per user number,
       whatever the sharding).
+    - A sink answering ``HANDOFF`` asks for a handoff (a worker shutting down):
+      no session, iteration or step starts any more, pages in flight finish
+      (up to ``DRAIN_GRACE_S``), every second is reported, and the totals say
+      ``handed_off``. ``resume_at`` (seconds after ``start_at``) continues such
+      a run: the schedule from that offset (or from now, when later) with the
+      same users active, the same arrivals and the same measurement windows;
+      users start fresh sessions. ``data_taken`` ({test case: rows}, the
+      totals' ``data_taken``) skips the unique data-set rows used before.
 
     A report (JSON-safe; ``second`` counts from ``start_at``)::
 
@@ -1246,7 +1324,7 @@ async def run(
     await loop.run_in_executor(None, check_url, plan.base_url, allow)
     # The engine's own HTTP/1.1 layer (h1.py): about 7x less CPU per request than aiohttp.
     factory = client_factory or functools.partial(make_h1_client, allow)
-    return await _Run(plan, sink, ids, seed, factory, shard).execute(start_at)
+    return await _Run(plan, sink, ids, seed, factory, shard, resume_at, data_taken).execute(start_at)
 
 
 def new_event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -264,7 +264,11 @@ def measurement_windows(profile: Any) -> list[tuple[float, float, str]]:
     kind = kind_of(profile)
     if kind == "steps":
         return [
-            (start + level.ramp_up, start + level.ramp_up + level.hold, f"Level {i + 1}: {level.users} users")
+            (
+                start + level.ramp_up,
+                start + level.ramp_up + level.hold,
+                f"Level {i + 1}: {level.users} user{'' if level.users == 1 else 's'}",
+            )
             for i, (start, level) in enumerate(zip(level_starts(profile), profile.levels, strict=True))
         ]
     if kind == "constant":

@@ -30,9 +30,10 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -53,6 +54,132 @@ class TargetNotAllowed(PermissionError):
     resolver or socket factory, it then travels aiohttp's connection-error paths
     like any refused connection instead of escaping them as a foreign exception.
     """
+
+
+class BadTargetURL(ValueError):
+    """A URL that the strict parser refuses; the message says what is wrong, for a person."""
+
+
+@dataclass(frozen=True)
+class TargetURL:
+    """A URL as the strict parser read it: what is checked is exactly what is connected to.
+
+    ``host`` is lower-case, without brackets (an IPv6 literal stays a literal);
+    ``port`` is the effective port; ``target`` is the request target (path and
+    query, non-ASCII characters percent-encoded; the fragment is dropped).
+    """
+
+    scheme: str
+    host: str
+    port: int
+    target: str
+    explicit_port: bool
+
+    @property
+    def host_for_url(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host:port`` with the port always written: how refusals name a target."""
+        return f"{self.scheme}://{self.host_for_url}:{self.port}"
+
+    @property
+    def host_header(self) -> str:
+        """The Host header (and what a browser would send): the port only when it is not the scheme's default."""
+        default = 443 if self.scheme == "https" else 80
+        return self.host_for_url if self.port == default else f"{self.host_for_url}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host_header}{self.target}"
+
+
+# Control characters, spaces and backslashes: http.client, urllib and browsers each read them
+# differently (``%09@`` hid a second host from the check), so a URL carrying one is refused.
+_UNSAFE = re.compile(r"[\x00-\x20\x7f-\x9f\\]")
+_NETLOC = re.compile(r"^(?:\[(?P<v6>[^\]]*)\]|(?P<host>[^:\[\]]*))(?::(?P<port>[0-9]*))?$")
+_HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+# Printable ASCII stays as written in a request target; only other characters are percent-encoded.
+_TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
+
+
+def parse_target_url(url: str) -> TargetURL:
+    """The one strict URL parser for targets: run base URLs, hooks and every outbound request.
+
+    Accepts http and https URLs with a host name, a dotted-decimal IPv4 address or a
+    bracketed IPv6 address, and an optional port. Refuses (BadTargetURL) control
+    characters and spaces anywhere, credentials (``user@``), percent-encoding in
+    the host, malformed brackets, IPv4 in other notations (``127.1``, ``0x7f.0.0.1``)
+    and ports outside 1-65535 - every form that two URL parsers read differently.
+    """
+    if not isinstance(url, str) or not url:
+        raise BadTargetURL("The URL is empty.")
+    shown = ascii(url)[1:-1] if len(url) <= 200 else ascii(url[:200])[1:-1] + "…"
+    match = _UNSAFE.search(url)
+    if match:
+        what = "a backslash" if match.group() == "\\" else f"the character {match.group()!r}"
+        raise BadTargetURL(f"{shown} contains {what}; write the URL without spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise BadTargetURL(f"{shown} is not a valid URL ({exc}).") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.netloc:
+        raise BadTargetURL(f"{shown} is not an http:// or https:// URL with a host.")
+    netloc = parts.netloc
+    if "@" in netloc:
+        raise BadTargetURL(f"{shown} contains credentials (user@host); leave them out of the URL.")
+    if "%" in netloc:
+        raise BadTargetURL(f"{shown} has a percent-encoded character in its host; write the host as is.")
+    m = _NETLOC.match(netloc)
+    if not m:
+        raise BadTargetURL(f"{shown} has a malformed host: an IPv6 address goes in brackets, as in http://[::1]:8001.")
+    host = _strict_host(m.group("v6"), m.group("host"), shown)
+    port_text = m.group("port")
+    if port_text is None:
+        port, explicit = (443 if scheme == "https" else 80), False
+    else:
+        if not port_text or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
+            raise BadTargetURL(f"{shown} has a bad port: give a number from 1 to 65535 after the colon.")
+        port, explicit = int(port_text), True
+    target = quote(parts.path or "/", safe=_TARGET_SAFE)
+    if parts.query:
+        target += "?" + quote(parts.query, safe=_TARGET_SAFE)
+    return TargetURL(scheme=scheme, host=host, port=port, target=target, explicit_port=explicit)
+
+
+def _strict_host(v6: str | None, host: str | None, shown: str) -> str:
+    if v6 is not None:
+        try:
+            return str(ipaddress.IPv6Address(v6))
+        except ValueError:
+            raise BadTargetURL(
+                f"{shown} has {v6!r} in brackets, which is not an IPv6 address; "
+                "only IPv6 addresses go in brackets (http://[::1]:8001, http://127.0.0.1:8001)."
+            ) from None
+    host = (host or "").lower()
+    if host.endswith("."):
+        host = host[:-1]
+    if not host:
+        raise BadTargetURL(f"{shown} has no host.")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise BadTargetURL(f"{shown} has a host name that is not a valid international domain name.") from None
+    labels = host.split(".")
+    if all(label.isdigit() for label in labels) or labels[-1].isdigit() or host.startswith("0x"):
+        try:
+            return str(ipaddress.IPv4Address(host))
+        except ValueError:
+            raise BadTargetURL(
+                f"{shown} has {host!r} as its host, which is not a dotted-decimal IPv4 address "
+                "(write four numbers from 0 to 255, as in 127.0.0.1)."
+            ) from None
+    if len(host) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+        raise BadTargetURL(f"{shown} has {host!r} as its host, which is not a valid host name.")
+    return host
 
 
 class Allowlist:
@@ -127,34 +254,49 @@ def check_url(url: str, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> list[
     and raises TargetNotAllowed unless every address is inside an allowed
     network, or the host name itself is an allowed entry (then nothing is
     resolved and ``[]`` is returned). A name that does not resolve is refused
-    too: it cannot be checked.
+    too: it cannot be checked. A URL the strict parser refuses is refused too.
     """
     allow = parse_allowlist(allowlist)
-    parts = urlsplit(url)
-    host = parts.hostname
-    if parts.scheme not in ("http", "https") or not host:
-        raise TargetNotAllowed(f"{url} is not an http:// or https:// URL with a host")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        raise TargetNotAllowed(f"{url} has a bad port ({exc})") from None
-    origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"
-    if parts.port is None:
-        origin += f":{port}"
-    if allow.allows_hostname(host):
+        parsed = parse_target_url(url)
+    except BadTargetURL as exc:
+        raise TargetNotAllowed(str(exc)) from None
+    if allow.allows_hostname(parsed.host):
         return []
-    literal = _ip(host)
+    return checked_addresses(parsed, allow)
+
+
+Resolve = Callable[[str, int], list[str]]
+
+
+def getaddrinfo_addresses(host: str, port: int) -> list[str]:
+    """The system resolver's addresses for ``host``, in its order, without repeats."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(info[4][0] for info in infos))
+
+
+def checked_addresses(parsed: TargetURL, allow: Allowlist, resolve: Resolve | None = None) -> list[str]:
+    """Resolves ``parsed.host`` once and returns its addresses, each one allowed; else TargetNotAllowed.
+
+    An allowed host name's addresses are returned whatever they are (the setting vouched
+    for the name). A caller that connects must connect to one of these addresses, never
+    resolve the name again: a second answer is a second, unchecked, target.
+    """
+    literal = _ip(parsed.host)
     if literal is not None:
         addresses = [str(literal)]
     else:
         try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            addresses = (resolve or getaddrinfo_addresses)(parsed.host, parsed.port)
         except (OSError, UnicodeError) as exc:
-            raise TargetNotAllowed(f"{origin} could not be resolved ({exc}), so it cannot be checked") from None
-        addresses = list(dict.fromkeys(info[4][0] for info in infos))
+            raise TargetNotAllowed(f"{parsed.origin} could not be resolved ({exc}), so it cannot be checked") from None
+        if not addresses:
+            raise TargetNotAllowed(f"{parsed.origin} resolves to no address, so it cannot be checked")
+    if allow.allows_hostname(parsed.host):
+        return addresses
     for address in addresses:
         if not allow.allows_address(address):
-            raise TargetNotAllowed(_refusal(origin, address, allow))
+            raise TargetNotAllowed(_refusal(parsed.origin, address, allow))
     return addresses
 
 

@@ -23,6 +23,7 @@ from portal.runs.models import Run
 
 from .. import services
 from ..forms import ChangeForm, MeasurementForm, revert_prefill
+from ..journey import change_models
 from ..models import ExternalMeasurement, TuningChange, apply_edits, config_dict
 
 INITIAL = "initial"  # ?at=initial: the configuration before the first change
@@ -181,6 +182,7 @@ def change_detail(request, code):
         if change.is_applied
         else apply_edits(environment.configuration, change.edits),
         "runs": change.runs.order_by("-number"),
+        "models": change_models(change),
         "measurements": change.measurements.select_related("run", "created_by"),
         "response": response,
         "hook_at": parse_datetime(response.get("at") or ""),

@@ -26,14 +26,15 @@ def _side(request, project: Project, code: str) -> comparison.Side:
         code = uuid.UUID(code)
     except ValueError:
         raise Http404 from None
-    run = scoped(Run.objects.filter(project=project).select_related("tuning_change"), request.user)
-    run = run.filter(code=code).first()
-    if run is not None:
-        return comparison.side_for_run(run)
-    trial_set = scoped(TrialSet.objects.filter(project=project), request.user).filter(code=code).first()
-    if trial_set is not None:
-        return comparison.side_for_trialset(trial_set)
-    raise Http404
+    side = comparison.find_side(
+        project=project,
+        runs=scoped(Run.objects.all(), request.user),
+        trial_sets=scoped(TrialSet.objects.all(), request.user),
+        code=code,
+    )
+    if side is None:
+        raise Http404
+    return side
 
 
 @login_required

@@ -26,7 +26,7 @@ from portal.runs.models import Run
 from portal.runs.selectors import run_live_figures
 from portal.runs.services import RunError, active_run_on
 
-from .. import services
+from .. import comparison, services
 from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm
 from ..models import Experiment, TrialSet, TuningChange
 
@@ -284,25 +284,6 @@ def experiment_waiting_for(experiment: Experiment) -> Run | None:
     return active_run_on(experiment.environment_id)
 
 
-def comparison_report(experiment: Experiment):
-    """Baseline against after, once the experiment is done or both sides have a run that counts.
-
-    Showing it before the end lets people see the trend as trials come in; the
-    comparison itself says how many runs each side has.
-    """
-    baseline, after = experiment.baseline, experiment.after
-    if baseline is None or after is None:
-        return None
-    ready = experiment.status == Experiment.Status.DONE or (
-        any(run.counts for run in baseline.runs.all()) and any(run.counts for run in after.runs.all())
-    )
-    if not ready:
-        return None
-    from portal.history.comparison import compare_sides, side_for_trialset
-
-    return compare_sides(side_for_trialset(baseline), side_for_trialset(after), title=experiment.change.title)
-
-
 # The badge colour of each experiment status (the run statuses' colours).
 EXPERIMENT_BADGES = {
     Experiment.Status.DRAFT: "",
@@ -325,7 +306,7 @@ def _experiment_context(request, experiment: Experiment) -> dict:
         "change": experiment.change,
         "steps": experiment_steps(experiment),
         "waiting_for": experiment_waiting_for(experiment),
-        "report": comparison_report(experiment),
+        "report": comparison.experiment_report(experiment),
         "can_write": _can_write(request.user, experiment.project),
         "nav": "projects",
     }

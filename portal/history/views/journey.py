@@ -18,13 +18,10 @@ from .. import journey
 
 def _chosen(request, choices: list[dict]):
     """The plan named by ``?plan=``, which must be one of ``choices`` (else 404), or the default."""
-    code = request.GET.get("plan")
-    if not code:
-        return journey.default_plan(choices)
-    for choice in choices:
-        if str(choice["plan"].code) == code:
-            return choice["plan"]
-    raise Http404("No such plan here.")
+    try:
+        return journey.chosen_plan(choices, request.GET.get("plan"))
+    except LookupError:
+        raise Http404("No such plan here.") from None
 
 
 def _can_write(user, project) -> bool:
@@ -33,7 +30,7 @@ def _can_write(user, project) -> bool:
 
 
 def _plans(choices: list[dict]) -> list[dict]:
-    return [{"name": c["plan"].name, "code": str(c["plan"].code), "finished": c["finished"]} for c in choices]
+    return journey.plans_listed(choices)
 
 
 def _environment(request, code):

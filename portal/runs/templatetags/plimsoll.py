@@ -2,7 +2,7 @@
 
 from django import template
 
-from portal.common import human_duration
+from portal.common import human_duration, plural
 
 register = template.Library()
 MISSING = "—"
@@ -70,5 +70,6 @@ def load_of(profile):
         return f"{profile.get('rate')} iterations/s"
     if profile.get("kind") == "steps":
         levels = profile.get("levels") or []
-        return f"{len(levels)} levels up to {max((lv['users'] for lv in levels), default=0)} users"
-    return f"{profile.get('users')} users"
+        top = max((lv["users"] for lv in levels), default=0)
+        return f"{plural(len(levels), 'level')} up to {plural(top, 'user')}"
+    return plural(profile.get("users"), "user")

@@ -117,6 +117,8 @@
     if (p.doubts.length) {
       lines.push((p.counts ? "counted anyway, although: " : "left out: ") + p.doubts.join("; "));
     }
+    // i12-schedules: a scheduled run's verdict against its plan's baseline.
+    if (p.baseline_headline) lines.push(p.baseline_headline);
     return lines;
   }
 
@@ -148,7 +150,7 @@
         onClick(evt, elements, chart) {
           if (!elements.length) return;
           const raw = chart.data.datasets[elements[0].datasetIndex].data[elements[0].index];
-          if (raw && raw.p) window.location.href = raw.p.url;
+          if (raw && raw.p && raw.p.url) window.location.href = raw.p.url; // a shared page's points have no URL
         },
         onHover(evt, elements) {
           evt.native.target.style.cursor = elements.length ? "pointer" : "default";

@@ -1,5 +1,7 @@
 // The four charts of a run page (users, page duration, throughput, errors), fed by
-// the run's series.json. While the run is active the data is fetched again every 2 s.
+// the run's series.json. While the run is active the data is fetched again every 2 s, with
+// ?since= the start of the last bucket held: the server sends that bucket (it may have grown)
+// and the newer ones, and the page replaces its points from there on.
 (function () {
   "use strict";
   const box = document.getElementById("charts");
@@ -57,6 +59,32 @@
     return t.map((x, i) => ({ x: x, y: ys[i] }));
   }
 
+  // What the page holds, so a live poll asks only for what is new.
+  let held = null;
+
+  function merge(data) {
+    if (!held || data.since === null || data.since === undefined || data.bucket_s !== held.bucket_s) {
+      held = data;
+      return held;
+    }
+    const keep = held.t.findIndex((t) => t >= data.since);
+    const cut = keep === -1 ? held.t.length : keep;
+    for (const key of Object.keys(data)) {
+      if (Array.isArray(data[key]) && Array.isArray(held[key]) && key !== "windows") {
+        held[key] = held[key].slice(0, cut).concat(data[key]);
+      } else {
+        held[key] = data[key];
+      }
+    }
+    return held;
+  }
+
+  function nextUrl() {
+    if (!held || !held.active || !held.t.length) return url;
+    const sep = url.includes("?") ? "&" : "?";
+    return url + sep + "since=" + held.t[held.t.length - 1];
+  }
+
   function update(data) {
     const fill = {
       users: [data.users],
@@ -75,10 +103,10 @@
   }
 
   function load() {
-    fetch(url, { credentials: "same-origin" })
+    fetch(nextUrl(), { credentials: "same-origin" })
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
       .then((data) => {
-        update(data);
+        update(merge(data));
         if (data.active) setTimeout(load, 2000);
       })
       .catch(() => setTimeout(load, 5000));

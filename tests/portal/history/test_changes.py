@@ -193,6 +193,10 @@ def test_form_starts_from_the_current_configuration(env):
             "A GET request carries no body",
         ),
         ({"hook_url": "http://192.0.2.1/apply"}, "hook_url", "PLIMSOLL_ALLOWED_TARGETS setting allows 127.0.0.0/8"),
+        ({"hook_url": "http://127.0.0.1%09@127.0.0.2:18080/x"}, "hook_url", "contains credentials (user@host)"),
+        ({"hook_url": "http://127.0.0.1%00@127.0.0.2:18080/x"}, "hook_url", "contains credentials (user@host)"),
+        ({"hook_url": "http://[127.0.0.1]:18081"}, "hook_url", "An IPv4 address cannot be in brackets"),
+        ({"hook_url": "http://127.0.0.1:99999/x"}, "hook_url", "bad port"),
     ],
 )
 def test_form_errors_are_next_to_their_field(env, fields, field, message):
@@ -367,6 +371,16 @@ def test_a_failed_change_can_be_applied_again(alice_client, alice, env, hook_ser
     assert len(hook_server.received) == 2
     env.refresh_from_db()
     assert env.configuration[0] == {"key": "search.index", "value": "on"}
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1%09@127.0.0.2:18080/x", "http://127.0.0.1%00@127.0.0.2:18080/x"])
+def test_a_malformed_hook_url_is_a_form_error_not_a_500(alice_client, env, url):
+    # when
+    response = alice_client.post(_new_url(env), _form_data("search.index = on", hook_url=url, hook_body="{}"))
+    # then
+    assert response.status_code == 200
+    assert "contains credentials (user@host); leave them out of the URL." in response.content.decode()
+    assert not TuningChange.objects.exists()
 
 
 def test_hook_outside_the_allowlist_is_refused_by_the_form(alice_client, env):
@@ -667,6 +681,8 @@ def test_measurement_choices_are_the_environments_own(alice, env, project, plan)
         ({"measured_at": _local(timezone.now() + timedelta(days=2))}, "measured_at", "That is in the future"),
         ({"value": "lots"}, "value", "Enter a number."),
         ({"name": ""}, "name", "This field is required."),
+        ({"unit": "min", "value": "-3"}, "value", "A measurement in min cannot be negative"),
+        ({"unit": "GB", "value": "-0.5"}, "value", "A measurement in GB cannot be negative"),
     ],
 )
 def test_measurement_errors(env, fields, field, message):
@@ -675,6 +691,10 @@ def test_measurement_errors(env, fields, field, message):
     # then
     assert not form.is_valid()
     assert message in " ".join(form.errors[field])
+
+
+def test_a_negative_measurement_is_fine_where_the_unit_allows_it(env):
+    assert MeasurementForm(_measurement_data(unit="%", value="-12.5"), environment=env).is_valid()
 
 
 def test_measurement_delete(alice_client, alice, env):
@@ -813,3 +833,17 @@ def test_anonymous_is_sent_to_log_in(client, objects):
     # then
     assert response.status_code == 302
     assert "login" in response.url
+
+
+def test_a_planned_change_never_tried_shows_no_tried_date_in_the_ledger(alice_client, alice, env):
+    # given: a change recorded but never applied
+    services.change_create(
+        environment=env, user=alice, title="Maybe -T1118", edits=[{"key": "sql.flags", "value": "-T1118"}]
+    )
+    # when
+    page = alice_client.get(env.get_absolute_url()).content.decode()
+    # then
+    ledger = page[page.index('id="ledger"') :]
+    assert "Maybe -T1118" in ledger
+    assert "tried 2" not in ledger
+    assert "not tried yet" in ledger

@@ -223,6 +223,16 @@ def test_the_project_page_links_to_its_experiments(alice_client, project):
     assert reverse("history:experiments", args=[project.code]) in page
 
 
+def test_the_project_page_lists_its_experiments(client, alice, bob, experiment, django_assert_max_num_queries):
+    client.force_login(alice)
+    with django_assert_max_num_queries(20):
+        page = client.get(experiment.project.get_absolute_url()).content.decode()
+    section = page[page.index('id="experiments"') : page.index('id="recent-runs"')]
+    assert "Index on work_items.area" in section and experiment.get_absolute_url() in section
+    client.force_login(bob)  # a viewer reads them too
+    assert experiment.get_absolute_url() in client.get(experiment.project.get_absolute_url()).content.decode()
+
+
 def test_outsiders_do_not_see_the_experiments(charlie_client, experiment):
     project = experiment.project
     assert charlie_client.get(reverse("history:experiments", args=[project.code])).status_code == 404
@@ -556,6 +566,16 @@ def test_seed_demo_twice_gives_one_experiment_ready_to_start(client):
     soak = Plan.objects.get(name="Soak: token cache, 20 users for 15 min")
     assert (soak.hold, soak.degradation_steady_s, soak.degradation_sustain_s, soak.problems()) == (900, 120, 30, [])
     assert [step.path for step in soak.mix.get().test_case.steps.all()] == ["/"]
+    tempdb = Plan.objects.get(name="Capacity search: tempdb, 1 → 8 users")
+    assert (tempdb.profile_kind, tempdb.capacity_search, tempdb.threshold_apd_ms, tempdb.problems()) == (
+        "steps",
+        True,
+        30,
+        [],
+    )
+    assert [lv.users for lv in tempdb.get_levels()] == [1, 2, 3, 4, 6, 8]
+    assert [step.path for step in tempdb.mix.get().test_case.steps.all()] == ["/articles/7"]
+    assert "σ falls to about 0" in tempdb.description
 
     # and: one click starts it
     client.login(username="demo", password="demo")

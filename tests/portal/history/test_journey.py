@@ -528,7 +528,9 @@ def test_charts_draw_markers_and_open_a_run_on_click(browser, live_server, alice
             measured_at=T0 + timedelta(minutes=minutes),
             created_by=alice,
         )
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    # bypass_csp: Playwright's wait_for_function evaluates its predicate with eval, which the
+    # page's Content-Security-Policy refuses (tests/portal/runs/test_csp_browser.py runs pages under it).
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
     page = context.new_page()
     page.set_default_timeout(10_000)
     errors = []
@@ -585,3 +587,18 @@ def test_the_project_page_links_to_its_journey(alice_client, project):
     html = alice_client.get(project.get_absolute_url()).content.decode()
 
     assert f'href="{reverse("history:project-journey", args=[project.code])}"' in html
+
+
+def test_a_journey_reads_its_runs_in_a_fixed_number_of_queries(plan, make_run, django_assert_num_queries):
+    """Deferred fields are never touched (each would cost a query per run), and no run reads its rows."""
+    for i in range(3):
+        make_run(plan, T0 + timedelta(hours=i), 100.0 + i)
+    with django_assert_num_queries(3) as few:
+        journey.environment_journey(plan.environment, plan)
+    for i in range(3, 12):
+        make_run(plan, T0 + timedelta(hours=i), 100.0 + i)
+
+    with django_assert_num_queries(len(few.captured_queries)):
+        data = journey.environment_journey(plan.environment, plan)
+
+    assert len(data["points"]) == 12

@@ -53,6 +53,8 @@ def test_base_url_loses_its_trailing_slash(alice_client, project):
         ("http://shop.test/?debug=1", "Give only scheme, host and port"),
         ("http://user:secret@shop.test", "Leave credentials out of the URL"),
         ("not a url", "Enter a valid URL."),
+        ("http://shop.test:99999", "bad port"),
+        ("http://shop.test:0", "bad port"),
     ],
 )
 def test_bad_base_url(alice_client, project, base_url, message):
@@ -70,6 +72,7 @@ def test_bad_base_url(alice_client, project, base_url, message):
         ("a = 1\n\nthis line has no equals sign", "line 3: expected key = value"),
         ("= orphan value", "line 1: expected key = value"),
         ("sql.flags = -T1118\na = 1\n# comment\n\nsql.flags = -T4618", "line 5: key sql.flags appears twice"),
+        ("a = 1\nmax memory = 4 GB", "line 2: the key “max memory” has a space"),
     ],
 )
 def test_bad_configuration(alice_client, project, configuration, message):
@@ -180,3 +183,30 @@ def test_delete_environment_used_by_a_plan_is_refused(alice_client, environment,
     assert 'class="danger"' not in confirm
     assert escape("Not deleted: “Staging” is used by the plans “Smoke”") in response.content.decode()
     assert Environment.objects.filter(pk=environment.pk).exists()
+
+
+def test_a_target_outside_the_allowlist_is_named_before_anyone_presses_run(alice_client, project, environment, plan):
+    # given: an address the default allowlist (loopback only) refuses; an IP literal needs no DNS
+    response = alice_client.post(
+        reverse("projects:environment-edit", args=[environment.code]),
+        environment_data(name="Staging", base_url="http://192.0.2.10:8080"),
+        follow=True,
+    )
+
+    # then: saving says so, the environment, its form and its plan say so, and Run is disabled
+    assert response.redirect_chain[-1][0] == environment.get_absolute_url()
+    page = response.content.decode()
+    assert "Its plans cannot run until then." in page
+    assert 'id="target-problem"' in page and "192.0.2.10" in page
+    form = alice_client.get(reverse("projects:environment-edit", args=[environment.code])).content.decode()
+    assert 'id="target-problem"' in form
+    plan_page = alice_client.get(plan.get_absolute_url()).content.decode()
+    assert "http://192.0.2.10:8080 is not allowed" in plan_page
+    assert '<button type="submit" class="run-button" disabled>' in plan_page
+
+
+def test_an_allowed_target_shows_no_refusal(alice_client, environment, plan):
+    assert 'id="target-problem"' not in alice_client.get(environment.get_absolute_url()).content.decode()
+    plan_page = alice_client.get(plan.get_absolute_url()).content.decode()
+    assert "is not allowed" not in plan_page
+    assert '<button type="submit" class="run-button" >' in plan_page

@@ -12,7 +12,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def page(browser, live_server, alice, tmp_path):
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    # bypass_csp: Playwright's wait_for_function evaluates its predicate with eval, which the
+    # page's Content-Security-Policy refuses (tests/portal/runs/test_csp_browser.py runs pages under it).
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
     page = context.new_page()
     page.set_default_timeout(10_000)
     page.goto(f"{live_server.url}/login/")

@@ -58,6 +58,25 @@ def test_create_plan(alice_client, project, environment):
     assert (plan.threshold_apd_ms, plan.threshold_p95_ms, plan.threshold_error_rate_pct) == (1000, None, 0.1)
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "most"),
+    [
+        ("threshold_min_pages_per_s", "1e30", "1000000"),
+        ("threshold_apd_ms", "99999999", "600000"),
+        ("threshold_p95_ms", "700000", "600000"),
+    ],
+)
+def test_nonsense_thresholds_are_refused(alice_client, project, environment, field, value, most):
+    # when
+    response = alice_client.post(
+        reverse("projects:plan-new", args=[project.code]), plan_data(environment, **{field: value})
+    )
+    # then
+    assert response.status_code == 200
+    assert f"Ensure this value is less than or equal to {most}" in response.content.decode()
+    assert not Plan.objects.filter(name="Capacity").exists()
+
+
 def test_plan_environment_must_be_the_projects(alice_client, project, environment, team):
     # given
     other = Project.objects.create(team=team, name="Shop")
@@ -323,3 +342,20 @@ def test_htmx_get_of_the_plan_is_the_mix_fragment(alice_client, plan):
     # then
     assert TOPBAR not in page
     assert page.strip().startswith('<section id="mix">')
+
+
+def test_one_user_and_one_row_are_singular(alice_client, plan):
+    from portal.common import plural
+    from portal.runs.templatetags.plimsoll import load_of
+
+    # given
+    plan.users = 1
+    plan.save()
+    # then
+    assert plan.load_summary == "1 user"
+    assert plan.profile_description.startswith("1 user:")
+    assert "1 user:" in alice_client.get(plan.get_absolute_url()).content.decode()
+    assert load_of({"kind": "constant", "users": 1}) == "1 user"
+    assert load_of({"kind": "steps", "levels": [{"users": 1}]}) == "1 level up to 1 user"
+    assert load_of({"kind": "steps", "levels": [{"users": 1}, {"users": 2}]}) == "2 levels up to 2 users"
+    assert (plural(1, "row"), plural(1200, "row")) == ("1 row", "1,200 rows")

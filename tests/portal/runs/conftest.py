@@ -17,3 +17,16 @@ def run(plan, alice):
         config_snapshot=plan.environment.configuration,
         created_by=alice,
     )
+
+
+@pytest.fixture
+def watched():
+    """The watchdog has been passing without a gap for an hour, so it may judge silences now."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.runs.models import WatchdogView
+
+    now = timezone.now()
+    return WatchdogView.objects.create(last_pass_at=now, watching_since=now - timedelta(hours=1))

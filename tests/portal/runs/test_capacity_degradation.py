@@ -4,13 +4,17 @@ The rows are built second by second with known throughput and latency, so the
 capacity, the knee and the onset of a degradation are known in advance.
 """
 
+import random
+
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from portal.projects.models import Plan
-from portal.runs import analysis
-from portal.runs.models import PageInterval, Run, ShardInterval
-from tests.portal.projects.data import plan_data
+from portal.runs import analysis, services
+from portal.runs.models import PageInterval, Run, RunShard, ShardInterval
+from tests.conftest import wait_for_js
+from tests.portal.projects.data import levels_data, plan_data
 from tests.portal.runs.factories import hist_of
 
 pytestmark = pytest.mark.django_db
@@ -144,6 +148,7 @@ def test_two_levels_of_the_same_users_have_no_capacity(run):
 
 
 def test_a_single_window_run_has_no_capacity_and_a_steps_run_no_degradation(run):
+    run = expecting_degradation(run)
     fill(run, range(1, 7), pages=lambda s: 10, apd_ms=lambda s: 20.0)
     summary = analysis.summarize(run)
     assert "capacity" not in summary and "degradation" in summary
@@ -154,6 +159,159 @@ def test_a_single_window_run_has_no_capacity_and_a_steps_run_no_degradation(run)
     fill_levels(run, [(50, 100.0), (100, 110.0)])
     summary = analysis.summarize(run)
     assert "capacity" in summary and "degradation" not in summary
+
+
+# A system with contention σ = 0.1 and κ = 0 and a single user's 10 pages/s: it levels off towards 100 pages/s.
+USL_USERS = [5, 10, 20, 40, 80]
+USL_LEVELS = [(round(10 * n / (1 + 0.1 * (n - 1))), 100.0) for n in USL_USERS]
+
+
+def test_a_steps_run_gets_a_scalability_model_with_predicted_levels(run):
+    run = steps_run(run, USL_USERS, thresholds={})
+    fill_levels(run, USL_LEVELS)
+
+    cap = analysis.summarize(run)["capacity"]
+
+    m = cap["model"]
+    assert m["fitted"] is True and m["concurrency"] == "users"
+    assert m["sigma_ci"][0] <= 0.1 <= m["sigma_ci"][1] and m["sigma"] == pytest.approx(0.1, abs=0.01)
+    assert m["lambda"] == pytest.approx(10, rel=0.05) and m["kappa"] == pytest.approx(0, abs=1e-4)
+    assert m["r2"] > 0.99 and m["peak_users"] is None  # κ = 0: no peak, it levels off
+    assert {"lambda", "sigma", "kappa", "peak_users", "peak_pages_per_s", "r2", "levels"} <= set(m)
+    assert [lv["n"] for lv in m["levels"]] == USL_USERS
+    assert [lv["predicted_pages_per_s"] for lv in cap["levels"]] == pytest.approx([x for x, _ in USL_LEVELS], rel=0.03)
+    assert m["curve"][-1]["extrapolated"] is True and m["curve"][-1]["n"] == 100
+    assert m["sentence"].startswith("Contention σ = 0.1 dominates: a serialized step limits this system to about")
+
+
+def test_a_steps_run_with_too_few_levels_says_there_is_no_model(alice_client, run):
+    run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
+    fill_levels(run, [(50, 100.0), (100, 120.0), (200, 400.0), (300, 1500.0)])  # still linear: no saturation
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert run.summary["capacity"]["model"]["fitted"] is False
+    assert "The levels do not reach saturation" in page and "Predicted (USL)" not in page
+
+
+def test_the_report_shows_the_model_and_predicted_figures(alice_client, run):
+    run = steps_run(run, USL_USERS, thresholds={})
+    fill_levels(run, USL_LEVELS)
+    finished(run)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    assert "<h3>Scalability model</h3>" in page and "Predicted (USL)" in page
+    assert page.count('class="num predicted"') == len(USL_USERS)
+    assert "Contention σ = 0.1 dominates" in page
+    assert "js/charts/run-capacity.js" in page
+
+
+# --------------------------------------------------------------------------------------
+# Capacity searches: a steps run that ends with its answer
+# --------------------------------------------------------------------------------------
+
+
+def search_run(run, users, figures, *, thresholds, search=True):
+    """A steps run whose shard has ended and whose levels recorded `figures`, ready to finalize."""
+    run = steps_run(run, users, thresholds=thresholds)
+    run.analysis_settings = {"capacity_search": search}
+    run.status = Run.Status.RUNNING
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=max(users), status=RunShard.Status.DONE)
+    fill_levels(run, figures)
+    return run
+
+
+def test_a_capacity_search_whose_upper_levels_break_ends_done_with_its_capacity(run):
+    # given: a capacity search; APD at most 1 s, which 60 users break (1.5 s)
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 1000})
+
+    # when
+    services.run_finalize(run.id)
+
+    # then: done, not failed, with the capacity in users and pages/s and why the next level broke
+    run.refresh_from_db()
+    assert run.status == Run.Status.DONE
+    assert run.status in Run.FINISHED and run.counts and run.doubts == []
+    cap = run.summary["capacity"]
+    assert (cap["search"], cap["capacity_users"], cap["capacity_pages_per_s"]) == (True, 40, 190.0)
+    assert cap["next_level_broke"] == "APD breaks 1 s (1.5 s)"
+    assert cap["answer"] == "Capacity: 40 users, 190 pages/s; at 60 users APD breaks 1 s (1.5 s)."
+    # the thresholds keep their meaning: the run's verdict still says a level broke them
+    assert run.summary["verdict"] == "failed"
+
+
+def test_a_capacity_search_whose_first_level_breaks_fails(run):
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 50})
+
+    services.run_finalize(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    cap = run.summary["capacity"]
+    assert cap["capacity_users"] is None and cap["capacity_pages_per_s"] is None
+    assert cap["answer"] == "No capacity found: even the first level, 10 users, broke its thresholds."
+
+
+def test_a_capacity_search_where_every_level_holds_is_done_and_says_the_capacity_is_higher(run):
+    run = search_run(run, [10, 20], [(50, 100.0), (100, 110.0)], thresholds={"apd_ms": 1000})
+
+    services.run_finalize(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.DONE
+    assert run.summary["capacity"]["answer"].startswith("Capacity: 20 users, 100 pages/s; every level held")
+
+
+def test_the_same_steps_run_without_capacity_search_still_fails(run):
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 1000}, search=False)
+
+    services.run_finalize(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert "answer" not in run.summary["capacity"]
+
+
+def test_the_report_of_a_capacity_search_gives_its_answer(alice_client, run):
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 1000})
+    services.run_finalize(run.id)
+    url = reverse("runs:detail", args=[run.code])
+
+    page = alice_client.get(url).content.decode()
+
+    assert 'data-status="done"' in page and ">Done<" in page
+    assert "capacity 40 users" in page
+    assert "Capacity: 40 users, 190 pages/s; at 60 users APD breaks 1 s (1.5 s)." in page
+
+
+def test_a_steps_plan_can_be_marked_as_a_capacity_search(alice_client, project, environment):
+    levels = [{"users": u, "ramp_up": 1, "hold": 5, "ramp_down": 0, "quiet": 0} for u in (10, 20)]
+    data = plan_data(environment, profile_kind="steps", capacity_search="on", **levels_data(levels))
+    for name in ("users", "ramp_up", "hold", "ramp_down"):
+        data[name] = ""
+
+    response = alice_client.post(reverse("projects:plan-new", args=[project.code]), data)
+
+    assert response.status_code == 302
+    plan = Plan.objects.get(name="Capacity")
+    assert plan.capacity_search is True and plan.analysis_settings()["capacity_search"] is True
+    assert 'id="capacity-search"' in alice_client.get(reverse("projects:plan", args=[plan.code])).content.decode()
+
+
+def test_a_viewer_cannot_mark_a_plan_as_a_capacity_search(bob_client, plan):
+    data = plan_data(plan.environment, name=plan.name, capacity_search="on")
+    assert bob_client.post(reverse("projects:plan-edit", args=[plan.code]), data).status_code == 403
+    plan.refresh_from_db()
+    assert plan.capacity_search is False
+
+
+def test_only_a_steps_plan_searches_for_capacity(plan):
+    plan.capacity_search = True
+    plan.save()
+    assert plan.analysis_settings()["capacity_search"] is False  # a ramp has one level: nothing to search
 
 
 # --------------------------------------------------------------------------------------
@@ -219,6 +377,53 @@ def test_a_sustained_throughput_drop_is_found_with_its_onset(run):
     )
 
 
+def leak(run, began_at=150):
+    """APD steady at 20 ms, then rising 0.3 ms a second from `began_at` (a leak), with noise."""
+    rng = random.Random(7)
+    noise = {s: rng.gauss(0, 0.8) for s in range(RAMP_UP + HOLD)}
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(wobble(100)),
+        apd_ms=lambda s: 20.0 + noise[s] + (0.3 * (s - began_at) if s >= began_at else 0.0),
+    )
+
+
+def test_a_slow_leak_is_found_where_it_began_not_only_where_it_crossed(run):
+    # given: a leak from second 150; it crosses the 50 % limit (30 ms) some 33 s later
+    run = long_run(run)
+    began_at = 150
+    leak(run, began_at)
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["kind"] == "APD rise" and d["crossed_s"] == d["onset_s"] == d["apd_onset_s"]
+    low, high = d["began_interval_s"]
+    assert low <= began_at <= high and low <= d["began_s"] <= high, d
+    assert d["began_s"] < d["crossed_s"] - 15  # the drift began well before it crossed
+    assert d["began_metric"] == "apd" and d["change_points"]["apd"]["shape"] == "slope"
+    assert d["began_sentence"].startswith("APD has been rising since 2 min ")
+    assert d["began_sentence"].endswith(
+        f"a slope, as a leak makes; it crossed the 50 % limit at {d['crossed_s'] // 60} min {d['crossed_s'] % 60} s."
+    )
+
+
+def test_a_step_drop_began_in_the_second_it_crossed(run):
+    run = long_run(run)
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(lambda s: wobble(100)(s) if s < 200 else wobble(50)(s)),
+        apd_ms=lambda s: 20.0,
+    )
+
+    d = analysis.summarize(run)["degradation"]
+
+    assert d["began_metric"] == "throughput" and d["change_points"]["throughput"]["shape"] == "step"
+    assert d["began_interval_s"][0] <= 200 <= d["began_interval_s"][1] and d["began_s"] == 200
+    assert d["began_sentence"].startswith("Throughput fell at once at 3 min 20 s (")
+
+
 def test_a_flat_run_has_not_degraded_and_its_ramp_down_is_not_a_drop(run):
     # given: a steady 100 pages/s during the hold, falling to 0 over the ramp-down (outside the window)
     run = long_run(run)
@@ -228,6 +433,7 @@ def test_a_flat_run_has_not_degraded_and_its_ramp_down_is_not_a_drop(run):
 
     assert d["analysed"] is True
     assert (d["degraded"], d["kind"], d["onset_s"], d["time_to_degradation_s"]) == (False, None, None, None)
+    assert (d["began_s"], d["began_interval_s"], d["crossed_s"]) == (None, None, None)
     assert d["excursions"] == 0 and d["oscillation"] is False
     assert d["sentence"] == (
         "No degradation: throughput stayed within 30 % of its steady 100 pages/s and APD within 50 % of its "
@@ -306,16 +512,38 @@ def test_oscillating_throughput_is_reported(run):
     )
 
 
+def expecting_degradation(run):
+    """The fixture's plan (1 s up, 5 s held) with a steady state of 5 s: held long enough that a look
+    for degradation was expected, too short for a sustained change (1 min) to show."""
+    run.analysis_settings = {"degradation": {"drop_pct": 30, "rise_pct": 50, "sustain_s": 60, "steady_s": 5}}
+    run.save()
+    return run
+
+
 def test_a_window_too_short_to_say_anything_is_not_analysed(run):
-    # given: the fixture's plan: 1 s up, 5 s held; the run kept no analysis settings, so the plan defaults apply
+    # given
+    run = expecting_degradation(run)
     fill(run, range(0, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
 
     d = analysis.summarize(run)["degradation"]
 
     assert d["analysed"] is False
-    assert d["settings"] == {"drop_pct": 30, "rise_pct": 50, "sustain_s": 60, "steady_s": 300}
+    assert d["settings"] == {"drop_pct": 30, "rise_pct": 50, "sustain_s": 60, "steady_s": 5}
     assert d["reason"].startswith("The measurement window (5 s) is too short to look for degradation")
-    assert "steady state (5 min) plus a sustained change (1 min)" in d["reason"]
+    assert "steady state (5 s) plus a sustained change (1 min)" in d["reason"]
+
+
+def test_a_run_shorter_than_the_steady_state_or_a_one_level_steps_run_says_nothing_about_degradation(alice_client, run):
+    # given: the plan defaults (a 5 min steady state) and a 5 s window: a smoke test
+    fill(run, range(0, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
+    assert "degradation" not in analysis.summarize(run)
+    finished(run)
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+    assert "<h2>Degradation</h2>" not in page and "too short to look for degradation" not in page
+
+    # and a steps run of one level, even with a steady state it could reach
+    run = expecting_degradation(steps_run(run, [10], thresholds={}))
+    assert "degradation" not in analysis.summarize(run)
 
 
 def test_a_run_stopped_during_ramp_up_is_not_analysed(run):
@@ -395,18 +623,23 @@ def test_the_report_of_a_long_run_shows_its_degradation_and_marks_the_charts(ali
 
     assert "<h2>Degradation</h2>" in page
     assert "Throughput fell 50 % below its steady 100 pages/s (to 50) at 3 min 20 s, 3 min 10 s after ramp-up." in page
-    assert 'id="degradation-data"' in page and "degradationMarker" in page
+    # the marker plugin lives in a static file (no inline script, for the CSP), loaded by the page
+    assert 'id="degradation-data"' in page and "js/charts/run-degradation.js" in page
+    assert "degradationMarker" in (settings.BASE_DIR / "static/js/charts/run-degradation.js").read_text()
+    assert 'id="degradation-began"' in page and "js/charts/run-began.js" in page
+    assert "When it began:</strong> Throughput fell at once at 3 min 20 s" in page
     assert "<h2>Capacity</h2>" not in page
 
 
 def test_the_report_says_why_a_short_run_was_not_checked_for_degradation(alice_client, run):
+    run = expecting_degradation(run)
     fill(run, range(0, 6), pages=lambda s: 10, apd_ms=lambda s: 20.0)
     finished(run)
 
     page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
 
     assert "is too short to look for degradation" in page
-    assert "degradationMarker" not in page
+    assert "js/charts/run-degradation.js" not in page
 
 
 def test_a_report_from_before_capacity_and_degradation_still_renders(alice_client, run):
@@ -477,7 +710,8 @@ def test_a_plan_takes_a_minimum_throughput_and_degradation_settings(alice_client
     plan = Plan.objects.get(name="Capacity")
     assert plan.threshold_min_pages_per_s == 15
     assert plan.analysis_settings() == {
-        "degradation": {"drop_pct": 25, "rise_pct": 80, "sustain_s": 120, "steady_s": 600}
+        "capacity_search": False,
+        "degradation": {"drop_pct": 25, "rise_pct": 80, "sustain_s": 120, "steady_s": 600},
     }
 
 
@@ -534,7 +768,9 @@ def test_an_outsider_gets_404_for_the_plan_form(charlie_client, plan):
 @pytest.fixture
 def tab(browser, live_server, alice):
     """A logged-in page of alice's, and the script exceptions it meets (a chart that throws shows as one)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 1000})
+    # bypass_csp: Playwright's wait_for_function evaluates its predicate with eval, which the
+    # page's Content-Security-Policy refuses (tests/portal/runs/test_csp_browser.py runs pages under it).
+    context = browser.new_context(viewport={"width": 1280, "height": 1000}, bypass_csp=True)
     tab = context.new_page()
     tab.set_default_timeout(10_000)
     tab.errors = []
@@ -556,10 +792,29 @@ def test_the_capacity_chart_draws_in_a_browser(tab, live_server, run, tmp_path):
 
     page.goto(f"{live_server.url}{run.get_absolute_url()}")
 
-    page.wait_for_function("document.getElementById('chart-capacity').dataset.levels === '4'")
-    page.wait_for_function("Number(document.getElementById('charts').dataset.points) > 0")
+    wait_for_js(page, "document.getElementById('chart-capacity').dataset.levels === '4'")
+    wait_for_js(page, "Number(document.getElementById('charts').dataset.points) > 0")
     assert page.locator("#capacity-sentence").inner_text().startswith("Holds 40 users within its thresholds")
     page.locator("#chart-capacity").screenshot(path=str(tmp_path / "capacity.png"))
+    assert page.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_capacity_chart_draws_the_fitted_curve_in_a_browser(tab, live_server, run, tmp_path):
+    run = steps_run(run, USL_USERS, thresholds={})
+    fill_levels(run, USL_LEVELS)
+    finished(run)
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    wait_for_js(page, "Number(document.getElementById('chart-capacity').dataset.model) > 0")
+    labels = page.evaluate("() => Chart.getChart('chart-capacity').data.datasets.map((d) => d.label)")
+    assert labels[-2:] == ["USL model", "USL model (extrapolated)"]
+    last = page.evaluate("() => Chart.getChart('chart-capacity').data.datasets.at(-1).data.at(-1).x")
+    assert last == 100  # 1.25 × the last level of 80 users
+    page.locator("#chart-capacity").screenshot(path=str(tmp_path / "usl.png"))
     assert page.errors == []
 
 
@@ -573,7 +828,7 @@ def test_the_time_charts_mark_the_onset_in_a_browser(tab, live_server, run, tmp_
 
     page.goto(f"{live_server.url}{run.get_absolute_url()}")
 
-    page.wait_for_function("Number(document.getElementById('charts').dataset.points) > 0")
+    wait_for_js(page, "Number(document.getElementById('charts').dataset.points) > 0")
     assert page.locator("#charts").get_attribute("data-degradation-marker") == "1"
     # the marker is drawn: the throughput chart has red pixels in the column of second 200
     red = page.evaluate(
@@ -593,4 +848,34 @@ def test_the_time_charts_mark_the_onset_in_a_browser(tab, live_server, run, tmp_
     )
     page.locator("#charts").screenshot(path=str(tmp_path / "charts.png"))
     assert red is True
+    assert page.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_time_charts_shade_from_began_to_crossed_in_a_browser(tab, live_server, run, tmp_path):
+    run = long_run(run)
+    leak(run)
+    finished(run)
+    d = run.summary["degradation"]
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    wait_for_js(page, "Number(document.getElementById('charts').dataset.points) > 0")
+    assert page.locator("#charts").get_attribute("data-began") == str(d["began_s"])
+    # halfway between began and crossed, near the top of the latency chart, the band is orange
+    orange = page.evaluate(
+        """([began, crossed]) => {
+          const chart = Chart.getChart('chart-latency');
+          const x = Math.round(chart.scales.x.getPixelForValue((began + crossed) / 2) * devicePixelRatio);
+          const y = Math.round((chart.chartArea.top + 4) * devicePixelRatio);
+          const [r, g, b] = chart.canvas.getContext('2d').getImageData(x, y, 1, 1).data;
+          return [r, g, b];
+        }""",
+        [d["began_s"], d["crossed_s"]],
+    )
+    page.locator("#charts").screenshot(path=str(tmp_path / "began.png"))
+    r, g, b = orange
+    assert r > g > b and r - b > 30, orange
     assert page.errors == []

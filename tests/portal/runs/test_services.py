@@ -1,3 +1,4 @@
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -44,6 +45,49 @@ def test_a_second_run_on_a_busy_environment_is_refused_and_names_the_first(plan,
         services.run_create(plan=plan, user=alice)
 
     assert Run.objects.count() == 1
+
+
+def test_a_second_run_on_the_same_target_through_another_environment_is_refused_and_names_the_first(
+    plan, alice, environment
+):
+    from portal.projects.models import Environment, Plan
+
+    first = services.run_create(plan=plan, user=alice)
+    # The same system written differently: upper-case host, explicit port, a path.
+    twin = Environment.objects.create(project=plan.project, name="Staging twin", base_url="HTTP://127.0.0.1:8001/app")
+    other_plan = Plan.objects.get(pk=plan.pk)
+    other_plan.pk, other_plan.id, other_plan.code, other_plan.name = None, None, uuid.uuid4(), "Smoke on the twin"
+    other_plan.environment = twin
+    other_plan.save()
+    other_plan.mix.create(test_case=plan.mix.get().test_case, weight=1)
+
+    with pytest.raises(
+        services.EnvironmentBusy, match=rf"Run #{first.number} \(Smoke\) .* is loading http://127.0.0.1:8001 now"
+    ):
+        services.run_create(plan=other_plan, user=alice)
+    assert Run.objects.count() == 1
+
+    # Another port is another target: it may run.
+    twin.base_url = "http://127.0.0.1:8002"
+    twin.save()
+    assert services.run_create(plan=Plan.objects.get(pk=other_plan.pk), user=alice).environment == twin
+
+
+def test_another_teams_run_on_the_same_target_refuses_without_being_named(plan, alice, charlie):
+    from portal.projects.models import Environment, MixEntry, Plan, Project, Step, TestCase
+
+    first = services.run_create(plan=plan, user=alice)
+    # charlie's own project, environment and plan, pointing at alice's system under test
+    project = Project.objects.create(team=charlie.teams.get(), name="Charlie's")
+    env = Environment.objects.create(project=project, name="Same box", base_url="http://127.0.0.1:8001")
+    case = TestCase.objects.create(project=project, name="Home")
+    Step.objects.create(test_case=case, position=0, name="Home", path="/")
+    theirs = Plan.objects.create(project=project, environment=env, name="Theirs", users=1, hold=5)
+    MixEntry.objects.create(plan=theirs, test_case=case, weight=1)
+
+    with pytest.raises(services.EnvironmentBusy, match="A run of another team is loading http://127.0.0.1:8001") as exc:
+        services.run_create(plan=theirs, user=charlie)
+    assert first.plan_name not in str(exc.value) and plan.project.name not in str(exc.value)
 
 
 def test_a_run_records_the_analysis_settings_and_the_change_it_runs_under(plan, alice):
@@ -169,7 +213,7 @@ def test_cancelling_a_queued_run_ends_it_at_once(run):
     assert run.status == Run.Status.CANCELLED and run.finished_at
 
 
-def test_the_watchdog_marks_a_silent_shard_lost_and_keeps_its_data(run, settings):
+def test_the_watchdog_marks_a_silent_shard_lost_and_keeps_its_data(run, settings, watched):
     # given: two shards; shard 1 stopped sending heartbeats 31 s ago, shard 0 finished
     now = timezone.now()
     run.status, run.shard_count, run.start_at = Run.Status.RUNNING, 2, now - timedelta(seconds=60)
@@ -210,7 +254,7 @@ def test_the_watchdog_leaves_a_live_shard_alone(run):
     assert run.shards.get().status == RunShard.Status.RUNNING
 
 
-def test_the_watchdog_ends_a_run_no_worker_took(run):
+def test_the_watchdog_ends_a_run_no_worker_took(run, watched):
     Run.objects.filter(id=run.id).update(created_at=timezone.now() - services.QUEUED_TIMEOUT - timedelta(seconds=1))
 
     services.watchdog()

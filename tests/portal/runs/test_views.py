@@ -89,6 +89,27 @@ def test_the_report_shows_the_summary(alice_client, run):
     assert "Passed" in page
 
 
+def test_the_report_explains_apd_wherever_it_says_apd(alice_client, run):
+    import re
+
+    from portal.runs import services
+    from portal.runs.models import RunShard
+
+    Run.objects.filter(id=run.id).update(status=Run.Status.RUNNING)
+    RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    for s in range(1, 6):
+        add_second(run, s, labels={"Browse: Home": ([12.0, 12.0], {})})
+    services.run_finalize(run.id)
+
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+
+    report = page[page.index('data-figure="apd"') :]
+    assert 'id="apd-legend"' in report and "APD</abbr>: average page duration" in report
+    # every APD a reader sees is the abbreviation with its expansion (attributes and ids aside)
+    text = re.sub(r'"[^"]*"', '""', report.replace('<abbr title="average page duration">APD</abbr>', ""))
+    assert "APD" not in text
+
+
 def test_the_live_fragment_polls_while_active_and_refreshes_when_done(alice_client, run):
     url = reverse("runs:detail", args=[run.code])
     live = alice_client.get(url, headers={"HX-Request": "true"})
@@ -128,3 +149,21 @@ def test_a_run_refused_before_start_has_no_charts(alice_client, run):
     page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
     assert 'id="charts"' not in page
     assert "Target refused" in page
+
+
+def test_the_run_list_pages_through_every_run_in_constant_queries(alice_client, run, django_assert_max_num_queries):
+    from portal.runs.models import Run
+    from portal.runs.views import RUNS_PER_PAGE
+
+    fields = {f.name: getattr(run, f.name) for f in Run._meta.concrete_fields if f.name not in ("id", "code", "number")}
+    Run.objects.bulk_create([Run(**fields, number=n) for n in range(2, RUNS_PER_PAGE + 31)])
+    url = reverse("runs:project", args=[run.project.code])
+
+    with django_assert_max_num_queries(12):
+        first = alice_client.get(url).content.decode()
+    with django_assert_max_num_queries(12):
+        second = alice_client.get(url, {"page": 2}).content.decode()
+
+    assert f"Page 1 of 2 ({RUNS_PER_PAGE + 30} runs)" in first and ">#130<" in first and ">#30<" not in first
+    assert ">#30<" in second and ">#1<" in second and 'rel="prev"' in second
+    assert alice_client.get(url, {"page": "x"}).status_code == 200  # a bad page number shows the first

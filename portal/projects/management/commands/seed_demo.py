@@ -58,11 +58,15 @@ INITIAL_CONFIGURATION = [
     {"key": "documents.storage", "value": "database"},
     {"key": "compression", "value": "off"},
     {"key": "latency_ms", "value": "0"},
+    {"key": "web_garden.processes", "value": "1"},
 ]
 # Keys earlier seeds wrote, under the name they have now.
 RENAMED_KEYS = {"search.index": "db.index.work_items.area"}
 
 SEARCH_PLAN = "Search: 20 users, 20 s"
+# Issue 19: the tempdb story as a capacity search whose scalability model shows σ falling with 8 files.
+TEMPDB_PLAN = "Capacity search: tempdb, 1 → 8 users"
+TEMPDB_LEVELS = (1, 2, 3, 4, 6, 8)
 EXPERIMENT_TITLE = "Index on work_items.area"
 INDEX_CHANGE = {
     "category": TuningChange.Category.INDEX,
@@ -131,9 +135,14 @@ class Command(BaseCommand):
             env.base_url = base_url
             env.configuration = configuration
             env.save()
-        Server.objects.get_or_create(
+        server, _ = Server.objects.get_or_create(
             environment=env, name="demo", defaults={"role": "web + database", "hardware": "this machine (loopback)"}
         )
+        # Server metrics (issue 14): the demo's own /metrics, so the first run already shows server charts.
+        metrics_url = f"{base_url.rstrip('/')}/metrics"
+        if (server.metrics_url, server.counter_set) != (metrics_url, "demo"):
+            server.metrics_url, server.counter_set = metrics_url, "demo"
+            server.save(update_fields=["metrics_url", "counter_set"])
         cases = {}
         for name, steps in TEST_CASES.items():
             tc, created = TestCase.objects.get_or_create(project=project, name=name)
@@ -219,8 +228,56 @@ class Command(BaseCommand):
                 if not home.steps.exists():
                     Step.objects.create(test_case=home, position=0, name="Home", path="/", think_time=0.1)
             MixEntry.objects.create(plan=soak, test_case=home, weight=1, position=0)
+        tempdb, created = Plan.objects.get_or_create(
+            project=project,
+            name=TEMPDB_PLAN,
+            defaults={
+                "environment": env,
+                "description": "The MOSS story's tempdb allocation contention, as a capacity search: an article page "
+                "(it allocates from tempdb) without think time, six short levels of 1 to 8 users. With "
+                "tempdb.files = 1 a single user already keeps the one allocation lock busy, so throughput stays "
+                "flat: the report's scalability model reads contention σ near 1 (a serialized step limits the "
+                "site to about 180 pages/s whatever the hardware) and the search ends done at the last level "
+                "within 30 ms. Record a tuning change to tempdb.files = 8 (one file per processor, -T1118), "
+                "run it again and compare the two runs: σ falls to about 0, the change removed contention.",
+                "profile_kind": Plan.ProfileKind.STEPS,
+                "threshold_apd_ms": 30,
+                "threshold_error_rate_pct": 1.0,
+                "capacity_search": True,
+            },
+        )
+        if created:
+            article, _ = TestCase.objects.get_or_create(project=project, name="Article page")
+            if not article.steps.exists():
+                Step.objects.create(test_case=article, position=0, name="Article", path="/articles/7", think_time=0)
+            for position, users in enumerate(TEMPDB_LEVELS):
+                PlanLevel.objects.create(plan=tempdb, position=position, users=users, ramp_up=1, hold=5)
+            MixEntry.objects.create(plan=tempdb, test_case=article, weight=1, position=0)
         self._experiment(user=user, project=project, env=env, plan=search, base_url=base_url)
+        self._nightly_soak(project=project, plan=soak)
         self.stdout.write(f"Demo ready: project “{project}” for user {DEMO_USERNAME} (password {DEMO_PASSWORD}).")
+
+    def _nightly_soak(self, *, project, plan) -> None:
+        """The soak plan every night at 02:00 UTC, paused: a team enables it on the Schedules page."""
+        from datetime import time
+
+        from portal.schedules.services import schedule_save
+
+        if project.schedules.filter(plan=plan).exists():
+            return
+        schedule_save(
+            project=project,
+            plan=plan,
+            kind="daily",
+            at_time=time(2, 0),
+            every_hours=None,
+            cron="",
+            time_zone="UTC",
+            enabled=False,
+            ends_on=None,
+            busy_wait_minutes=30,
+            catch_up_hours=2,
+        )
 
     def _experiment(self, *, user, project, env, plan, base_url) -> None:
         """The TFS story ready to run: 3 searches' trials, the index by its hook, 3 trials after.

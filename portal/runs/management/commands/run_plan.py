@@ -1,6 +1,8 @@
 """Starts a plan from the shell and, with --wait, waits for its verdict (for scripts and CI).
 
-Exit codes: 0 passed, 1 failed thresholds, 2 error / partial / cancelled, 3 timed out waiting.
+Exit codes: 0 passed, 1 failed thresholds, 2 error / partial / cancelled, 3 timed out waiting,
+4 could not tell: the database stayed unreachable for longer than OUTAGE_LIMIT_S while waiting
+(the run may still be going; its page shows how it ended).
 """
 
 import json
@@ -8,10 +10,15 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connection
 
 from portal.projects.models import Plan
 from portal.runs.models import Run
 from portal.runs.services import RunError, run_create
+
+# How long --wait waits through a database outage before it exits with COULD_NOT_TELL.
+OUTAGE_LIMIT_S = 60
+COULD_NOT_TELL = 4
 
 
 class Command(BaseCommand):
@@ -49,8 +56,28 @@ class Command(BaseCommand):
         if not wait:
             return
         deadline = time.monotonic() + timeout
+        unreachable_since = None
         while time.monotonic() < deadline:
-            run.refresh_from_db()
+            try:
+                run.refresh_from_db()
+            except DatabaseError as exc:
+                # An outage of the database (or of its network) is waited through, up to a limit.
+                connection.close()
+                now = time.monotonic()
+                if unreachable_since is None:
+                    unreachable_since = now
+                    self.stderr.write(f"The database is unreachable ({str(exc).strip()}); waiting for it.")
+                elif now - unreachable_since > OUTAGE_LIMIT_S:
+                    self.stderr.write(
+                        f"Could not tell how run #{run.number} ended: the database has been unreachable for "
+                        f"{OUTAGE_LIMIT_S} s. See {run.get_absolute_url()} once it is back."
+                    )
+                    raise SystemExit(COULD_NOT_TELL) from None
+                time.sleep(1)
+                continue
+            if unreachable_since is not None:
+                self.stderr.write("The database is back.")
+                unreachable_since = None
             if run.status in Run.FINISHED:
                 break
             time.sleep(0.5)
@@ -69,5 +96,5 @@ class Command(BaseCommand):
                 indent=2,
             )
         )
-        if run.status != Run.Status.PASSED:
+        if run.status not in (Run.Status.PASSED, Run.Status.DONE):
             raise SystemExit(1 if run.status == Run.Status.FAILED else 2)

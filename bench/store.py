@@ -1,0 +1,426 @@
+"""``python -m bench store``: the results store (issue 9) at several run lengths, on SQLite and PostgreSQL.
+
+Each run is written second by second through the real ``ShardSink`` (20 labels, about
+1,000 pages/s, lognormal page durations, realistic TTFB and connect histograms), then
+finalized by the real ``run_finalize`` (summary, chart series, comparison batches, roll-up).
+Printed per backend and run length:
+
+- bytes per label-second while live (per-second rows) and after the roll-up;
+- the sink's write time (mean, p99), the live poll (``series.json?since=``, the live
+  fragment) and the first full chart load of a live run;
+- finalize: wall time (with the roll-up) and the peak extra Python memory (tracemalloc) of
+  computing the figures; the old design (every row loaded, as before issue 9: the copy in
+  tests/portal/runs/reference_analysis.py) side by side up to ``--old-upto`` seconds;
+- a finished run's report page, ``series.json`` and the comparison of two single runs
+  (the run against a copy of itself), as server time through Django's test client.
+
+Each backend runs in a child process with its own database: a fresh SQLite file under
+var/bench-store/, and ``<DATABASE_URL's database>_storebench`` on PostgreSQL (created if
+missing; sizes are differences, so earlier runs in it do not count). Nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = 20
+PAGES_PER_S = 1000
+POOL = 120  # distinct per-second reports, cycled (generating 20,000 samples a second would dominate)
+README = Path(__file__).with_name("README.md")
+MARK_BEGIN, MARK_END = "<!-- store:begin -->", "<!-- store:end -->"
+
+
+def _reports(seed: int = 9) -> list[dict]:
+    from workers.engine.histogram import Histogram
+
+    rng = random.Random(seed)
+    per_label = PAGES_PER_S // LABELS
+    medians = [rng.uniform(15_000, 400_000) for _ in range(LABELS)]
+    pool = []
+    for _ in range(POOL):
+        labels = {}
+        for i in range(LABELS):
+            n = max(0, int(rng.gauss(per_label, 4)))
+            page, ttfb, connect = Histogram(), Histogram(), Histogram()
+            for _ in range(n):
+                d = rng.lognormvariate(0, 0.45) * medians[i]
+                page.record(d)
+                ttfb.record(d * rng.uniform(0.3, 0.8))
+            for _ in range(rng.randint(0, 2)):
+                connect.record(rng.uniform(150, 900))
+            errors = 1 if rng.random() < 0.02 else 0
+            labels[f"Page {i:02d}"] = {
+                "pages": n + errors,
+                "hits": n * 4 + errors,
+                "errors": errors,
+                "errors_by_kind": {"http_status": errors} if errors else {},
+                "error_samples": {"http_status": "HTTP 503 Service Unavailable"} if errors else {},
+                "bytes_in": n * rng.randint(8_000, 40_000),
+                "bytes_out": n * 600,
+                "hist": page.to_dict(),
+                "ttfb_hist": ttfb.to_dict(),
+                "connect_hist": connect.to_dict(),
+            }
+        pool.append(labels)
+    return pool
+
+
+# --------------------------------------------------------------------------------------
+# The child: one backend
+# --------------------------------------------------------------------------------------
+
+
+def _setup(backend: str, pg_url: str) -> None:
+    var = ROOT / "var" / "bench-store"
+    var.mkdir(parents=True, exist_ok=True)
+    os.environ["PLIMSOLL_VAR_DIR"] = str(var)
+    os.environ.setdefault("CELERY_BROKER_URL", "filesystem://")
+    if backend == "sqlite":
+        path = var / "store.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        os.environ["DATABASE_URL"] = f"sqlite:///{path}"
+    else:
+        import psycopg
+
+        base, _, name = pg_url.rpartition("/")
+        bench_db = f"{name}_storebench"
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+            if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [bench_db]).fetchone():
+                conn.execute(f'CREATE DATABASE "{bench_db}"')
+        os.environ["DATABASE_URL"] = f"{base}/{bench_db}"
+    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def _storage_bytes(backend: str) -> int:
+    from django.db import connection
+
+    with connection.cursor() as c:
+        if backend == "sqlite":
+            c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            c.execute("PRAGMA page_count")
+            pages = c.fetchone()[0]
+            c.execute("PRAGMA freelist_count")
+            free = c.fetchone()[0]
+            c.execute("PRAGMA page_size")
+            return (pages - free) * c.fetchone()[0]
+        c.execute(
+            "SELECT sum(pg_total_relation_size(t::regclass)) FROM unnest(%s::text[]) t",
+            [["runs_pageinterval", "runs_shardinterval", "runs_pagerollup", "runs_runfigures"]],
+        )
+        return int(c.fetchone()[0])
+
+
+def _settle(backend: str) -> None:
+    """Gives back the space of deleted and rewritten rows, so that sizes measure only live data."""
+    from django.db import connection
+
+    with connection.cursor() as c:
+        if backend == "sqlite":
+            c.execute("VACUUM")
+        else:
+            c.execute("VACUUM FULL runs_pageinterval, runs_shardinterval, runs_pagerollup, runs_runfigures")
+
+
+def _fixtures():
+    from django.contrib.auth import get_user_model
+
+    from portal.projects.models import Environment, MixEntry, Plan, Project, Step, TestCase
+
+    user = get_user_model().objects.create_user(f"bench{time.time_ns()}", password="x")
+    team = user.teams.get()
+    project = Project.objects.create(team=team, name="Store bench")
+    env = Environment.objects.create(project=project, name="Bench", base_url="http://127.0.0.1:9")
+    tc = TestCase.objects.create(project=project, name="Browse")
+    Step.objects.create(test_case=tc, position=0, name="Home", path="/")
+    plan = Plan.objects.create(project=project, environment=env, name="Soak", users=100, ramp_up=0, hold=60)
+    MixEntry.objects.create(plan=plan, test_case=tc, weight=1)
+    return user, project, plan
+
+
+def _new_run(project, plan, user, seconds: int, number: int):
+    from django.utils import timezone
+
+    from portal.runs.models import Run, RunShard
+
+    snapshot = plan.to_engine_dict()
+    snapshot["profile"] = {"kind": "constant", "users": 100, "hold": seconds}
+    run = Run.objects.create(
+        project=project,
+        number=number,
+        plan=plan,
+        environment=plan.environment,
+        plan_name=plan.name,
+        environment_name=plan.environment.name,
+        plan_snapshot=snapshot,
+        analysis_settings=plan.analysis_settings(),
+        created_by=user,
+        status=Run.Status.RUNNING,
+        start_at=timezone.now(),
+        shard_count=1,
+    )
+    RunShard.objects.create(run=run, shard_no=0, user_count=100, status=RunShard.Status.RUNNING)
+    return run
+
+
+def _ok(response):
+    if response.status_code != 200:
+        raise RuntimeError(f"{response.request['PATH_INFO']}: HTTP {response.status_code}")
+    return response
+
+
+def _timed(fn, repeat: int = 3) -> float:
+    """The best of ``repeat`` calls, in ms (server time; the first call warms caches)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return round(best * 1000, 1)
+
+
+def _peak_mb(fn) -> tuple[float, float]:
+    """(seconds, peak extra MB of Python allocations) of one call."""
+    tracemalloc.start()
+    t = time.perf_counter()
+    fn()
+    elapsed = time.perf_counter() - t
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return round(elapsed, 2), round(peak / 2**20, 1)
+
+
+def _copy_rows(src, dst) -> None:
+    """A second run with the same rows (for the comparison of two single runs), copied in SQL."""
+    from django.db import connection
+
+    cols = (
+        "shard_no, second, label, pages, hits, errors, errors_by_kind, error_samples, bytes_in, bytes_out, "
+        "hist, connect_hist, ttfb_hist, hist_bin, ttfb_bin, connect_count, connect_sum_us"
+    )
+    scols = (
+        "shard_no, second, active_users, iterations_started, iterations_completed, iterations_dropped, "
+        "loop_lag_p99_ms, loop_lag_max_ms, cpu_pct, pages, errors, latency_sum_us, latency_count, "
+        "pages_total, errors_total"
+    )
+    with connection.cursor() as c:
+        c.execute(
+            f"INSERT INTO runs_pageinterval (run_id, {cols}) "
+            f"SELECT %s, {cols} FROM runs_pageinterval WHERE run_id = %s",
+            [dst.id, src.id],
+        )
+        c.execute(
+            f"INSERT INTO runs_shardinterval (run_id, {scols}) "
+            f"SELECT %s, {scols} FROM runs_shardinterval WHERE run_id = %s",
+            [dst.id, src.id],
+        )
+
+
+def measure(backend: str, seconds: int, old: bool) -> dict:
+    from django.test import Client
+    from django.urls import reverse
+
+    from portal.history import comparison
+    from portal.runs import analysis, selectors, services
+    from portal.runs.models import Run, RunShard
+    from tests.portal.runs import reference_analysis
+
+    _settle(backend)
+    base = _storage_bytes(backend)  # what the earlier lengths left: sizes below are differences
+    user, project, plan = _fixtures()
+    client = Client(SERVER_NAME="127.0.0.1")
+    client.force_login(user)
+    run = _new_run(project, plan, user, seconds, 1)
+    pool = _reports()
+    sink = services.ShardSink(run.id, 0)
+    writes = []
+    t0 = time.perf_counter()
+    for second in range(seconds):
+        report = {
+            "second": second,
+            "active_users": 100,
+            "iterations_started": 40,
+            "iterations_completed": 40,
+            "loop_lag_ms": {"p99": 1.2, "max": 2.5},
+            "cpu_pct": 35.0,
+            "labels": pool[second % POOL],
+        }
+        t = time.perf_counter()
+        sink(report)
+        writes.append(time.perf_counter() - t)
+    write_s = time.perf_counter() - t0
+    label_seconds = seconds * LABELS
+    live_bytes = _storage_bytes(backend) - base
+    out = {
+        "backend": backend,
+        "seconds": seconds,
+        "write_s": round(write_s, 1),
+        "sink_mean_ms": round(statistics.fmean(writes) * 1000, 2),
+        "sink_p99_ms": round(sorted(writes)[int(len(writes) * 0.99)] * 1000, 2),
+        "live_bytes_per_label_s": round(live_bytes / label_seconds, 1),
+    }
+    series_url = reverse("runs:series", args=[run.code])
+    detail_url = reverse("runs:detail", args=[run.code])
+    run = Run.objects.get(id=run.id)
+    out["live_poll_ms"] = _timed(lambda: _ok(client.get(series_url, {"since": seconds - 5})))
+    out["live_fragment_ms"] = _timed(lambda: _ok(client.get(detail_url, headers={"HX-Request": "true"})))
+    out["live_figures_ms"] = _timed(lambda: selectors.run_live_figures(run))
+    out["live_first_load_ms"] = _timed(lambda: _ok(client.get(series_url)), repeat=1)
+
+    if old:
+        out["old_finalize_s"], out["old_finalize_mb"] = _peak_mb(
+            lambda: (reference_analysis.summarize(run), reference_analysis.series(run), comparison.compute_batches(run))
+        )
+        out["old_series_ms"] = _timed(lambda: reference_analysis.series(run), repeat=1)
+        out["old_compare_ms"] = _timed(lambda: comparison.compute_batches(run), repeat=1)
+    out["figures_s"], out["figures_mb"] = _peak_mb(
+        lambda: analysis.summarize_with_series(run, also=(comparison.BatchSampler(run).add_row,))
+    )
+
+    twin = _new_run(project, plan, user, seconds, 2)
+    _copy_rows(run, twin)
+    RunShard.objects.filter(run__in=[run, twin]).update(status=RunShard.Status.DONE)
+    t = time.perf_counter()
+    services.run_finalize(run.id)
+    out["finalize_s"] = round(time.perf_counter() - t, 2)
+    services.run_finalize(twin.id)
+    out["status"] = Run.objects.get(id=run.id).status
+    t = time.perf_counter()
+    services.run_rollup(run.id)  # what the watchdog does PLIMSOLL_ROLLUP_AFTER after the run
+    out["rollup_s"] = round(time.perf_counter() - t, 2)
+    services.run_rollup(twin.id)
+
+    # Only the finished run's bytes: the twin's rows are rolled up too, so halve what both take.
+    _settle(backend)
+    out["stored_bytes_per_label_s"] = round((_storage_bytes(backend) - base) / 2 / label_seconds, 1)
+
+    compare_url = reverse("history:compare", args=[project.code])
+    out["report_ms"] = _timed(lambda: _ok(client.get(detail_url)))
+    out["series_ms"] = _timed(lambda: _ok(client.get(series_url)))
+    out["compare_ms"] = _timed(lambda: _ok(client.get(compare_url, {"a": str(run.code), "b": str(twin.code)})))
+    return out
+
+
+def child(argv: list[str]) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", choices=("sqlite", "postgresql"), required=True)
+    p.add_argument("--lengths", required=True)
+    p.add_argument("--old-upto", type=int, default=900)
+    p.add_argument("--pg-url", default="")
+    args = p.parse_args(argv)
+    _setup(args.backend, args.pg_url)
+    for seconds in (int(s) for s in args.lengths.split(",")):
+        row = measure(args.backend, seconds, old=seconds <= args.old_upto)
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# The parent: both backends, the table, the README
+# --------------------------------------------------------------------------------------
+
+
+def _hours(seconds: int) -> str:
+    return f"{seconds / 3600:g} h" if seconds >= 3600 else f"{seconds / 60:g} min"
+
+
+def render(rows: list[dict], command: str) -> str:
+    lines = [
+        f"Command: `{command}`. 20 labels, ~1,000 pages/s, one shard, written second by second through",
+        "the real `ShardSink`; finalized by the real `run_finalize`. Server times are the best of 3 through",
+        "Django's test client; memory is tracemalloc's peak (Python allocations) while computing the figures.",
+        "*Old* is the design before issue 9 (every row loaded and merged; tests/portal/runs/reference_analysis.py)",
+        "on the same rows, run only on short runs (it needs ~1.35 GB per hour of run).",
+        "",
+        "| backend | run | B/label-s live | B/label-s stored | sink mean / p99 | live poll / fragment "
+        "| first live load | finalize / roll-up (new) | figures: time / peak MB (new) | figures: time / peak MB (old) "
+        "| report | series.json (new / old) | comparison (new / old) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        old_fig = f"{r['old_finalize_s']} s / {r['old_finalize_mb']}" if "old_finalize_s" in r else "—"
+        old_series = f" / {r['old_series_ms']} ms" if "old_series_ms" in r else ""
+        old_cmp = f" / {r['old_compare_ms']} ms (batches only)" if "old_compare_ms" in r else ""
+        lines.append(
+            f"| {r['backend']} | {_hours(r['seconds'])} | {r['live_bytes_per_label_s']} | "
+            f"{r['stored_bytes_per_label_s']} | {r['sink_mean_ms']} / {r['sink_p99_ms']} ms | "
+            f"{r['live_poll_ms']} / {r['live_fragment_ms']} ms | {r['live_first_load_ms']} ms | "
+            f"{r['finalize_s']} / {r['rollup_s']} s | {r['figures_s']} s / {r['figures_mb']} | {old_fig} | "
+            f"{r['report_ms']} ms | "
+            f"{r['series_ms']} ms{old_series} | {r['compare_ms']} ms{old_cmp} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["child"]:
+        return child(argv[1:])
+    p = argparse.ArgumentParser(prog="python -m bench store", description=__doc__.splitlines()[0])
+    p.add_argument("--lengths", default="900,3600", help="run lengths in seconds (default 900,3600)")
+    p.add_argument("--backends", default="sqlite,postgresql")
+    p.add_argument("--old-upto", type=int, default=900, help="run the old design up to this length (default 900 s)")
+    p.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
+    args = p.parse_args(argv)
+    pg_url = os.environ.get("DATABASE_URL", "")
+    rows = []
+    for backend in args.backends.split(","):
+        if backend == "postgresql" and not pg_url.startswith("postgres"):
+            print("bench store: set DATABASE_URL=postgres://… for the PostgreSQL half", file=sys.stderr)
+            return 2
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.store",
+            "child",
+            "--backend",
+            backend,
+            "--lengths",
+            args.lengths,
+            "--old-upto",
+            str(args.old_upto),
+            "--pg-url",
+            pg_url,
+        ]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode:
+            print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
+            return proc.returncode
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+                print(line, flush=True)
+    command = "python -m bench store " + " ".join(argv)
+    table = render(rows, command.strip())
+    print(table)
+    if args.readme:
+        text = README.read_text()
+        block = f"{MARK_BEGIN}\n{table}\n{MARK_END}"
+        if MARK_BEGIN in text:
+            head, _, rest = text.partition(MARK_BEGIN)
+            text = head + block + rest.partition(MARK_END)[2]
+        else:
+            text = text.rstrip("\n") + "\n\n### 4. Results store (`python -m bench store`)\n\n" + block + "\n"
+        README.write_text(text)
+        print(f"bench store: table written to {README.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,20 @@
+"""gunicorn settings for the portal (Procfile and docker/entrypoint.sh pass --config gunicorn.conf.py).
+
+Drops the ``Server: gunicorn`` header: it tells a scanner which server and which of its
+bugs to try, and tells users nothing. gunicorn has no option for it, so the response's
+default headers are filtered; this runs in the master before the workers fork.
+"""
+
+from gunicorn.http import wsgi
+
+# The access log leaves out the tokens of share links, invitations and password resets.
+logger_class = "portal.gunicorn_logging.RedactingLogger"
+
+_default_headers = wsgi.Response.default_headers
+
+
+def _without_server_header(self):
+    return [line for line in _default_headers(self) if not line.lower().startswith("server:")]
+
+
+wsgi.Response.default_headers = _without_server_header

@@ -1,0 +1,135 @@
+from django.contrib.auth import get_user_model
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from portal.accounts import access
+from portal.accounts.forms import MemberAddForm
+from portal.accounts.models import ApiToken, Membership, Team
+from portal.accounts.services import LastOwner, membership_remove, membership_set, token_revoke
+from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.get_username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ("username", "role")
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    members = MemberSerializer(source="memberships", many=True, read_only=True)
+
+    class Meta:
+        model = Team
+        fields = ("code", "name", "members")
+        read_only_fields = fields
+
+
+class MemberWriteSerializer(StrictSerializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.EDITOR)
+
+
+class TokenSerializer(serializers.ModelSerializer):
+    team = serializers.UUIDField(source="team.code", read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = ("id", "name", "team", "scope", "prefix", "created_at", "last_used_at", "expires_at", "revoked_at")
+        read_only_fields = fields
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your teams and their members", responses={200: TeamSerializer(many=True), **error_responses()}
+    ),
+    retrieve=extend_schema(summary="One of your teams", responses={200: TeamSerializer, **error_responses(404)}),
+)
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    serializer_class = TeamSerializer
+
+    def safely_get_queryset(self):
+        members = Membership.objects.select_related("user").order_by("user__username")
+        return Team.objects.prefetch_related(Prefetch("memberships", queryset=members)).order_by("name")
+
+    def _team_for_owner(self, code) -> Team:
+        """The team (404 outside your teams); 403 unless you own it: only owners manage members."""
+        team = self.get_scoped(Team.objects.all(), code=code)
+        membership = access.membership_for(self.request.user, team)
+        if not membership.can_manage:
+            raise exceptions.PermissionDenied("Only a team's owners manage its members.")
+        return team
+
+    @extend_schema(
+        summary="Add a member or change a member's role (owners only)",
+        request=MemberWriteSerializer,
+        responses={200: TeamSerializer, **error_responses(400, 403, 404)},
+    )
+    @action(detail=True, methods=["post"])
+    def members(self, request, code=None):
+        team = self._team_for_owner(code)
+        serializer = MemberWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user = get_user_model().objects.filter(username=data["username"].strip()).first()
+        if user is None or not team.memberships.filter(user=user).exists():
+            # A new member: the page's form and its messages ("There is no user called …").
+            form = MemberAddForm(data, team=team)
+            if not form.is_valid():
+                raise serializers.ValidationError({k: list(v) for k, v in form.errors.items()})
+            user = form.cleaned_data["user"]
+        try:
+            membership_set(team=team, user=user, role=data["role"])
+        except LastOwner as exc:
+            raise serializers.ValidationError({"role": [str(exc)]}) from None
+        return Response(TeamSerializer(self.safely_get_queryset().get(pk=team.pk)).data)
+
+    @extend_schema(
+        summary="Remove a member (owners only; a team keeps at least one owner)",
+        request=None,
+        responses={204: None, **error_responses(400, 403, 404)},
+    )
+    @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
+    def member_remove(self, request, code=None, username=None):
+        team = self._team_for_owner(code)
+        membership = team.memberships.filter(user__username=username).select_related("user", "team").first()
+        if membership is None:
+            raise exceptions.NotFound("No such member of this team.")
+        try:
+            membership_remove(membership=membership)
+        except LastOwner as exc:
+            raise serializers.ValidationError({"username": [str(exc)]}) from None
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Your API tokens (never their secrets)",
+        responses={200: TokenSerializer(many=True), **error_responses()},
+    ),
+    destroy=extend_schema(summary="Revoke one of your tokens", responses={204: None, **error_responses(403, 404)}),
+)
+class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
+    """Tokens are created on the Tokens page or with ``manage.py create_token``, where the secret is shown once."""
+
+    serializer_class = TokenSerializer
+    lookup_field = "id"
+
+    def safely_get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user).select_related("team")
+
+    def check_object_permissions(self, request, obj):
+        # Your own token: revoking it needs no editor role (a viewer may revoke their read token).
+        for permission in self.get_permissions():
+            if not permission.has_object_permission(request, self, obj):
+                self.permission_denied(request)
+
+    def destroy(self, request, *args, **kwargs):
+        token_revoke(token=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)

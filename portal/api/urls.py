@@ -1,0 +1,53 @@
+"""/api/v1/: the REST API, its OpenAPI schema and its docs (Swagger UI, vendored: no CDN)."""
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework.routers import SimpleRouter
+
+from portal.accounts.api.views import TeamViewSet, TokenViewSet
+from portal.history.api.views import (
+    ExperimentViewSet,
+    MeasurementViewSet,
+    PlanTrialsViewSet,
+    TrialSetViewSet,
+    TuningChangeViewSet,
+)
+from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, TestCaseViewSet
+from portal.runs.api.views import PlanRunViewSet, RunViewSet
+
+app_name = "api"
+
+router = SimpleRouter()
+router.register("projects", ProjectViewSet, basename="project")
+router.register("environments", EnvironmentViewSet, basename="environment")
+router.register("test-cases", TestCaseViewSet, basename="test-case")
+router.register("plans", PlanViewSet, basename="plan")
+router.register("runs", RunViewSet, basename="run")
+router.register("tuning-changes", TuningChangeViewSet, basename="tuning-change")
+router.register("measurements", MeasurementViewSet, basename="measurement")
+router.register("trial-sets", TrialSetViewSet, basename="trial-set")
+router.register("experiments", ExperimentViewSet, basename="experiment")
+router.register("teams", TeamViewSet, basename="team")
+router.register("tokens", TokenViewSet, basename="token")
+
+# Codes are matched loosely (``<str:code>``) so that a malformed one is the API's JSON 404, not an HTML page.
+# Result files keep their extension as the last part of the URL (no trailing slash), as CI tools expect.
+files = [
+    path(f"runs/<str:code>/{name}", RunViewSet.as_view({"get": method}), name=f"run-{method.replace('_', '-')}")
+    for name, method in (
+        ("junit.xml", "junit"),
+        ("pages.csv", "pages_csv"),
+        ("series.csv", "series_csv"),
+        ("summary.json", "summary_json"),
+    )
+]
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    # The split view serves its start-up script as a file: no inline script, ready for a strict CSP.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    path("plans/<str:code>/runs/", PlanRunViewSet.as_view({"post": "create"}), name="plan-runs"),
+    path("plans/<str:code>/trials/", PlanTrialsViewSet.as_view({"post": "create"}), name="plan-trials"),
+    *files,
+    path("", include(router.urls)),
+]

@@ -1,0 +1,18 @@
+from django import template
+
+from portal.metrics import selectors
+
+register = template.Library()
+
+
+@register.simple_tag
+def run_servers(run):
+    """The run's Servers section (None when no server of its environment was scraped)."""
+    return selectors.run_servers(run)
+
+
+@register.filter
+def level_figure(series: dict, index: int):
+    """A series' figures in the measurement window at ``index``."""
+    windows = series.get("windows") or []
+    return windows[index] if 0 <= index < len(windows) else {}

@@ -1,0 +1,16 @@
+from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
+
+from portal.accounts.access import get_for_user
+from portal.runs.models import Run
+
+from . import selectors
+
+
+@login_required
+def run_servers_json(request, code):
+    """The Servers section's data for the run page's charts (fetched again every few seconds while it runs)."""
+    run = get_for_user(request.user, Run.objects.all(), code=code)
+    data = selectors.run_servers(run) or {"servers": [], "windows": [], "hints": []}
+    data.update({"active": run.is_active, "duration_s": run.planned_duration})
+    return JsonResponse(data)

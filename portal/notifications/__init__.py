@@ -1,0 +1,1 @@
+"""Mail to people: invitations, password resets and (issue 12) run notifications."""

@@ -1,0 +1,91 @@
+from django.db import models
+from django.urls import reverse
+
+from portal.common import new_code
+from portal.projects.models import Project
+
+
+class Event(models.TextChoices):
+    RUN_FINISHED = "run_finished", "Run finished"
+    THRESHOLDS_FAILED = "thresholds_failed", "Run failed its thresholds"
+    RUN_ERROR = "run_error", "Run ended in error or partial"
+    REGRESSION = "regression", "Regression against the baseline"
+    DEGRADATION = "degradation", "Degradation found"
+    SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped or missed a fire"
+
+
+class Channel(models.Model):
+    """Where a project's notifications go (an e-mail list or a webhook) and which events it wants."""
+
+    team_path = "project__team"
+
+    class Kind(models.TextChoices):
+        EMAIL = "email", "E-mail"
+        WEBHOOK = "webhook", "Webhook"
+
+    class Format(models.TextChoices):
+        PLIMSOLL = "plimsoll", "Plimsoll JSON"
+        SLACK = "slack", "Slack incoming webhook"
+        TEAMS = "teams", "Microsoft Teams (MessageCard)"
+
+    code = models.UUIDField(default=new_code, unique=True, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="channels")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    events = models.JSONField(default=list, help_text="The Event values this channel wants")
+    emails = models.TextField(blank=True, help_text="E-mail: addresses, comma-separated")
+    url = models.URLField(max_length=500, blank=True, help_text="Webhook: where the POST goes")
+    payload_format = models.CharField(max_length=10, choices=Format.choices, default=Format.PLIMSOLL)
+    # Kept readable (not hashed): the portal signs every delivery with it. Shown once, at creation.
+    secret = models.CharField(max_length=100, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self):
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("notifications:project", args=[self.project.code]) + f"#channel-{self.code}"
+
+    @property
+    def recipients(self) -> list[str]:
+        return [a.strip() for a in self.emails.split(",") if a.strip()]
+
+
+class Delivery(models.Model):
+    """One notification to one channel, with every attempt's outcome: the channel's delivery log.
+
+    Unique on (channel, key): a notification task delivered twice makes one delivery.
+    """
+
+    team_path = "channel__project__team"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENDING = "sending", "Sending"
+        RETRYING = "retrying", "Will retry"
+        SENT = "sent", "Sent"
+        FAILED = "failed", "Failed"
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="deliveries")
+    key = models.CharField(max_length=100, help_text="What it is about: run:12, fire:7, test:<time>")
+    event = models.CharField(max_length=20)
+    payload = models.JSONField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_snippet = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["channel", "key"], name="delivery_unique_key")]
+
+    def __str__(self):
+        return f"{self.channel_id} {self.key}: {self.status}"

@@ -1,0 +1,313 @@
+"""Notifications per project: which events happened, which channels want them, and each delivery.
+
+Everything here runs in Celery tasks on the default queue, after the run (or fire) committed:
+``notify_run`` / ``notify_fire`` decide the events and create one Delivery per channel
+(unique on channel and subject, so a task delivered twice notifies once); ``delivery_attempt``
+sends one, and a failing webhook is tried again later with backoff (RETRY_DELAYS) by a new
+task, so a slow or dead receiver delays nothing else.
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from .models import Channel, Delivery, Event
+
+log = logging.getLogger(__name__)
+Status = Delivery.Status
+
+# Seconds to wait after failed attempt 1, 2, 3, 4: five tries over about 30 minutes.
+RETRY_DELAYS = (60, 180, 540, 1020)
+SNIPPET = 500
+SIGNATURE_HEADER = "X-Plimsoll-Signature"
+
+
+class ChannelError(ValueError):
+    """A channel cannot be saved; the message is for the user."""
+
+
+def channel_create(
+    *, project, name: str, kind: str, events: list[str], emails: str = "", url: str = "", payload_format: str = ""
+) -> Channel:
+    """A new channel; a webhook gets a fresh signing secret (the caller shows it once)."""
+    from portal.outbound import OutboundRefused, parse_url
+
+    unknown = set(events) - set(Event.values)
+    if unknown or not events:
+        raise ChannelError("Choose at least one event." if not events else f"Unknown events: {', '.join(unknown)}.")
+    channel = Channel(project=project, name=name.strip() or kind, kind=kind, events=list(events))
+    if kind == Channel.Kind.EMAIL:
+        channel.emails = ", ".join(a.strip() for a in emails.split(",") if a.strip())
+        if not channel.recipients:
+            raise ChannelError("Give at least one e-mail address.")
+    elif kind == Channel.Kind.WEBHOOK:
+        try:
+            parse_url(url)
+        except OutboundRefused as exc:
+            raise ChannelError(f"The webhook URL: {exc}") from None
+        channel.url = url
+        channel.payload_format = payload_format or Channel.Format.PLIMSOLL
+        channel.secret = secrets.token_urlsafe(32)
+    else:
+        raise ChannelError(f"Unknown kind of channel “{kind}”.")
+    channel.save()
+    return channel
+
+
+def sign(secret: str, body: bytes) -> str:
+    """``sha256=<hex HMAC-SHA256 of the raw body>``, as GitHub's webhooks sign theirs."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+# ---------------------------------------------------------------------------- events
+
+
+def run_events(run, verdict=None) -> list[str]:
+    """The events a finished run raises."""
+    events = [Event.RUN_FINISHED]
+    if run.status == "failed":
+        events.append(Event.THRESHOLDS_FAILED)
+    if run.status in ("error", "partial"):
+        events.append(Event.RUN_ERROR)
+    degradation = (run.summary or {}).get("degradation") or {}
+    if degradation.get("onset_s") is not None:
+        events.append(Event.DEGRADATION)
+    if verdict is not None and verdict.verdict == "regressed":
+        events.append(Event.REGRESSION)
+    return events
+
+
+def run_payload(run, events: list[str], verdict=None) -> dict:
+    totals = (run.summary or {}).get("totals") or {}
+    payload = {
+        "event": events[-1] if len(events) > 1 else events[0],
+        "events": events,
+        "project": run.project.name,
+        "run": {
+            "number": run.number,
+            "plan": run.plan_name,
+            "environment": run.environment_name,
+            "status": run.status,
+            "thresholds": (run.summary or {}).get("verdict"),
+            "url": settings.SITE_URL + run.get_absolute_url(),
+            "apd_ms": totals.get("apd_ms"),
+            "p95_ms": totals.get("p95_ms"),
+            "pages_per_s": totals.get("pages_per_s"),
+            "error_rate_pct": totals.get("error_rate_pct"),
+        },
+        "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
+        "verdict": None,
+    }
+    if run.error_message:
+        payload["headline"] += " " + run.error_message.splitlines()[0][:200]
+    if verdict is not None:
+        payload["headline"] = verdict.headline
+        payload["verdict"] = {
+            "verdict": verdict.verdict,
+            "baseline": verdict.baseline_label,
+            "kpis": [
+                {k: r[k] for k in ("page", "figure", "verdict", "before", "after", "change")}
+                for r in verdict.rows
+                if r["page"] is None or r["verdict"] in ("regressed", "improved")
+            ],
+        }
+    if schedule_fire := getattr(run, "schedule_fire", None):
+        payload["schedule"] = _schedule_dict(schedule_fire.schedule)
+    return payload
+
+
+def _schedule_dict(schedule) -> dict:
+    return {
+        "description": schedule.description,
+        "url": settings.SITE_URL + reverse("schedules:edit", args=[schedule.code]),
+    }
+
+
+def notify_run(*, run_id: int) -> list[Delivery]:
+    """Notifies the project's channels of a finished run (with its baseline verdict when there is one)."""
+    from portal.runs.models import Run
+
+    run = Run.objects.select_related("project").filter(id=run_id, status__in=Run.FINISHED).first()
+    if run is None:
+        return []
+    verdict = getattr(run, "baseline_verdict", None)
+    events = run_events(run, verdict)
+    return _deliver(run.project, events, f"run:{run.id}", lambda: run_payload(run, events, verdict))
+
+
+def notify_fire(*, fire_id: int) -> list[Delivery]:
+    """Notifies a skipped or missed schedule fire."""
+    from portal.schedules.models import ScheduleFire
+
+    fire = ScheduleFire.objects.select_related("schedule__project").filter(id=fire_id).first()
+    if fire is None or fire.outcome not in ("skipped", "missed"):
+        return []
+    schedule = fire.schedule
+
+    def payload():
+        return {
+            "event": Event.SCHEDULE_SKIPPED,
+            "events": [Event.SCHEDULE_SKIPPED],
+            "project": schedule.project.name,
+            "headline": f"{schedule.plan_name}: the fire due {fire.due_at:%Y-%m-%d %H:%M} UTC was {fire.outcome}. "
+            f"{fire.reason}",
+            "schedule": _schedule_dict(schedule),
+            "fire": {"due_at": fire.due_at.isoformat(), "outcome": fire.outcome, "reason": fire.reason},
+            "run": None,
+            "verdict": None,
+        }
+
+    return _deliver(schedule.project, [Event.SCHEDULE_SKIPPED], f"fire:{fire.id}", payload)
+
+
+def channel_test(*, channel: Channel, now: datetime | None = None) -> Delivery:
+    """The "send test" button: a delivery that says it is a test."""
+    now = now or timezone.now()
+    payload = {
+        "event": "test",
+        "events": ["test"],
+        "project": channel.project.name,
+        "headline": f"A test from Plimsoll for the channel “{channel.name}”: it works.",
+        "run": None,
+        "verdict": None,
+    }
+    delivery = Delivery.objects.create(channel=channel, key=f"test:{now.isoformat()}", event="test", payload=payload)
+    transaction.on_commit(lambda: _enqueue(delivery.id))
+    return delivery
+
+
+def _deliver(project, events: list[str], key: str, payload_of) -> list[Delivery]:
+    channels = [c for c in project.channels.filter(enabled=True) if set(c.events) & set(events)]
+    if not channels:
+        return []
+    payload = payload_of()
+    created = []
+    for channel in channels:
+        try:
+            with transaction.atomic():
+                delivery = Delivery.objects.create(channel=channel, key=key, event=payload["event"], payload=payload)
+        except IntegrityError:
+            continue  # already notified (the task ran twice)
+        created.append(delivery)
+        transaction.on_commit(lambda d=delivery.id: _enqueue(d))
+    return created
+
+
+def _enqueue(delivery_id: int, countdown: float = 0) -> None:
+    from workers.tasks import delivery_send_task
+
+    try:
+        delivery_send_task.apply_async((delivery_id,), countdown=countdown)
+    except Exception:  # the broker is down: the log shows the delivery pending
+        log.exception("delivery %s: could not enqueue", delivery_id)
+
+
+# ---------------------------------------------------------------------------- sending
+
+
+def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> float | None:
+    """Sends one delivery once; returns the delay before the next try, or None when done (sent or failed).
+
+    Claimed with a conditional UPDATE, so a task delivered twice sends once.
+    """
+    now = now or timezone.now()
+    claimed = Delivery.objects.filter(id=delivery_id, status__in=(Status.PENDING, Status.RETRYING)).update(
+        status=Status.SENDING, last_attempt_at=now
+    )
+    if not claimed:
+        return None
+    delivery = Delivery.objects.select_related("channel__project").get(id=delivery_id)
+    attempts = delivery.attempts + 1
+    if delivery.channel.kind == Channel.Kind.EMAIL:
+        ok, code, snippet, error, retry = _send_email(delivery)
+    else:
+        ok, code, snippet, error, retry = _send_webhook(delivery)
+    delay = None
+    if ok:
+        status = Status.SENT
+    elif retry and attempts <= len(RETRY_DELAYS):
+        status, delay = Status.RETRYING, RETRY_DELAYS[attempts - 1]
+    else:
+        status = Status.FAILED
+    Delivery.objects.filter(id=delivery_id).update(
+        status=status,
+        attempts=attempts,
+        status_code=code,
+        response_snippet=snippet[:SNIPPET],
+        error=error,
+        next_attempt_at=now + timedelta(seconds=delay) if delay else None,
+    )
+    return delay
+
+
+def _send_email(delivery: Delivery):
+    from .mail import mail_send
+
+    try:
+        mail_send(
+            template="notification",
+            to=delivery.channel.recipients,
+            context={"payload": delivery.payload, "channel": delivery.channel.name},
+        )
+    except OSError as exc:  # SMTP down or refused: worth another try
+        return False, None, "", f"{type(exc).__name__}: {exc}", True
+    return True, None, f"sent to {', '.join(delivery.channel.recipients)}", "", False
+
+
+def webhook_body(channel: Channel, payload: dict) -> bytes:
+    """The JSON body in the channel's format (Plimsoll's own, or what Slack or Teams accept directly)."""
+    text = payload["headline"]
+    link = (payload.get("run") or {}).get("url") or (payload.get("schedule") or {}).get("url") or ""
+    if channel.payload_format == Channel.Format.SLACK:
+        body = {"text": f"{text} <{link}|Open in Plimsoll>" if link else text}
+    elif channel.payload_format == Channel.Format.TEAMS:
+        body = {
+            "@type": "MessageCard",
+            "@context": "https://schema.org/extensions",
+            "summary": text[:150],
+            "text": text,
+            "potentialAction": [
+                {"@type": "OpenUri", "name": "Open in Plimsoll", "targets": [{"os": "default", "uri": link}]}
+            ]
+            if link
+            else [],
+        }
+    else:
+        body = payload
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _send_webhook(delivery: Delivery):
+    from portal.outbound import OutboundFailed, OutboundRefused, request
+
+    channel = delivery.channel
+    body = webhook_body(channel, delivery.payload)
+    headers = {
+        "Content-Type": "application/json",
+        SIGNATURE_HEADER: sign(channel.secret, body),
+        "X-Plimsoll-Event": delivery.event,
+        "X-Plimsoll-Delivery": str(delivery.id),
+    }
+    try:
+        response = request(
+            "POST", channel.url, body=body, headers=headers, timeout=10, max_bytes=64_000,
+            allowlist=settings.PLIMSOLL_WEBHOOK_ALLOWED,
+        )  # fmt: skip
+    except OutboundRefused as exc:  # not allowed: no request was sent, and none will be
+        return False, None, "", f"Refused, nothing was sent: {exc}", False
+    except OutboundFailed as exc:
+        return False, None, "", str(exc), True
+    snippet = response.body[:SNIPPET].decode("utf-8", "replace")
+    if 200 <= response.status < 300:
+        return True, response.status, snippet, "", False
+    # 4xx other than 408/429 will not get better by waiting; 5xx, 408 and 429 might.
+    retry = response.status >= 500 or response.status in (408, 429)
+    return False, response.status, snippet, f"HTTP {response.status}", retry

@@ -1,0 +1,77 @@
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from portal.accounts.access import get_for_user, membership_for
+from portal.projects.models import Project
+
+from . import selectors, services
+from .forms import ChannelForm
+from .models import Channel
+
+
+def _page(request, project, form, status=200):
+    membership = membership_for(request.user, project.team)
+    context = {
+        "project": project,
+        "channels": selectors.project_channels(project=project),
+        "form": form,
+        "can_write": membership is not None and membership.can_write,
+        "nav": "projects",
+    }
+    return render(request, "notifications/list.html", context, status=status)
+
+
+@login_required
+def project_channels(request, code):
+    project = get_for_user(request.user, Project.objects.select_related("team"), code=code)
+    return _page(request, project, ChannelForm(initial={"events": ["regression", "schedule_skipped"]}))
+
+
+@login_required
+@require_POST
+def channel_new(request, code):
+    project = get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
+    form = ChannelForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            channel = services.channel_create(
+                project=project,
+                name=data["name"],
+                kind=data["kind"],
+                events=data["events"],
+                emails=data["emails"],
+                url=data["url"],
+                payload_format=data["payload_format"],
+            )
+        except services.ChannelError as exc:
+            form.add_error(None, str(exc))
+        else:
+            text = f"Channel “{channel.name}” added."
+            if channel.secret:
+                # Shown this once: the receiver needs it to check X-Plimsoll-Signature.
+                text += f" Its signing secret (shown only now): {channel.secret}"
+            messages.success(request, text)
+            return redirect("notifications:project", project.code)
+    return _page(request, project, form, status=400)
+
+
+@login_required
+@require_POST
+def channel_test(request, code):
+    channel = get_for_user(request.user, Channel.objects.select_related("project"), code=code, write=True)
+    services.channel_test(channel=channel)
+    messages.info(request, "Test sent: its outcome appears in the delivery log in a few seconds.")
+    return redirect(channel)
+
+
+@login_required
+@require_POST
+def channel_delete(request, code):
+    channel = get_for_user(request.user, Channel.objects.select_related("project"), code=code, write=True)
+    project = channel.project
+    channel.delete()
+    messages.success(request, "Channel deleted.")
+    return redirect("notifications:project", project.code)

@@ -1,0 +1,229 @@
+"""The projects' documents as the API shows and takes them.
+
+Writes are validated by the UI's own forms (``portal.projects.forms``), fed from these
+documents in ``views.py``: the API and the browser refuse the same input with the same messages.
+"""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.api.base import StrictSerializer
+from portal.projects.models import Environment, Plan, Project, Server, Step
+from portal.projects.selectors import data_set_head
+
+
+class ProjectSerializer(serializers.ModelSerializer):
+    team = serializers.UUIDField(source="team.code", read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ("code", "team", "name", "description", "created_at", "updated_at")
+        read_only_fields = fields
+
+
+class ServerSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Server
+        fields = ("name", "role", "hardware")
+        read_only_fields = fields
+
+
+class ConfigurationItemSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    value = serializers.CharField(allow_blank=True)
+
+
+class EnvironmentSerializer(serializers.ModelSerializer):
+    project = serializers.UUIDField(source="project.code", read_only=True)
+    servers = ServerSerializer(many=True, read_only=True)
+    configuration = ConfigurationItemSerializer(
+        many=True, read_only=True, help_text="Read-only: it changes only through tuning changes"
+    )
+
+    class Meta:
+        model = Environment
+        fields = ("code", "project", "name", "base_url", "description", "configuration", "servers")
+        read_only_fields = fields
+
+
+class ExtractionSerializer(StrictSerializer):
+    name = serializers.CharField()
+    source = serializers.ChoiceField(choices=Step.Source.choices)
+    expression = serializers.CharField()
+
+
+class StepSerializer(StrictSerializer):
+    """One page of a test case; ``{{name}}`` placeholders must come from earlier steps or the data set."""
+
+    name = serializers.CharField(max_length=100)
+    method = serializers.ChoiceField(choices=Step.Method.choices, default=Step.Method.GET)
+    path = serializers.CharField(max_length=2000, help_text="Relative to the environment's base URL, starting with /")
+    headers = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    body_type = serializers.ChoiceField(choices=Step.BodyType.choices, default=Step.BodyType.RAW)
+    body = serializers.CharField(required=False, allow_blank=True, default="")
+    think_time = serializers.FloatField(default=1.0, help_text="Seconds after the page")
+    timeout = serializers.FloatField(required=False, allow_null=True, default=None)
+    expect_status = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_duration_ms = serializers.IntegerField(required=False, allow_null=True, default=None)
+    text_present = serializers.CharField(required=False, allow_blank=True, default="")
+    text_absent = serializers.CharField(required=False, allow_blank=True, default="")
+    extract = ExtractionSerializer(many=True, required=False, default=list)
+    resources = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+
+class DataSetInfoSerializer(serializers.Serializer):
+    file_name = serializers.CharField()
+    columns = serializers.ListField(child=serializers.CharField())
+    row_count = serializers.IntegerField()
+    mode = serializers.CharField()
+
+
+class TestCaseSerializer(StrictSerializer):
+    """A test case and its ordered steps, as one document (a PUT replaces the steps)."""
+
+    __test__ = False  # not a pytest test class
+    code = serializers.UUIDField(read_only=True)
+    project = serializers.UUIDField(help_text="The project's code (fixed once created)")
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    steps = StepSerializer(many=True)
+    data_set = serializers.SerializerMethodField(help_text="Its data set, if any (null in lists: read the test case)")
+
+    @extend_schema_field(DataSetInfoSerializer(allow_null=True))
+    def get_data_set(self, test_case):
+        data_set = data_set_head(test_case=test_case)
+        return None if data_set is None else DataSetInfoSerializer(data_set).data
+
+    def to_representation(self, test_case):
+        data = {
+            "code": str(test_case.code),
+            "project": str(test_case.project.code),
+            "name": test_case.name,
+            "description": test_case.description,
+            "steps": [step_document(step) for step in test_case.steps.all()],
+        }
+        # One query per test case: in lists it is left out (null), like the plans' problems.
+        data["data_set"] = None if _listing(self) else self.get_data_set(test_case)
+        return data
+
+
+def step_document(step: Step) -> dict:
+    return {
+        "name": step.name,
+        "method": step.method,
+        "path": step.path,
+        "headers": dict(step.headers),
+        "body_type": step.body_type,
+        "body": step.body,
+        "think_time": step.think_time,
+        "timeout": step.timeout,
+        "expect_status": step.expect_status,
+        "max_duration_ms": step.max_duration_ms,
+        "text_present": step.text_present,
+        "text_absent": step.text_absent,
+        "extract": [dict(item) for item in step.extract],
+        "resources": list(step.resources),
+    }
+
+
+def _listing(serializer) -> bool:
+    """Whether this is a list: then the per-object reads (problems, data set) are skipped, to keep queries fixed."""
+    view = serializer.context.get("view")
+    return getattr(view, "action", None) == "list"
+
+
+class LevelSerializer(StrictSerializer):
+    users = serializers.IntegerField()
+    ramp_up = serializers.FloatField(default=0)
+    hold = serializers.FloatField()
+    ramp_down = serializers.FloatField(default=0)
+    quiet = serializers.FloatField(default=0)
+
+
+class MixItemSerializer(StrictSerializer):
+    test_case = serializers.UUIDField(help_text="A test case of the plan's project")
+    weight = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
+
+
+PLAN_FIELDS = (
+    "profile_kind",
+    "users",
+    "ramp_up",
+    "hold",
+    "ramp_down",
+    "pacing",
+    "rate",
+    "rate_start",
+    "max_users",
+    "think_time_mode",
+    "request_timeout",
+    "threshold_apd_ms",
+    "threshold_p95_ms",
+    "threshold_error_rate_pct",
+    "threshold_min_pages_per_s",
+    "degradation_drop_pct",
+    "degradation_rise_pct",
+    "degradation_sustain_s",
+    "degradation_steady_s",
+)
+
+
+class PlanSerializer(StrictSerializer):
+    """A plan: its environment, load profile (fields of its kind, or levels), thresholds, degradation and mix."""
+
+    code = serializers.UUIDField(read_only=True)
+    project = serializers.UUIDField(help_text="The project's code (fixed once created)")
+    environment = serializers.UUIDField(help_text="An environment of the project")
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    profile_kind = serializers.ChoiceField(choices=Plan.ProfileKind.choices, default=Plan.ProfileKind.RAMP)
+    users = serializers.IntegerField(required=False, allow_null=True)
+    ramp_up = serializers.FloatField(required=False, allow_null=True)
+    hold = serializers.FloatField(required=False, allow_null=True)
+    ramp_down = serializers.FloatField(required=False, allow_null=True)
+    pacing = serializers.FloatField(required=False, allow_null=True)
+    rate = serializers.FloatField(required=False, allow_null=True)
+    rate_start = serializers.FloatField(required=False, allow_null=True)
+    max_users = serializers.IntegerField(required=False, allow_null=True)
+    think_time_mode = serializers.ChoiceField(choices=Plan.ThinkTimeMode.choices, default=Plan.ThinkTimeMode.FIXED)
+    request_timeout = serializers.FloatField(default=30)
+    threshold_apd_ms = serializers.IntegerField(required=False, allow_null=True)
+    threshold_p95_ms = serializers.IntegerField(required=False, allow_null=True)
+    threshold_error_rate_pct = serializers.FloatField(required=False, allow_null=True)
+    threshold_min_pages_per_s = serializers.FloatField(required=False, allow_null=True)
+    degradation_drop_pct = serializers.FloatField(required=False, allow_null=True)
+    degradation_rise_pct = serializers.FloatField(required=False, allow_null=True)
+    degradation_sustain_s = serializers.IntegerField(required=False, allow_null=True)
+    degradation_steady_s = serializers.IntegerField(required=False, allow_null=True)
+    levels = LevelSerializer(many=True, required=False, default=list, help_text="The steps profile's levels")
+    mix = MixItemSerializer(many=True, help_text="Test cases and their weights, in order")
+    duration_s = serializers.FloatField(read_only=True, source="duration")
+    problems = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="Why the plan cannot run yet (empty when it can; empty in lists: read the plan)",
+    )
+
+    def to_representation(self, plan):
+        data = {
+            "code": str(plan.code),
+            "project": str(plan.project.code),
+            "environment": str(plan.environment.code),
+            "name": plan.name,
+            "description": plan.description,
+            **{name: getattr(plan, name) for name in PLAN_FIELDS},
+            "levels": [
+                {
+                    "users": lv.users,
+                    "ramp_up": lv.ramp_up,
+                    "hold": lv.hold,
+                    "ramp_down": lv.ramp_down,
+                    "quiet": lv.quiet,
+                }
+                for lv in plan.get_levels()
+            ],
+            "mix": [{"test_case": str(e.test_case.code), "weight": e.weight} for e in plan.mix.all()],
+            "duration_s": plan.duration,
+            "problems": [] if _listing(self) else plan.problems(),
+        }
+        return data

@@ -1,0 +1,570 @@
+"""Projects, environments, test cases (with their steps) and plans (with mix and levels) through the API.
+
+Writes go through the UI's forms and services: the same rules, the same messages.
+"""
+
+from django.db import transaction
+from django.http import JsonResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from rest_framework import exceptions, mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.parsers import MultiPartParser
+from rest_framework.response import Response
+
+from portal.accounts.models import Team
+from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses
+from portal.projects import services
+from portal.projects.forms import (
+    DataSetUploadForm,
+    EnvironmentForm,
+    PlanForm,
+    ProjectForm,
+    ServerFormSet,
+    StepForm,
+    TestCaseForm,
+    format_configuration,
+    format_extractions,
+    format_headers,
+)
+from portal.projects.models import DataSet, Environment, Plan, Project, TestCase
+
+from .serializers import (
+    PLAN_FIELDS,
+    ConfigurationItemSerializer,
+    DataSetInfoSerializer,
+    EnvironmentSerializer,
+    PlanSerializer,
+    ProjectSerializer,
+    TestCaseSerializer,
+)
+
+# The step form's text fields and the API's structured ones.
+STEP_FIELD_NAMES = {"headers_text": "headers", "extract_text": "extract", "resources_text": "resources"}
+
+
+class ProjectFilter(StrictSerializer):
+    project = serializers.UUIDField(required=False, help_text="Only this project's")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+class DataSetUploadSerializer(StrictSerializer):
+    """For the schema and for unknown fields; the file's rules are the upload form's (parse_data_set)."""
+
+    file = serializers.FileField(help_text="CSV, UTF-8, at most 100,000 rows")
+    mode = serializers.ChoiceField(choices=DataSet.Mode.choices, default=DataSet.Mode.SEQUENTIAL)
+
+
+def _in_project(viewset, queryset):
+    filters = ProjectFilter(data=viewset.request.query_params)
+    filters.is_valid(raise_exception=True)
+    if "project" in filters.validated_data:
+        queryset = queryset.filter(project__code=filters.validated_data["project"])
+    return queryset
+
+
+def _form_errors(form, names: dict | None = None) -> dict:
+    names = names or {}
+    return {names.get(field, field): list(messages) for field, messages in form.errors.items()}
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)
+
+
+class JourneyParams(StrictSerializer):
+    plan = serializers.UUIDField(required=False, help_text="The plan whose runs to show (default: the most run)")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+class CompareParams(StrictSerializer):
+    a = serializers.UUIDField(help_text="Before: a run's or a trial set's code")
+    b = serializers.UUIDField(help_text="After: a run's or a trial set's code")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+JOURNEY_SCHEMA = extend_schema(
+    summary="The journey: the plan's runs, the applied tuning changes and their effects (the journey page's data)",
+    parameters=[JourneyParams],
+    responses={200: OpenApiTypes.OBJECT, **error_responses(400, 404)},
+)
+
+
+def _journey_plan(request, choices):
+    params = JourneyParams(data=request.query_params)
+    params.is_valid(raise_exception=True)
+    code = params.validated_data.get("plan")
+    try:
+        from portal.history import journey
+
+        return journey.chosen_plan(choices, str(code) if code else None)
+    except LookupError:
+        raise exceptions.NotFound("No such plan here.") from None
+
+
+TEST_CASE_EXAMPLE = OpenApiExample(
+    "Log in, then search",
+    request_only=True,
+    value={
+        "project": "a1b2c3d4-0000-4000-8000-000000000001",
+        "name": "Log in and search",
+        "steps": [
+            {
+                "name": "Login form",
+                "path": "/login",
+                "extract": [{"name": "csrf", "source": "form_field", "expression": "csrfmiddlewaretoken"}],
+            },
+            {
+                "name": "Log in",
+                "method": "POST",
+                "path": "/login",
+                "body_type": "form",
+                "body": "username=demo&password=demo&csrfmiddlewaretoken={{csrf}}",
+            },
+            {"name": "Search", "path": "/search?q=report", "think_time": 2, "text_present": "results"},
+        ],
+    },
+)
+PLAN_EXAMPLE = OpenApiExample(
+    "A ramp with thresholds",
+    request_only=True,
+    value={
+        "project": "a1b2c3d4-0000-4000-8000-000000000001",
+        "environment": "a1b2c3d4-0000-4000-8000-000000000003",
+        "name": "Smoke: 20 users, 30 s",
+        "profile_kind": "ramp",
+        "users": 20,
+        "ramp_up": 5,
+        "hold": 30,
+        "ramp_down": 0,
+        "threshold_apd_ms": 1000,
+        "threshold_p95_ms": 3000,
+        "threshold_error_rate_pct": 0.1,
+        "mix": [{"test_case": "a1b2c3d4-0000-4000-8000-000000000004", "weight": 1}],
+    },
+)
+
+READ = {
+    "list": lambda what, s: extend_schema(
+        summary=f"List {what} of your teams",
+        parameters=[ProjectFilter],
+        responses={200: s(many=True), **error_responses(400)},
+    ),
+    "retrieve": lambda what, s: extend_schema(summary=f"One of the {what}", responses={200: s, **error_responses(404)}),
+}
+
+
+class ProjectWriteSerializer(StrictSerializer):
+    team = serializers.UUIDField(required=False, help_text="The team's code (on create; fixed afterwards)")
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+@extend_schema_view(
+    create=extend_schema(
+        summary="Create a project in one of your teams",
+        request=ProjectWriteSerializer,
+        responses={201: ProjectSerializer, **error_responses(400, 403, 404)},
+    ),
+    update=extend_schema(
+        summary="Rename a project or change its description",
+        request=ProjectWriteSerializer,
+        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a project with everything in it, its runs included",
+        responses={204: None, **error_responses(403, 404)},
+    ),
+    list=extend_schema(
+        summary="List the projects of your teams", responses={200: ProjectSerializer(many=True), **error_responses()}
+    ),
+    retrieve=extend_schema(summary="One project", responses={200: ProjectSerializer, **error_responses(404)}),
+)
+class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
+    serializer_class = ProjectSerializer
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    def safely_get_queryset(self):
+        return Project.objects.select_related("team").order_by("name", "id")
+
+    def _write_data(self) -> dict:
+        serializer = ProjectWriteSerializer(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    def create(self, request, *args, **kwargs):
+        data = self._write_data()
+        if "team" not in data:
+            raise serializers.ValidationError({"team": ["This field is required."]})
+        team = self.get_scoped(Team.objects.all(), write=True, code=data["team"])
+        form = ProjectForm({"name": data["name"], "description": data["description"]}, teams=[team])
+        if not form.is_valid():
+            raise serializers.ValidationError(_form_errors(form))
+        project = services.project_create(team=team, name=form.cleaned_data["name"], description=data["description"])
+        return Response(ProjectSerializer(project).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        project = self.get_object()
+        data = self._write_data()
+        if data.get("team", project.team.code) != project.team.code:
+            raise serializers.ValidationError({"team": ["A project stays in its team."]})
+        form = ProjectForm({"name": data["name"], "description": data["description"]}, instance=project)
+        if not form.is_valid():
+            raise serializers.ValidationError(_form_errors(form))
+        return Response(ProjectSerializer(form.save()).data)
+
+    def destroy(self, request, *args, **kwargs):
+        services.project_delete(project=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Compare two runs or trial sets of the project: the page's rows, verdicts, basis and headline",
+        parameters=[CompareParams],
+        responses={200: OpenApiTypes.OBJECT, **error_responses(400, 404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def compare(self, request, code=None):
+        from portal.history import comparison
+        from portal.history.models import TrialSet
+        from portal.runs.models import Run
+
+        project = self.get_object()
+        params = CompareParams(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        sides = []
+        for name in ("a", "b"):
+            side = comparison.find_side(
+                project=project,
+                runs=self.scope_to_caller(Run.objects.all()),
+                trial_sets=self.scope_to_caller(TrialSet.objects.all()),
+                code=params.validated_data[name],
+            )
+            if side is None:
+                raise exceptions.NotFound(f"No run or trial set of this project has the code given as {name}.")
+            sides.append(side)
+        return Response(comparison.report_dict(comparison.compare_sides(*sides)))
+
+    @JOURNEY_SCHEMA
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def journey(self, request, code=None):
+        from portal.history import journey
+
+        project = self.get_object()
+        choices = journey.plan_choices(project=project)
+        plan = _journey_plan(request, choices)
+        # JsonResponse, as the page's journey.json: the same bytes, dates included, for both readers.
+        return JsonResponse({**journey.project_journey(project, plan), "plans": journey.plans_listed(choices)})
+
+
+class ServerWriteSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100)
+    role = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    hardware = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+
+
+class EnvironmentWriteSerializer(StrictSerializer):
+    project = serializers.UUIDField(help_text="The project's code (fixed once created)")
+    name = serializers.CharField(max_length=100)
+    base_url = serializers.CharField(max_length=500, help_text="Scheme, host and port of the system under test")
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    configuration = ConfigurationItemSerializer(
+        many=True, required=False, help_text="The initial configuration (on create only; then tuning changes)"
+    )
+    servers = ServerWriteSerializer(many=True, required=False, default=list, help_text="Replaced as a whole")
+
+
+@extend_schema_view(
+    list=READ["list"]("environments", EnvironmentSerializer),
+    retrieve=READ["retrieve"]("environments", EnvironmentSerializer),
+    create=extend_schema(
+        summary="Create an environment: base URL, servers and its initial configuration",
+        request=EnvironmentWriteSerializer,
+        responses={201: EnvironmentSerializer, **error_responses(400, 403, 404)},
+    ),
+    update=extend_schema(
+        summary="Change an environment's name, base URL, description or servers (its configuration "
+        "changes only through tuning changes)",
+        request=EnvironmentWriteSerializer,
+        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete an environment that no plan uses", responses={204: None, **error_responses(403, 404, 409)}
+    ),
+)
+class EnvironmentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
+    serializer_class = EnvironmentSerializer
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    def safely_get_queryset(self):
+        return Environment.objects.select_related("project").prefetch_related("servers").order_by("name", "id")
+
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def create(self, request, *args, **kwargs):
+        return Response(self._save(None), status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        return Response(self._save(self.get_object()))
+
+    @transaction.atomic
+    def _save(self, environment) -> dict:
+        serializer = EnvironmentWriteSerializer(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if environment is not None:
+            if data["project"] != environment.project.code:
+                raise serializers.ValidationError({"project": ["An environment stays in its project."]})
+            if "configuration" in data:
+                raise serializers.ValidationError(
+                    {
+                        "configuration": [
+                            "The configuration changes only through tuning changes (/api/v1/tuning-changes/)."
+                        ]
+                    }
+                )
+        project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
+        form_data = {k: data[k] for k in ("name", "base_url", "description")}
+        if environment is None:
+            form_data["configuration_text"] = format_configuration([dict(i) for i in data.get("configuration", [])])
+        # The servers are replaced as a whole: the old rows are deleted, the document's added in order.
+        old = list(environment.servers.all()) if environment is not None else []
+        form_data.update(
+            {"servers-TOTAL_FORMS": str(len(old) + len(data["servers"])), "servers-INITIAL_FORMS": str(len(old))}
+        )
+        for i, server in enumerate(old):
+            form_data.update(
+                {f"servers-{i}-id": str(server.pk), f"servers-{i}-name": server.name, f"servers-{i}-DELETE": "on"}
+            )
+        for i, server in enumerate(data["servers"], start=len(old)):
+            form_data.update({f"servers-{i}-{k}": v for k, v in server.items()})
+        form = EnvironmentForm(form_data, instance=environment, project=project)
+        servers = ServerFormSet(form_data, instance=form.instance, prefix="servers")
+        if not (form.is_valid() and servers.is_valid()):
+            errors = _form_errors(form)
+            server_errors = [_form_errors(f) for f in servers.forms[len(old) :]]
+            if any(server_errors):
+                errors["servers"] = server_errors
+            raise serializers.ValidationError(errors)
+        environment = services.environment_save(form=form, servers=servers)
+        return EnvironmentSerializer(self.safely_get_queryset().get(pk=environment.pk)).data
+
+    def destroy(self, request, *args, **kwargs):
+        services.environment_delete(environment=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @JOURNEY_SCHEMA
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def journey(self, request, code=None):
+        from portal.history import journey
+
+        environment = self.get_object()
+        choices = journey.plan_choices(environment=environment)
+        plan = _journey_plan(request, choices)
+        data = {**journey.environment_journey(environment, plan), "plans": journey.plans_listed(choices)}
+        return JsonResponse(data)  # as the page's journey.json
+
+
+class _ProjectDocumentViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+):
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def _document(self, instance=None) -> tuple[Project, dict]:
+        serializer = self.get_serializer(data=self.request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if instance is not None and data["project"] != instance.project.code:
+            raise serializers.ValidationError({"project": ["A project's objects stay in their project."]})
+        project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
+        return project, data
+
+    def create(self, request, *args, **kwargs):
+        project, data = self._document()
+        obj = self.save_document(project, None, data)
+        return Response(self.get_serializer(obj).data, status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        instance = self.get_object()
+        project, data = self._document(instance)
+        return Response(self.get_serializer(self.save_document(project, instance, data)).data)
+
+
+@extend_schema_view(
+    list=READ["list"]("test cases", TestCaseSerializer),
+    retrieve=READ["retrieve"]("test cases", TestCaseSerializer),
+    create=extend_schema(
+        summary="Create a test case with its ordered steps",
+        examples=[TEST_CASE_EXAMPLE],
+        responses={201: TestCaseSerializer, **error_responses(400, 403, 404, 413)},
+    ),
+    update=extend_schema(
+        summary="Replace a test case and all its steps (one document)",
+        responses={200: TestCaseSerializer, **error_responses(400, 403, 404, 413)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a test case that no plan's mix uses", responses={204: None, **error_responses(403, 404, 409)}
+    ),
+)
+class TestCaseViewSet(_ProjectDocumentViewSet):
+    __test__ = False  # not a pytest test class
+    serializer_class = TestCaseSerializer
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    def safely_get_queryset(self):
+        return TestCase.objects.select_related("project").prefetch_related("steps").order_by("name", "id")
+
+    @transaction.atomic
+    def save_document(self, project, test_case, data) -> TestCase:
+        form = TestCaseForm(
+            {"name": data["name"], "description": data["description"]}, instance=test_case, project=project
+        )
+        if not form.is_valid():
+            raise serializers.ValidationError(_form_errors(form))
+        test_case = form.save()
+        for step in list(test_case.steps.all()):
+            services.step_delete(step=step)
+        step_errors = []
+        # One step at a time, as in the browser: each step may use what the steps before it extract.
+        for item in data["steps"]:
+            step_form = StepForm(self._step_form_data(item), test_case=test_case)
+            if step_form.is_valid():
+                services.step_create(test_case=test_case, step=step_form.save(commit=False))
+                step_errors.append({})
+            else:
+                step_errors.append(_form_errors(step_form, STEP_FIELD_NAMES))
+        if any(step_errors):
+            raise serializers.ValidationError({"steps": step_errors})  # rolls the whole document back
+        return TestCase.objects.select_related("project").prefetch_related("steps").get(pk=test_case.pk)
+
+    @staticmethod
+    def _step_form_data(item: dict) -> dict:
+        return {
+            **{k: _blank(item[k]) for k in ("name", "method", "path", "body_type", "body", "think_time")},
+            **{
+                k: _blank(item[k])
+                for k in ("timeout", "expect_status", "max_duration_ms", "text_present", "text_absent")
+            },
+            "headers_text": format_headers(item["headers"]),
+            "extract_text": format_extractions(item["extract"]),
+            "resources_text": "\n".join(item["resources"]),
+        }
+
+    def destroy(self, request, *args, **kwargs):
+        services.test_case_delete(test_case=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Upload a CSV data set (replaces the old one): UTF-8, the first row names the columns",
+        request={"multipart/form-data": DataSetUploadSerializer},
+        responses={201: DataSetInfoSerializer, **error_responses(400, 403, 404, 413)},
+    )
+    @action(detail=True, methods=["post"], url_path="data-set", parser_classes=[MultiPartParser])
+    def data_set(self, request, code=None):
+        test_case = self.get_object()
+        DataSetUploadSerializer(data={k: v for k, v in request.data.items()}).is_valid(raise_exception=True)
+        form = DataSetUploadForm(request.POST, request.FILES)
+        if not form.is_valid():
+            raise serializers.ValidationError(_form_errors(form))
+        data_set = services.data_set_save(
+            test_case=test_case,
+            file_name=form.cleaned_data["file"].name,
+            columns=form.cleaned_data["columns"],
+            rows=form.cleaned_data["rows"],
+            mode=form.cleaned_data["mode"],
+        )
+        return Response(DataSetInfoSerializer(data_set).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Remove the test case's data set", request=None, responses={204: None, **error_responses(403, 404)}
+    )
+    @data_set.mapping.delete
+    def data_set_delete(self, request, code=None):
+        test_case = self.get_object()
+        data_set = DataSet.objects.filter(test_case=test_case).first()
+        if data_set is None:
+            raise exceptions.NotFound("This test case has no data set.")
+        services.data_set_delete(data_set=data_set)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    list=READ["list"]("plans", PlanSerializer),
+    retrieve=READ["retrieve"]("plans", PlanSerializer),
+    create=extend_schema(
+        summary="Create a plan: environment, load profile, thresholds, degradation settings and mix",
+        examples=[PLAN_EXAMPLE],
+        responses={201: PlanSerializer, **error_responses(400, 403, 404)},
+    ),
+    update=extend_schema(
+        summary="Replace a plan, its levels and its mix (one document)",
+        responses={200: PlanSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a plan (its runs stay in the history)", responses={204: None, **error_responses(403, 404)}
+    ),
+)
+class PlanViewSet(_ProjectDocumentViewSet):
+    serializer_class = PlanSerializer
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    def safely_get_queryset(self):
+        return (
+            Plan.objects.select_related("project", "environment")
+            .prefetch_related("levels", "mix__test_case")
+            .order_by("name", "id")
+        )
+
+    @transaction.atomic
+    def save_document(self, project, plan, data) -> Plan:
+        if plan is not None:
+            plan.levels.all().delete()  # the document's levels replace them
+        form_data = {
+            "name": data["name"],
+            "description": data["description"],
+            "environment": str(data["environment"]),
+            **{name: _blank(data.get(name)) for name in PLAN_FIELDS},
+            "levels-TOTAL_FORMS": str(len(data["levels"])),
+            "levels-INITIAL_FORMS": "0",
+        }
+        for i, level in enumerate(data["levels"]):
+            form_data.update({f"levels-{i}-{k}": _blank(v) for k, v in level.items()})
+        form = PlanForm(form_data, instance=plan, project=project)
+        if not form.is_valid():
+            errors = _form_errors(form)
+            if form.kind == Plan.ProfileKind.STEPS and not form.levels.is_valid():
+                errors["levels"] = [_form_errors(f) for f in form.levels.forms] or list(form.levels.non_form_errors())
+                if form.levels.non_form_errors():
+                    errors.setdefault("non_field_errors", []).extend(form.levels.non_form_errors())
+            raise serializers.ValidationError(errors)
+        plan = services.plan_save(form=form)
+        plan.mix.all().delete()
+        test_cases = {tc.code: tc for tc in project.test_cases.all()}
+        mix_errors, seen = [], set()
+        for item in data["mix"]:
+            tc = test_cases.get(item["test_case"])
+            if tc is None:
+                mix_errors.append({"test_case": ["Not a test case of this plan's project."]})
+            elif tc.pk in seen:
+                mix_errors.append({"test_case": ["This test case is already in the mix."]})
+            else:
+                seen.add(tc.pk)
+                services.mix_entry_add(plan=plan, test_case=tc, weight=item["weight"])
+                mix_errors.append({})
+        if any(mix_errors):
+            raise serializers.ValidationError({"mix": mix_errors})
+        return self.safely_get_queryset().get(pk=plan.pk)
+
+    def destroy(self, request, *args, **kwargs):
+        self.get_object().delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)

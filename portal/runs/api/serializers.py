@@ -1,0 +1,123 @@
+from django.urls import reverse
+from rest_framework import serializers
+
+from portal.runs.models import Run, RunShard
+
+
+class RunSerializer(serializers.ModelSerializer):
+    url = serializers.SerializerMethodField(help_text="This run in the API")
+    web_url = serializers.SerializerMethodField(help_text="This run's page in the browser")
+    project = serializers.UUIDField(source="project.code", read_only=True)
+    plan = serializers.UUIDField(source="plan.code", read_only=True, allow_null=True, default=None)
+    verdict = serializers.CharField(read_only=True, allow_null=True, help_text="passed, failed, or null")
+    created_by = serializers.CharField(source="created_by.get_username", read_only=True, default=None)
+    is_active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = Run
+        fields = (
+            "code",
+            "number",
+            "url",
+            "web_url",
+            "project",
+            "plan",
+            "plan_name",
+            "environment_name",
+            "status",
+            "verdict",
+            "is_active",
+            "error_message",
+            "created_by",
+            "created_at",
+            "start_at",
+            "finished_at",
+        )
+        read_only_fields = fields
+
+    def get_url(self, run) -> str:
+        path = reverse("api:run-detail", args=[run.code])
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+    def get_web_url(self, run) -> str:
+        request = self.context.get("request")
+        path = run.get_absolute_url()
+        return request.build_absolute_uri(path) if request else path
+
+
+class RunDetailSerializer(RunSerializer):
+    summary = serializers.JSONField(
+        read_only=True, allow_null=True, help_text="Totals, windows, thresholds, pages, errors (null while running)"
+    )
+    thresholds = serializers.SerializerMethodField(
+        help_text="Each threshold of each measured window, and whether it held"
+    )
+
+    plan_snapshot = serializers.JSONField(read_only=True, help_text="The plan as it was when the run started")
+    config_snapshot = serializers.JSONField(read_only=True, help_text="The environment's configuration at start")
+
+    class Meta(RunSerializer.Meta):
+        fields = (*RunSerializer.Meta.fields, "thresholds", "summary", "plan_snapshot", "config_snapshot")
+        read_only_fields = fields
+
+    def get_thresholds(self, run) -> list[dict]:
+        rows = []
+        for window in (run.summary or {}).get("windows") or []:
+            for t in window.get("thresholds") or []:
+                rows.append({"window": window["label"], **t})
+        return rows
+
+
+class PageRowSerializer(serializers.Serializer):
+    label = serializers.CharField()
+    pages = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    error_rate_pct = serializers.FloatField()
+    pages_per_s = serializers.FloatField()
+    apd_ms = serializers.FloatField(allow_null=True)
+    p50_ms = serializers.FloatField(allow_null=True)
+    p90_ms = serializers.FloatField(allow_null=True)
+    p95_ms = serializers.FloatField(allow_null=True)
+    p99_ms = serializers.FloatField(allow_null=True)
+    max_ms = serializers.FloatField(allow_null=True)
+
+
+class ErrorRowSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    count = serializers.IntegerField()
+    sample = serializers.CharField(allow_blank=True)
+    pages = serializers.ListField(child=serializers.CharField())
+
+
+class ShardSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunShard
+        fields = (
+            "shard_no",
+            "user_count",
+            "status",
+            "worker",
+            "claimed_at",
+            "heartbeat_at",
+            "finished_at",
+            "error_message",
+        )
+        read_only_fields = fields
+
+
+class SeriesSerializer(serializers.Serializer):
+    bucket_s = serializers.IntegerField(help_text="Seconds per point (1, or more for long runs)")
+    t = serializers.ListField(child=serializers.IntegerField(), help_text="Seconds since the run's start")
+    users = serializers.ListField(child=serializers.IntegerField())
+    pages_per_s = serializers.ListField(child=serializers.FloatField())
+    hits_per_s = serializers.ListField(child=serializers.FloatField())
+    errors_per_s = serializers.ListField(child=serializers.FloatField())
+    dropped_per_s = serializers.ListField(child=serializers.FloatField())
+    apd_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    p95_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    bytes_per_s = serializers.ListField(child=serializers.FloatField())
+    status = serializers.CharField()
+    active = serializers.BooleanField()
+    windows = serializers.ListField(child=serializers.ListField(), help_text="[start, end, label] of each window")
+    duration_s = serializers.FloatField()

@@ -1,0 +1,244 @@
+"""Runs through the API: start (a plan's runs), list, read (long-poll), stop, results and files."""
+
+import time
+
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from portal.accounts.models import ApiToken
+from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.errors import TargetRefused, error_responses
+from portal.projects.models import Plan
+from portal.runs import reports, selectors, services
+from portal.runs.models import Run
+
+from .serializers import (
+    ErrorRowSerializer,
+    PageRowSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    SeriesSerializer,
+    ShardSerializer,
+)
+
+# A long-poll holds a web worker: at most this long, and the status is re-read this often.
+MAX_WAIT_S = 60
+POLL_INTERVAL_S = 0.5
+
+RUN_EXAMPLE = OpenApiExample(
+    "A passed run",
+    value={
+        "code": "3f0c7c55-9d0e-4d57-9a55-2b8f1a3e4c11",
+        "number": 12,
+        "url": "https://plimsoll.example/api/v1/runs/3f0c7c55-9d0e-4d57-9a55-2b8f1a3e4c11/",
+        "web_url": "https://plimsoll.example/runs/3f0c7c55-9d0e-4d57-9a55-2b8f1a3e4c11/",
+        "project": "a1b2c3d4-0000-4000-8000-000000000001",
+        "plan": "a1b2c3d4-0000-4000-8000-000000000002",
+        "plan_name": "Smoke",
+        "environment_name": "Staging",
+        "status": "passed",
+        "verdict": "passed",
+        "is_active": False,
+        "error_message": "",
+        "created_by": "alice",
+        "created_at": "2026-11-24T17:00:00Z",
+        "start_at": "2026-11-24T17:00:02Z",
+        "finished_at": "2026-11-24T17:01:05Z",
+    },
+    response_only=True,
+)
+
+
+class RunFilterSerializer(StrictSerializer):
+    plan = serializers.UUIDField(required=False, help_text="The plan's code")
+    project = serializers.UUIDField(required=False, help_text="The project's code")
+    status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
+    verdict = serializers.ChoiceField(choices=["passed", "failed"], required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+
+    def to_internal_value(self, data):
+        # Query strings also carry pagination and ``wait``: only the filters are checked here.
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+class WaitSerializer(StrictSerializer):
+    wait = serializers.FloatField(
+        required=False,
+        min_value=0,
+        max_value=MAX_WAIT_S,
+        help_text="Seconds to wait for the run to end before answering (long-poll, at most 60)",
+    )
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+def _file(body: str, content_type: str, name: str) -> HttpResponse:
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'inline; filename="{name}"'
+    return response
+
+
+def _file_schema(media_type: str, description: str):
+    return extend_schema(
+        summary=description,
+        responses={
+            (200, media_type): OpenApiResponse(OpenApiTypes.STR, description=description),
+            **error_responses(404),
+        },
+    )
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="List runs of your teams, newest first",
+        parameters=[RunFilterSerializer],
+        responses={200: RunSerializer(many=True), **error_responses(400)},
+        examples=[RUN_EXAMPLE],
+    ),
+    retrieve=extend_schema(
+        summary="A run: status, verdict, thresholds and summary; ?wait=S long-polls until it ends",
+        parameters=[WaitSerializer],
+        responses={200: RunDetailSerializer, **error_responses(400, 404)},
+        examples=[RUN_EXAMPLE],
+    ),
+)
+class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    serializer_class = RunSerializer
+    required_scopes = {"stop": ApiToken.Scope.RUN}
+
+    def safely_get_queryset(self):
+        return Run.objects.select_related("project", "plan", "created_by").order_by("-created_at", "-id")
+
+    def get_serializer_class(self):
+        return RunDetailSerializer if self.action != "list" else RunSerializer
+
+    def list(self, request, *args, **kwargs):
+        filters = RunFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        f = filters.validated_data
+        runs = self.get_queryset()
+        if "plan" in f:
+            runs = runs.filter(plan__code=f["plan"])
+        if "project" in f:
+            runs = runs.filter(project__code=f["project"])
+        if "status" in f:
+            runs = runs.filter(status=f["status"])
+        if "verdict" in f:
+            runs = runs.filter(summary__verdict=f["verdict"])
+        if "created_after" in f:
+            runs = runs.filter(created_at__gte=f["created_after"])
+        if "created_before" in f:
+            runs = runs.filter(created_at__lt=f["created_before"])
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def retrieve(self, request, *args, **kwargs):
+        params = WaitSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        run = self.get_object()
+        deadline = time.monotonic() + params.validated_data.get("wait", 0)
+        # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
+        while run.is_active and time.monotonic() < deadline:
+            time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+            run.refresh_from_db()
+        return Response(self.get_serializer(run).data)
+
+    @extend_schema(
+        summary="Stop a run: its workers end it within a second or two (needs a run or write token)",
+        request=None,
+        responses={200: RunDetailSerializer, **error_responses(403, 404)},
+    )
+    @action(detail=True, methods=["post"])
+    def stop(self, request, code=None):
+        run = self.get_object()
+        if run.is_active:
+            run = services.run_cancel(run=run)
+        return Response(RunDetailSerializer(run, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        summary="The per-page table of the measured window(s)",
+        responses={200: PageRowSerializer(many=True), **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def pages(self, request, code=None):
+        return Response((self.get_object().summary or {}).get("pages") or [])
+
+    @extend_schema(
+        summary="Errors by kind, with a sample and the pages they hit",
+        responses={200: ErrorRowSerializer(many=True), **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def errors(self, request, code=None):
+        return Response((self.get_object().summary or {}).get("errors") or [])
+
+    @extend_schema(
+        summary="Per-second figures over the whole run (the charts' data)",
+        responses={200: SeriesSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def series(self, request, code=None):
+        return Response(selectors.run_series(self.get_object()))
+
+    @extend_schema(
+        summary="The run's shards: users, worker, heartbeat, status",
+        responses={200: ShardSerializer(many=True), **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def shards(self, request, code=None):
+        return Response(ShardSerializer(self.get_object().shards.all(), many=True).data)
+
+    @_file_schema("application/xml", "JUnit XML: a test case per threshold per measured window")
+    def junit(self, request, code=None):
+        run = self.get_object()
+        return _file(reports.junit_xml(run), "application/xml; charset=utf-8", f"plimsoll-run-{run.number}.xml")
+
+    @_file_schema("text/csv", "The per-page table as CSV")
+    def pages_csv(self, request, code=None):
+        run = self.get_object()
+        return _file(reports.pages_csv(run), "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-pages.csv")
+
+    @_file_schema("text/csv", "The per-second series as CSV")
+    def series_csv(self, request, code=None):
+        run = self.get_object()
+        body = reports.series_csv(selectors.run_series(run))
+        return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-series.csv")
+
+    @_file_schema("application/json", "Status, verdict and the whole summary as one JSON file")
+    def summary_json(self, request, code=None):
+        run = self.get_object()
+        return _file(reports.summary_json(run), "application/json", f"plimsoll-run-{run.number}-summary.json")
+
+
+class StartRunSerializer(StrictSerializer):
+    """A run takes everything from its plan: the body is empty (``{}``), and any field in it is refused."""
+
+
+class PlanRunViewSet(TeamScopedViewSet):
+    """``POST /plans/{code}/runs/``: what a pipeline calls after each deploy."""
+
+    serializer_class = RunDetailSerializer
+    required_scopes = {"create": ApiToken.Scope.RUN}
+
+    def safely_get_queryset(self):
+        return Plan.objects.select_related("project", "environment")
+
+    @extend_schema(
+        summary="Start a run of a plan (needs a run or write token); 201 with the run and its URL",
+        request=StartRunSerializer,
+        responses={201: RunDetailSerializer, **error_responses(400, 403, 404, 409, 422)},
+        examples=[RUN_EXAMPLE],
+    )
+    def create(self, request, code=None):
+        plan = self.get_scoped(self.safely_get_queryset(), write=True, code=code)
+        StartRunSerializer(data=request.data if request.data else {}).is_valid(raise_exception=True)
+        if refusal := services.target_refusal(plan.environment.base_url):
+            raise TargetRefused(refusal)
+        run = services.run_create(plan=plan, user=request.user)
+        data = RunDetailSerializer(run, context=self.get_serializer_context()).data
+        return Response(data, status=status.HTTP_201_CREATED, headers={"Location": data["url"]})

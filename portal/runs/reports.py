@@ -1,0 +1,136 @@
+"""A finished run's results as files for pipelines: JUnit XML, CSV, JSON.
+
+Everything here reads the run's ``summary`` (and the chart series), the same figures as the
+report page, so a build's test results never disagree with what people see.
+"""
+
+import csv
+import io
+import json
+from xml.etree import ElementTree as ET
+
+from .models import Run
+
+PAGE_COLUMNS = (
+    "label",
+    "pages",
+    "errors",
+    "error_rate_pct",
+    "pages_per_s",
+    "apd_ms",
+    "p50_ms",
+    "p90_ms",
+    "p95_ms",
+    "p99_ms",
+    "max_ms",
+    "ttfb_ms",
+    "connect_ms",
+    "bytes_in",
+)
+SERIES_COLUMNS = (
+    "t",
+    "users",
+    "pages_per_s",
+    "hits_per_s",
+    "errors_per_s",
+    "dropped_per_s",
+    "apd_ms",
+    "p95_ms",
+    "bytes_per_s",
+)
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:g}"
+
+
+def threshold_text(t: dict) -> str:
+    """ "APD ≤ 1000 ms" — a threshold as the report names it."""
+    return f"{t['name']} {t['op']} {_number(t['limit'])} {t['unit']}"
+
+
+def junit_xml(run: Run) -> str:
+    """One test case per threshold per measured window; a failure carries the measured value and the limit.
+
+    A run that did not end normally (error, partial, cancelled) adds a test case in error, so that
+    a CI system never shows green for a run whose figures cannot be trusted. A run without
+    thresholds has one test case, "run completed".
+    """
+    summary = run.summary or {}
+    root = ET.Element("testsuites", name=f"Plimsoll run #{run.number} of {run.plan_name}")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for window in summary.get("windows") or []:
+        suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: {window['label']}")
+        counts = {"tests": 0, "failures": 0, "errors": 0}
+        for t in window.get("thresholds") or []:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"plimsoll.{run.plan_name}.{window['label']}",
+                name=threshold_text(t),
+                time=str(window.get("seconds", 0)),
+            )
+            counts["tests"] += 1
+            if not t["passed"]:
+                counts["failures"] += 1
+                measured = "nothing measured" if t["actual"] is None else f"{_number(t['actual'])} {t['unit']}"
+                failure = ET.SubElement(
+                    case, "failure", type="threshold", message=f"{t['name']} {measured}, limit {threshold_text(t)}"
+                )
+                failure.text = f"measured={_number(t['actual'])} limit={_number(t['limit'])} unit={t['unit']}"
+        if window.get("note"):
+            ET.SubElement(suite, "system-out").text = window["note"]
+        suite.attrib.update({k: str(v) for k, v in counts.items()})
+        for k in totals:
+            totals[k] += counts[k]
+    outcome = None
+    if run.status in (Run.Status.ERROR, Run.Status.PARTIAL, Run.Status.CANCELLED) or run.is_active:
+        outcome = run.error_message or f"The run ended {run.get_status_display().lower()}."
+    if outcome or totals["tests"] == 0:
+        suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: run", tests="1")
+        case = ET.SubElement(suite, "testcase", classname=f"plimsoll.{run.plan_name}", name="run completed")
+        totals["tests"] += 1
+        suite.set("errors", "1" if outcome else "0")
+        suite.set("failures", "0")
+        if outcome:
+            totals["errors"] += 1
+            ET.SubElement(case, "error", type=run.status, message=outcome)
+    root.attrib.update({k: str(v) for k, v in totals.items()})
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def pages_csv(run: Run) -> str:
+    """The per-page table of the measured window(s), one row per page label."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=PAGE_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in (run.summary or {}).get("pages") or []:
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def series_csv(series: dict) -> str:
+    """The charts' per-second (or per-bucket) figures, one row per point."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SERIES_COLUMNS)
+    for i in range(len(series.get("t", []))):
+        writer.writerow(["" if series[c][i] is None else series[c][i] for c in SERIES_COLUMNS])
+    return out.getvalue()
+
+
+def summary_json(run: Run) -> str:
+    return json.dumps(
+        {
+            "run": str(run.code),
+            "number": run.number,
+            "plan": run.plan_name,
+            "environment": run.environment_name,
+            "status": run.status,
+            "verdict": run.verdict,
+            "error": run.error_message,
+            "summary": run.summary,
+        },
+        indent=2,
+    )

@@ -1,0 +1,198 @@
+"""Regression verdicts: a finished run of a scheduled plan judged against its plan's baseline.
+
+The figures and their noise come from the existing comparison (portal/history/comparison.py):
+the same samples (trials, or batch means of a single run), the same Welch intervals. On top
+of it, a plan's tolerance: a figure *regressed* only when the comparison calls it worse
+(beyond the noise) AND it is more than ``tolerance_pct`` worse; improved likewise. A noisy
+night that is 4 % slower is not worth a morning mail.
+"""
+
+import logging
+
+from portal.history import analysis
+from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
+from portal.runs.models import Run
+
+from .models import Baseline, RunVerdict
+
+log = logging.getLogger(__name__)
+Verdict = RunVerdict.Verdict
+
+DEFAULT_LAST_N = 3
+DEFAULT_TOLERANCE_PCT = 10.0
+# Looking back for the last N valid runs: at most this many earlier runs are read.
+LOOKBACK = 60
+
+
+def baseline_of(plan) -> Baseline:
+    """The plan's baseline, or the default one (the last 3 valid runs, 10 %) when none was pinned."""
+    try:
+        return plan.baseline
+    except Baseline.DoesNotExist:
+        return Baseline(
+            plan=plan, kind=Baseline.Kind.LAST_N, last_n=DEFAULT_LAST_N, tolerance_pct=DEFAULT_TOLERANCE_PCT
+        )
+
+
+def baseline_side(*, run: Run, baseline: Baseline):
+    """The comparison side the run is judged against, or None with the reason."""
+    if baseline.kind == Baseline.Kind.RUN:
+        if baseline.run is None:
+            return None, "The pinned baseline run was deleted."
+        side = side_for_run(baseline.run)
+        side.label = f"Baseline run #{baseline.run.number}"
+        return side, ""
+    if baseline.kind == Baseline.Kind.TRIAL_SET:
+        if baseline.trial_set is None:
+            return None, "The pinned baseline trial set was deleted."
+        side = side_for_trialset(baseline.trial_set)
+        side.label = f"Baseline: {side.label}"
+        return side, ""
+    earlier = Run.objects.filter(plan_id=run.plan_id, number__lt=run.number, status__in=Run.FINISHED).order_by(
+        "-number"
+    )[:LOOKBACK]
+    valid = [r for r in earlier if r.counts][: baseline.last_n]
+    if not valid:
+        return None, f"No earlier valid run of the plan “{run.plan_name}” to compare with."
+    numbers = ", ".join(f"#{r.number}" for r in sorted(valid, key=lambda r: r.number))
+    return side_for_runs(f"Baseline: the last {len(valid)} valid runs ({numbers})", valid), ""
+
+
+def _row_verdict(row: Row, tolerance_pct: float) -> str:
+    c = row.comparison
+    if c is None:
+        return "none"
+    if c.verdict == analysis.WITHIN_NOISE:
+        return "within_noise"
+    # reduction_pct is None when the baseline was 0 (e.g. no error at all): any real move is beyond tolerance.
+    pct = abs(c.reduction_pct) if c.reduction_pct is not None else float("inf")
+    if pct <= tolerance_pct:
+        return "within_noise"
+    return "regressed" if c.verdict == analysis.WORSE else "improved"
+
+
+def _row_dict(row: Row, tolerance_pct: float) -> dict:
+    return {
+        "page": row.page,
+        "figure": row.figure,
+        "verdict": _row_verdict(row, tolerance_pct),
+        "before": row.before_text,
+        "after": row.after_text,
+        "change": row.change_text,
+        "noise": row.noise_text,
+        "basis": row.basis,
+    }
+
+
+def judge(report: Report, *, run: Run, tolerance_pct: float) -> tuple[str, str, list[dict]]:
+    """(verdict, headline, rows) of a comparison of the run (after) with its baseline (before)."""
+    rows = [_row_dict(r, tolerance_pct) for r in report.total]
+    rows += [_row_dict(r, tolerance_pct) for _, page_rows in report.pages for r in page_rows]
+    # Pages first: "Search regressed" says where to look; the total only follows its pages.
+    by_page_first = sorted(rows, key=lambda r: r["page"] is None)
+    regressed = [r for r in by_page_first if r["verdict"] == "regressed"]
+    improved = [r for r in by_page_first if r["verdict"] == "improved"]
+    verdict = Verdict.REGRESSED if regressed else Verdict.IMPROVED if improved else Verdict.WITHIN_NOISE
+
+    def moves(items):
+        return "; ".join(
+            f"{r['page'] or 'all pages'} {r['figure']} {r['before']} → {r['after']} ({r['change']})" for r in items[:3]
+        ) + (f"; and {len(items) - 3} more" if len(items) > 3 else "")
+
+    against = report.before.label
+    if regressed:
+        headline = f"Run #{run.number} regressed against {against}: {moves(regressed)}."
+    elif improved:
+        headline = f"Run #{run.number} improved on {against}: {moves(improved)}."
+    else:
+        apd = next((r for r in rows if r["page"] is None and r["figure"] == "APD"), None)
+        apd_text = f" (APD {apd['before']} → {apd['after']})" if apd and apd["before"] != "—" else ""
+        headline = (
+            f"Run #{run.number} is within noise of {against}{apd_text}: "
+            f"no figure moved by more than the noise and {tolerance_pct:g} %."
+        )
+    return verdict, headline, rows
+
+
+def run_judge(*, run_id: int) -> RunVerdict | None:
+    """Compares a finished run with its plan's baseline and stores the verdict on the run (idempotent)."""
+    run = Run.objects.select_related("plan", "project").filter(id=run_id, status__in=Run.FINISHED).first()
+    if run is None or run.plan is None:
+        return None
+    baseline = baseline_of(run.plan)
+    tolerance = baseline.tolerance_pct
+    side, why_not = baseline_side(run=run, baseline=baseline)
+    if side is None or not run.counts:
+        if side is not None:
+            why_not = f"Run #{run.number} does not count: {', '.join(run.doubts)}."
+        return _store(run, Verdict.NO_BASELINE, why_not, "", "", tolerance, [])
+    report = compare_sides(side, side_for_run(run), title=f"Run #{run.number} vs {side.label}")
+    if not report.samples:
+        return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
+    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance)
+    basis = report.basis
+    if report.problems:
+        basis = " ".join(report.problems) + " " + basis
+    return _store(run, verdict, headline, basis, side.label, tolerance, rows)
+
+
+def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
+    stored, _ = RunVerdict.objects.update_or_create(
+        run=run,
+        defaults={
+            "verdict": verdict,
+            "headline": headline,
+            "basis": basis,
+            "baseline_label": label,
+            "tolerance_pct": tolerance,
+            "rows": rows,
+        },
+    )
+    log.info("run %s: %s against its baseline", run.id, verdict)
+    return stored
+
+
+def on_run_finished(sender, run_id: int, **kwargs) -> None:
+    """Enqueues the verdict (scheduled plans) and the notifications of a finished run, on the default queue.
+
+    Never computed here: the signal is sent by the shard that finalized the run.
+    """
+    from workers.tasks import baseline_verdict_task, run_notify_task
+
+    from .models import Schedule
+
+    plan_id = Run.objects.filter(id=run_id).values_list("plan_id", flat=True).first()
+    scheduled = plan_id is not None and Schedule.objects.filter(plan_id=plan_id).exists()
+    # A scheduled plan's run is judged first, and notified by the same task with its verdict.
+    task = baseline_verdict_task if scheduled else run_notify_task
+    try:
+        task.delay(run_id)
+    except Exception:  # a broker hiccup must not break the run's finish
+        log.exception("run %s: could not enqueue %s", run_id, task.name)
+
+
+class BaselineError(ValueError):
+    """The baseline cannot be pinned; the message is for the user."""
+
+
+def baseline_save(*, plan, kind: str, last_n: int, run=None, trial_set=None, tolerance_pct: float) -> Baseline:
+    """Pins what the plan's runs are judged against; the run or trial set must be of the same plan."""
+    if kind == Baseline.Kind.RUN and (run is None or run.plan_id != plan.id):
+        raise BaselineError("Choose a finished run of this plan.")
+    if kind == Baseline.Kind.TRIAL_SET and (trial_set is None or trial_set.plan_id != plan.id):
+        raise BaselineError("Choose a trial set of this plan.")
+    if not 1 <= last_n <= 20:
+        raise BaselineError("N is between 1 and 20.")
+    if not 0 <= tolerance_pct <= 1000:
+        raise BaselineError("The tolerance is between 0 and 1000 %.")
+    baseline, _ = Baseline.objects.update_or_create(
+        plan=plan,
+        defaults={
+            "kind": kind,
+            "last_n": last_n,
+            "run": run if kind == Baseline.Kind.RUN else None,
+            "trial_set": trial_set if kind == Baseline.Kind.TRIAL_SET else None,
+            "tolerance_pct": tolerance_pct,
+        },
+    )
+    return baseline

@@ -1,0 +1,184 @@
+from datetime import timedelta
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+from portal.common import TimeStamped, new_code
+from portal.projects.models import Plan, Project
+
+from . import timing
+
+
+class Schedule(TimeStamped):
+    """When a plan runs by itself: a cron expression (or a simple form of one) in a time zone.
+
+    The row is the one source of truth: the beat tick reads it on every tick, so an edit
+    takes effect without restarting anything. ``last_due_at`` is the latest fire time
+    already handled; the tick advances it with a conditional UPDATE, which is also what
+    makes two beats (or a tick delivered twice) handle each fire once.
+    """
+
+    team_path = "project__team"
+
+    class Kind(models.TextChoices):
+        DAILY = "daily", "Every day at"
+        WEEKDAYS = "weekdays", "Weekdays (Monday to Friday) at"
+        HOURS = "hours", "Every N hours"
+        CRON = "cron", "Cron expression"
+
+    code = models.UUIDField(default=new_code, unique=True, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="schedules")
+    # SET_NULL: a deleted plan leaves its schedule behind, disabled, with the reason shown.
+    plan = models.ForeignKey(Plan, on_delete=models.SET_NULL, null=True, related_name="schedules")
+    plan_name = models.CharField(max_length=100, help_text="The plan's name, kept when the plan is deleted")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.DAILY)
+    at_time = models.TimeField(null=True, blank=True)
+    every_hours = models.PositiveSmallIntegerField(null=True, blank=True)
+    cron = models.CharField(
+        max_length=100, help_text="The cron expression the scheduler evaluates (also for simple forms)"
+    )
+    time_zone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    disabled_reason = models.TextField(blank=True, help_text="Why the scheduler paused this schedule by itself")
+    ends_on = models.DateField(null=True, blank=True, help_text="No fire after this day (in the schedule's time zone)")
+    busy_wait_minutes = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(0), MaxValueValidator(24 * 60)],
+        help_text="When another run is on the environment, wait this long for it, then skip the fire",
+    )
+    catch_up_hours = models.FloatField(
+        default=2.0,
+        validators=[MinValueValidator(0), MaxValueValidator(48)],
+        help_text="A fire missed while the scheduler was down still runs once if less late than this",
+    )
+    last_due_at = models.DateTimeField(help_text="The latest fire time already handled")
+
+    class Meta:
+        ordering = ["plan_name", "id"]
+        indexes = [models.Index(fields=["enabled"], name="schedule_enabled_idx")]
+
+    def __str__(self):
+        return f"{self.plan_name}: {self.description}"
+
+    def get_absolute_url(self):
+        return reverse("schedules:edit", args=[self.code])
+
+    @property
+    def description(self) -> str:
+        try:
+            return timing.describe(self.cron, self.time_zone)
+        except timing.ScheduleSpecError as exc:
+            return str(exc)
+
+    @property
+    def busy_wait(self) -> timedelta:
+        return timedelta(minutes=self.busy_wait_minutes)
+
+    @property
+    def catch_up(self) -> timedelta:
+        return timedelta(hours=self.catch_up_hours)
+
+
+class ScheduleFire(models.Model):
+    """One fire time of a schedule and what became of it: "did last night's soak run?" has an answer.
+
+    Unique on (schedule, due_at): a fire is recorded once whatever the number of beats;
+    starting its run is claimed with a conditional UPDATE from ``due``/``waiting``.
+    """
+
+    team_path = "schedule__project__team"
+
+    class Outcome(models.TextChoices):
+        DUE = "due", "Due"
+        WAITING = "waiting", "Waiting for the environment"
+        STARTING = "starting", "Starting"
+        STARTED = "started", "Started"
+        SKIPPED = "skipped", "Skipped"
+        MISSED = "missed", "Missed"
+
+    OPEN = (Outcome.DUE, Outcome.WAITING)
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="fires")
+    due_at = models.DateTimeField()
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.DUE)
+    reason = models.TextField(blank=True)
+    # The run this fire started; also how a run tells that a schedule started it.
+    run = models.OneToOneField(
+        "runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="schedule_fire"
+    )
+    recorded_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-due_at"]
+        constraints = [models.UniqueConstraint(fields=["schedule", "due_at"], name="schedulefire_unique_due")]
+        indexes = [models.Index(fields=["outcome"], name="schedulefire_outcome_idx")]
+
+    def __str__(self):
+        return f"{self.schedule_id} @ {self.due_at:%Y-%m-%d %H:%M}: {self.outcome}"
+
+
+class Baseline(models.Model):
+    """What a plan's scheduled runs are judged against, and how much worse counts as a regression.
+
+    One row per plan (absent: the last 3 valid runs, 10 % tolerance). Kept in this app, off
+    the Plan model, so the plan form and its migrations stay as they are.
+    """
+
+    team_path = "plan__project__team"
+
+    class Kind(models.TextChoices):
+        LAST_N = "last_n", "The last N valid runs before the run"
+        RUN = "run", "A pinned run"
+        TRIAL_SET = "trial_set", "A pinned trial set"
+
+    plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="baseline")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.LAST_N)
+    last_n = models.PositiveSmallIntegerField(
+        default=3, validators=[MinValueValidator(1), MaxValueValidator(20)], help_text="For the last N valid runs"
+    )
+    run = models.ForeignKey("runs.Run", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    trial_set = models.ForeignKey(
+        "history.TrialSet", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    tolerance_pct = models.FloatField(
+        default=10.0,
+        validators=[MinValueValidator(0), MaxValueValidator(1000)],
+        help_text="Regressed (or improved) only when beyond the noise AND more than this many percent worse (better)",
+    )
+
+    def __str__(self):
+        return f"baseline of plan {self.plan_id}: {self.kind}"
+
+
+class RunVerdict(models.Model):
+    """A finished run of a scheduled plan judged against its plan's baseline (one row per run).
+
+    ``rows`` keeps every figure in total and per page: [{page, figure, verdict, before, after,
+    change, noise, basis}], so the run page, the journey and the API read it without recomputing.
+    """
+
+    team_path = "run__project__team"
+
+    class Verdict(models.TextChoices):
+        REGRESSED = "regressed", "Regressed"
+        IMPROVED = "improved", "Improved"
+        WITHIN_NOISE = "within_noise", "Within noise"
+        NO_BASELINE = "no_baseline", "No baseline"
+
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="baseline_verdict")
+    verdict = models.CharField(max_length=12, choices=Verdict.choices)
+    headline = models.TextField()
+    basis = models.TextField(blank=True)
+    baseline_label = models.CharField(max_length=300, blank=True)
+    tolerance_pct = models.FloatField(default=10.0)
+    rows = models.JSONField(default=list)
+    computed_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self):
+        return f"run {self.run_id}: {self.verdict}"
+
+    @property
+    def moved_rows(self) -> list[dict]:
+        return [r for r in self.rows if r["verdict"] in ("regressed", "improved")]

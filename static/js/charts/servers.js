@@ -1,0 +1,116 @@
+// The run page's Servers section: one chart per server with its counter set's main series
+// (first one on the left axis, the others on the right) and Plimsoll's own pages/s, on the
+// same seconds as the run's charts, measurement windows shaded and failed scrapes in red.
+// Data: servers.json and series.json (fetched again every 5 s while the run is active).
+(function () {
+  "use strict";
+  const box = document.getElementById("server-charts");
+  if (!box || !window.Chart) return;
+  const palette = ["#1f5fbf", "#9a6300", "#1c7c3c", "#7b3fa0", "#b3261e"];
+  const charts = {};
+
+  const bands = {
+    id: "serverBands",
+    beforeDatasetsDraw(chart, args, opts) {
+      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+      const paint = (from, to, color) => {
+        const left = Math.max(x.getPixelForValue(from), area.left);
+        const right = Math.min(x.getPixelForValue(to), area.right);
+        if (right <= left) return;
+        ctx.fillStyle = color;
+        ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
+      };
+      ctx.save();
+      for (const w of opts.windows || []) paint(w.start, w.end, "rgba(31, 95, 191, 0.07)");
+      for (const g of opts.gaps || []) paint(g.from, g.to, "rgba(179, 38, 30, 0.15)");
+      ctx.restore();
+    },
+  };
+
+  // A server whose collection began after the page was rendered (the page opened while the
+  // run was queued) gets its card here.
+  function canvasFor(server) {
+    let el = document.getElementById("chart-server-" + server.id);
+    if (el) return el;
+    const card = document.createElement("div");
+    card.className = "card server-card";
+    card.dataset.server = String(server.id);
+    const title = document.createElement("h3");
+    title.textContent = server.name;
+    const wrap = document.createElement("div");
+    wrap.className = "chart-box";
+    el = document.createElement("canvas");
+    el.id = "chart-server-" + server.id;
+    el.setAttribute("aria-label", server.name + ": main series");
+    wrap.appendChild(el);
+    card.append(title, wrap);
+    box.appendChild(card);
+    box.closest("section").hidden = false;
+    return el;
+  }
+
+  function chartFor(server) {
+    const el = canvasFor(server);
+    if (charts[server.id]) return charts[server.id];
+    const main = server.series.filter((s) => s.main);
+    const datasets = main.map((s, i) => ({
+      label: s.name + (s.unit ? " (" + s.unit + ")" : ""), yAxisID: i === 0 ? "y" : "y1", data: [],
+      borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length],
+      borderWidth: 1.6, pointRadius: 2, tension: 0.1, spanGaps: false,
+    }));
+    datasets.push({ label: "Plimsoll pages/s", yAxisID: "y1", data: [], borderColor: "#7a8aa6",
+      backgroundColor: "#7a8aa6", borderDash: [4, 3], borderWidth: 1.2, pointRadius: 0, spanGaps: true });
+    const first = main[0];
+    charts[server.id] = new Chart(el, {
+      type: "line",
+      data: { datasets: datasets },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+        interaction: { mode: "nearest", axis: "x", intersect: false },
+        plugins: { title: { display: true, text: server.name }, legend: { position: "bottom" }, serverBands: {} },
+        scales: {
+          x: { type: "linear", title: { display: true, text: "seconds since start" }, min: 0 },
+          y: { position: "left", beginAtZero: true, title: { display: true, text: first ? first.unit || first.name : "" } },
+          y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "per second" } },
+        },
+      },
+      plugins: [bands],
+    });
+    charts[server.id].$main = main.map((s) => s.key);
+    return charts[server.id];
+  }
+
+  function update(data, load) {
+    for (const server of data.servers) {
+      const chart = chartFor(server);
+      if (!chart) continue;
+      chart.$main.forEach((key, i) => {
+        const s = server.series.find((x) => x.key === key);
+        chart.data.datasets[i].data = s ? s.t.map((t, j) => ({ x: t, y: s.values[j] })) : [];
+      });
+      const pages = chart.data.datasets[chart.data.datasets.length - 1];
+      pages.data = load ? load.t.map((t, j) => ({ x: t, y: load.pages_per_s[j] })) : [];
+      chart.options.plugins.serverBands.windows = data.windows;
+      chart.options.plugins.serverBands.gaps = server.gaps;
+      const lastLoad = load && load.t.length ? load.t[load.t.length - 1] + load.bucket_s : 0;
+      chart.options.scales.x.max = Math.max(data.duration_s, lastLoad);
+      chart.update("none");
+      chart.canvas.dataset.points = String(chart.data.datasets[0] ? chart.data.datasets[0].data.length : 0);
+    }
+  }
+
+  function fetchJson(url) {
+    return fetch(url, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : Promise.reject(r.status)));
+  }
+
+  function load() {
+    Promise.all([fetchJson(box.dataset.url), fetchJson(box.dataset.seriesUrl)])
+      .then(([servers, series]) => {
+        update(servers, series);
+        box.dataset.loaded = "1";
+        if (servers.active) setTimeout(load, 5000);
+      })
+      .catch(() => { if (box.dataset.live === "1") setTimeout(load, 5000); });
+  }
+  load();
+})();

@@ -1,0 +1,89 @@
+"""The tempdb story on the demo target, through the portal and a real worker: σ falls with 8 files.
+
+With one "tempdb file" every page that allocates queues for one lock held 5 ms
+(demo/tempdb.py): a single user already keeps it busy, so throughput stays flat at
+about 180 pages/s whatever the users, a fully serialized step (σ near 1). With 8 files
+the same levels scale linearly. A capacity-search plan of six short levels (users
+without think time) runs once under each configuration; its runs end *done* with their
+capacity, and the comparison and the journey say that σ fell: the change removed contention.
+"""
+
+import pytest
+
+from portal.history import services as history
+from portal.history.comparison import compare_sides, side_for_run
+from portal.history.journey import environment_journey
+from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Step, TestCase
+from portal.runs.models import Run
+from portal.runs.services import run_create
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+USERS = (1, 2, 3, 4, 6, 8)
+
+
+def finished(run: Run, timeout: float = 90) -> Run:
+    wait_until(lambda: Run.objects.get(id=run.id).status in Run.FINISHED, timeout=timeout, what="the run to end")
+    run.refresh_from_db()
+    return run
+
+
+def test_more_tempdb_files_make_sigma_fall(project, alice, demo_target, celery_worker):
+    # given: the article page (it allocates from tempdb) without think time, six levels of 3 s,
+    # a capacity search with APD at most 30 ms
+    env = Environment.objects.create(
+        project=project,
+        name="Demo tempdb",
+        base_url=demo_target.base_url,
+        configuration=[{"key": "tempdb.files", "value": "1"}],
+    )
+    article = TestCase.objects.create(project=project, name="Article")
+    Step.objects.create(test_case=article, name="Article", path="/articles/7", think_time=0)
+    plan = Plan.objects.create(
+        project=project,
+        environment=env,
+        name="Capacity: tempdb",
+        profile_kind=Plan.ProfileKind.STEPS,
+        threshold_apd_ms=30,
+        capacity_search=True,
+    )
+    for position, users in enumerate(USERS):
+        PlanLevel.objects.create(plan=plan, position=position, users=users, ramp_up=1, hold=3)
+    MixEntry.objects.create(plan=plan, test_case=article, weight=1)
+    try:
+        # when: one run with one file, the change to 8 files, one run after it
+        demo_target.set_knobs(**{"tempdb.files": 1, "latency_ms": 0})
+        before = finished(run_create(plan=plan, user=alice))
+        change = history.change_create(
+            environment=env,
+            user=alice,
+            edits=[{"key": "tempdb.files", "value": "8"}],
+            category="storage",
+            title="tempdb: one file per processor",
+        )
+        demo_target.set_knobs(**{"tempdb.files": 8})
+        history.change_apply(change, user=alice)
+        after = finished(run_create(plan=plan, user=alice))
+    finally:
+        demo_target.set_knobs(**{"tempdb.files": 1})
+
+    # then: both capacity searches ended with their answer
+    levels = {r.number: [lv["pages_per_s"] for lv in r.summary["capacity"]["levels"]] for r in (before, after)}
+    assert before.status == Run.Status.DONE and after.status == Run.Status.DONE, (before.status, after.status, levels)
+    assert before.summary["capacity"]["capacity_users"] < after.summary["capacity"]["capacity_users"], levels
+    # one file: a fully serialized step, told in words
+    m_before = before.summary["capacity"]["model"]
+    print(f"tempdb levels (pages/s): {levels}\n  1 file: {m_before['sentence']}")
+    print(f"  capacity search, 1 file: {before.summary['capacity']['answer']}")
+    print(f"  capacity search, 8 files: {after.summary['capacity']['answer']}")
+    assert m_before["fitted"] is True and m_before["sigma"] > 0.5, (m_before, levels)
+    assert m_before["sentence"].startswith("Contention σ = "), m_before
+    # 8 files: σ fell, and the comparison and the journey say so
+    report = compare_sides(side_for_run(before), side_for_run(after), title=change.title)
+    print(f"  {report.models['sentence']}")
+    assert report.models["comparable"] is True, report.models
+    assert report.models["sentence"].startswith(f"σ fell from {m_before['sigma']:.2g}"), report.models
+    assert "the change removed contention" in report.models["sentence"]
+    effect = environment_journey(env, plan)["effects"][0]
+    assert effect["models"]["sentence"] == report.models["sentence"]

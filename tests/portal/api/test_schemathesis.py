@@ -1,0 +1,47 @@
+"""The whole API, tested from its own schema by schemathesis against a live server.
+
+Every operation gets generated requests (valid and invalid); every answer must be below 500,
+have a documented status and content type, and match its documented schema.
+"""
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi import checks as openapi_checks
+
+from portal.accounts.services import token_create
+
+CHECKS = [
+    schemathesis.checks.not_a_server_error,
+    openapi_checks.status_code_conformance,
+    openapi_checks.content_type_conformance,
+    openapi_checks.response_schema_conformance,
+]
+
+
+@pytest.fixture(autouse=True)
+def no_throttling(monkeypatch):
+    """Hundreds of requests a minute from one token: every operation must be reached, not answered 429."""
+    from portal.api.throttling import TokenRateThrottle
+
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "100000/min"})
+
+
+@pytest.fixture
+def api_schema(live_server, transactional_db):
+    return schemathesis.openapi.from_url(f"{live_server.url}/api/v1/schema/?format=json")
+
+
+@pytest.fixture
+def write_token(alice, team, finished_run):
+    """A write token of the team that has a finished run (so lists are not empty)."""
+    return token_create(user=alice, team=team, name="schemathesis", scope="write")[1]
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+def test_every_operation_matches_its_schema(case, live_server, write_token):
+    case.call_and_validate(base_url=live_server.url, headers={"Authorization": f"Bearer {write_token}"}, checks=CHECKS)

@@ -1,0 +1,101 @@
+"""The Universal Scalability Law fitted to levels generated from known λ, σ and κ."""
+
+import numpy as np
+import pytest
+
+from portal.history import scalability
+
+USERS = [1, 5, 10, 20, 40, 60, 80, 100]
+
+
+def noisy(lam, sigma, kappa, *, seed, noise=0.02, users=USERS):
+    """Throughput from the model with a 2 % relative noise, as levels of a real run have."""
+    rng = np.random.default_rng(seed)
+    n = np.asarray(users, dtype=float)
+    return list(scalability.usl(n, lam, sigma, kappa) * (1 + rng.normal(0, noise, len(n))))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize(("lam", "sigma", "kappa"), [(50, 0.08, 0.0002), (20, 0.21, 0.0), (12, 0.02, 0.001)])
+def test_known_parameters_are_recovered_within_their_intervals(lam, sigma, kappa, seed):
+    m = scalability.fit(USERS, noisy(lam, sigma, kappa, seed=seed))
+
+    assert m.fitted, m.reason
+    assert m.lam_ci[0] <= lam <= m.lam_ci[1]
+    assert m.sigma_ci[0] <= sigma <= m.sigma_ci[1]
+    assert m.kappa_ci[0] <= kappa <= m.kappa_ci[1]
+    assert m.r2 > 0.98
+    assert len(m.predicted) == len(USERS)
+
+
+def test_the_peak_is_where_the_law_puts_it():
+    m = scalability.fit(USERS, list(scalability.usl(np.asarray(USERS, float), 50, 0.08, 0.0002)))
+
+    assert m.peak_users == pytest.approx(np.sqrt((1 - 0.08) / 0.0002), rel=0.01)  # N* ≈ 67.8
+    assert m.peak_throughput == pytest.approx(scalability.usl(m.peak_users, 50, 0.08, 0.0002), rel=0.01)
+
+
+def test_contention_without_coherency_is_told_in_words():
+    m = scalability.fit(USERS, noisy(20, 0.1, 0.0, seed=3))
+
+    sentence = scalability.interpretation(m, USERS[-1])
+
+    assert sentence.startswith(f"Contention σ = {m.sigma:.2g} dominates: a serialized step limits this system")
+    assert 0.09 <= m.sigma <= 0.11
+    assert f"to about {20 / 0.1 * (0.1 / m.sigma) * (m.lam / 20):,.0f} pages/s" in sentence  # λ/σ, near 200
+    assert sentence.endswith("whatever the hardware; coherency κ is negligible.")
+
+
+def test_coherency_that_dominates_is_told_in_words():
+    m = scalability.fit(USERS, noisy(12, 0.0, 0.002, seed=4))
+
+    sentence = scalability.interpretation(m, USERS[-1])
+
+    assert sentence.startswith("Coherency κ = 0.002")
+    assert "peak at about" in sentence and "more users make it slower" in sentence
+
+
+def test_a_poor_fit_reports_no_model():
+    # given: throughput that jumps up and down between levels: no curve describes it
+    m = scalability.fit([10, 20, 30, 40, 50, 60], [100, 20, 150, 30, 160, 25])
+
+    assert m.fitted is False and m.sigma is None
+    assert m.reason.startswith("No model: the scalability curve fits these levels poorly (r² = ")
+    assert scalability.interpretation(m, 60) == m.reason
+    assert scalability.curve(m, 60) == []
+
+
+def test_levels_short_of_saturation_say_so_instead_of_guessing():
+    m = scalability.fit([5, 10, 20, 40], noisy(50, 0.001, 0.0, seed=1, users=[5, 10, 20, 40], noise=0.005))
+
+    assert m.fitted is False and m.lam is not None
+    assert m.sigma < 0.01  # kept only so that a comparison can say "σ fell to about 0"
+    assert m.reason.startswith("The levels do not reach saturation: at 40 users the system still delivers")
+
+
+def test_fewer_than_four_levels_have_no_model():
+    m = scalability.fit([10, 20, 40], [50, 100, 190])
+    assert m.fitted is False and "at least 4 measured levels" in m.reason
+
+
+def test_the_curve_runs_past_the_last_level_marked_as_extrapolation():
+    m = scalability.fit(USERS, noisy(50, 0.08, 0.0002, seed=0))
+
+    curve = scalability.curve(m, 100)
+
+    assert curve[0]["n"] == 1 and curve[-1]["n"] == 125
+    assert all(p["extrapolated"] == (p["n"] > 100) for p in curve)
+    assert any(p["extrapolated"] for p in curve) and not curve[0]["extrapolated"]
+
+
+def test_littles_law_gives_the_concurrency_of_an_open_system():
+    assert scalability.littles_law(200.0, 0.25) == 50.0
+
+
+def test_a_change_that_removes_contention_is_named():
+    before = {"sigma": 0.21, "kappa": 0.0001, "sigma_ci": [0.18, 0.24], "kappa_ci": [0.0, 0.0003]}
+    after = {"sigma": 0.03, "kappa": 0.0001, "sigma_ci": [0.01, 0.05], "kappa_ci": [0.0, 0.0003]}
+
+    assert scalability.change_in_words(before, after) == "σ fell from 0.21 to 0.03: the change removed contention."
+    assert scalability.change_in_words(after, before) == "σ rose from 0.03 to 0.21: the change added contention."
+    assert "within the models' uncertainty" in scalability.change_in_words(before, before)
