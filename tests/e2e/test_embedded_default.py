@@ -6,6 +6,7 @@ checks the newcomer's path even when the rest of the suite runs on PostgreSQL an
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 
@@ -24,11 +25,25 @@ def manage(env, *args, timeout=120) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.fixture
-def embedded_env(tmp_path):
+def embedded(var) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
-    env.update(PLIMSOLL_VAR_DIR=str(tmp_path / "var"), PLIMSOLL_START_DELAY="1", PYTHONUNBUFFERED="1")
+    env.update(PLIMSOLL_VAR_DIR=str(var), PLIMSOLL_START_DELAY="1", PYTHONUNBUFFERED="1")
     return env
+
+
+@pytest.fixture(scope="module")
+def migrated_database(tmp_path_factory):
+    """A fresh var/ migrated once for the module (each test gets a copy: migrating takes a while)."""
+    var = tmp_path_factory.mktemp("migrated") / "var"
+    result = manage(embedded(var), "migrate", "--noinput")
+    assert result.returncode == 0, result.stderr
+    return var
+
+
+@pytest.fixture
+def embedded_env(tmp_path, migrated_database):
+    shutil.copytree(migrated_database, tmp_path / "var")  # the database with its WAL, if any, and the key
+    return embedded(tmp_path / "var")
 
 
 def counts(env) -> str:
@@ -41,8 +56,10 @@ def counts(env) -> str:
 
 
 def test_make_run_path_on_sqlite_and_the_file_system_broker(embedded_env, demo_target, tmp_path):
-    # given: a fresh var/ migrated and seeded twice (the seed is idempotent)
-    assert manage(embedded_env, "migrate", "--noinput").returncode == 0
+    # given: a fresh var/ migrated (by the fixture; migrating again changes nothing) and seeded twice
+    # (the seed is idempotent)
+    again = manage(embedded_env, "migrate", "--noinput")
+    assert again.returncode == 0 and "No migrations to apply" in again.stdout, again.stdout + again.stderr
     first = manage(embedded_env, "seed_demo", "--base-url", demo_target.base_url)
     assert first.returncode == 0, first.stderr
     before = counts(embedded_env)
@@ -74,8 +91,7 @@ def test_make_run_path_on_sqlite_and_the_file_system_broker(embedded_env, demo_t
 
 
 def test_a_dead_broker_ends_the_run_in_error_with_the_reason(embedded_env, demo_target):
-    # given: a working database, but a broker that is not there (a closed port on loopback)
-    assert manage(embedded_env, "migrate", "--noinput").returncode == 0
+    # given: a working (migrated) database, but a broker that is not there (a closed port on loopback)
     assert manage(embedded_env, "seed_demo", "--base-url", demo_target.base_url).returncode == 0
     env = dict(embedded_env, CELERY_BROKER_URL="redis://127.0.0.1:1/0")
 

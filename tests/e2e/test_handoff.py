@@ -179,11 +179,11 @@ def test_a_worker_stopped_with_no_other_worker_interrupts_its_shard(worker_facto
 
 
 def test_a_killed_worker_s_shard_resumes_on_another_with_the_gap_missing(worker_factory, project, alice, demo_target):
-    # given: two workers, and a 40 s run on one of them
+    # given: two workers, and a 30 s run on one of them
     workers = [worker_factory("k1"), worker_factory("k2")]
     demo_target.reset()
     run = services.run_create(
-        plan=make_plan(project, demo_target.base_url, profile_kind="ramp", users=6, ramp_up=0, hold=40), user=alice
+        plan=make_plan(project, demo_target.base_url, profile_kind="ramp", users=6, ramp_up=0, hold=30), user=alice
     )
     wait_until(lambda: ShardInterval.objects.filter(run=run).count() >= 5, timeout=30, what="5 s of the run")
     victim = holder(run, workers)
@@ -206,16 +206,16 @@ def test_a_killed_worker_s_shard_resumes_on_another_with_the_gap_missing(worker_
     seconds = set(ShardInterval.objects.filter(run=run).values_list("second", flat=True))
     gap = set(range(last_flushed + 1, handoff["resumed_at_s"]))
     assert len(gap) >= 5 and not gap & seconds
-    assert max(seconds) >= 39  # the load went on to the plan's end
+    assert max(seconds) >= 29  # the load went on to the plan's end
     assert run.status == Run.Status.PASSED, (run.status, run.error_message)
 
 
 def test_a_rolling_restart_of_three_workers_keeps_the_run_whole(worker_factory, project, alice, demo_target):
-    # given: three workers, and a 60 s run on one of them
+    # given: three workers, and a 40 s run on one of them (the three restarts take about 15 s)
     workers = [worker_factory("r0"), worker_factory("r1"), worker_factory("r2")]
     demo_target.reset()
     run = services.run_create(
-        plan=make_plan(project, demo_target.base_url, profile_kind="ramp", users=6, ramp_up=0, hold=60), user=alice
+        plan=make_plan(project, demo_target.base_url, profile_kind="ramp", users=6, ramp_up=0, hold=40), user=alice
     )
     wait_until(lambda: ShardInterval.objects.filter(run=run).count() >= 5, timeout=30, what="5 s of the run")
 
@@ -237,4 +237,4 @@ def test_a_rolling_restart_of_three_workers_keeps_the_run_whole(worker_factory, 
     assert run.status == Run.Status.PASSED, (run.status, run.error_message)
     assert [h["kind"] for h in run.summary["handoffs"]] == ["stopped"] * 3
     assert recorded(run) == demo_target.counters()["requests"] > 100
-    assert max(ShardInterval.objects.filter(run=run).values_list("second", flat=True)) >= 59
+    assert max(ShardInterval.objects.filter(run=run).values_list("second", flat=True)) >= 39

@@ -42,6 +42,6 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_operation_matches_its_schema(case, live_server, write_token):
     case.call_and_validate(base_url=live_server.url, headers={"Authorization": f"Bearer {write_token}"}, checks=CHECKS)
