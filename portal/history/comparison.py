@@ -247,7 +247,7 @@ class Row:
     unit: str  # "ms", "/s", "%", "users", or the measurement's unit
     comparison: analysis.Comparison | None  # None when a side has no value (`note` says why)
     note: str = ""
-    # The plain means, kept when one side has no value (a page measured on one side only).
+    # The sides' own figures, kept when a row has no comparison (a page measured on one side only).
     before_value: float | None = None
     after_value: float | None = None
 
