@@ -180,7 +180,8 @@ def render(rows: list[dict], command: str) -> str:
     for r in rows:
         lines.append(
             f"| {r['runs']:,} | {r['first_ms']} ms ({r['first_queries']} queries) | "
-            f"{r['filtered_ms']} ms ({r['filtered_queries']} queries) | {r['last_ms']} ms ({r['last_queries']} queries) | "
+            f"{r['filtered_ms']} ms ({r['filtered_queries']} queries) | "
+            f"{r['last_ms']} ms ({r['last_queries']} queries) | "
             f"{r['rows_old_ms']} ms | {r['rows_new_ms']} ms |"
         )
     return "\n".join(lines)
