@@ -200,6 +200,13 @@ def test_a_runs_figures_and_a_trial_sets_pooled_figures_agree_everywhere(kind, p
     apd_row = next(r for r in report.total if r.figure == "APD")
     assert apd_row.before_text in html.content.decode() and apd_row.after_text in html.content.decode()
 
+    # trial set against trial set (Welch on the trials): still the pooled figures, on both sides
+    twin = comparison.side_for_trialset(trial_set)
+    report = comparison.compare_sides(twin, comparison.side_for_trialset(trial_set))
+    assert report.samples == "trials"
+    assert {NAMES[r.figure]: r._before for r in report.total if r.figure in NAMES} == pooled
+    assert {NAMES[r.figure]: r._after for r in report.total if r.figure in NAMES} == pooled
+
     # the journey's effect of the change: the trials under the initial configuration, pooled, vs the run after
     effect = next(e for e in journey.environment_journey(plan.environment, plan)["effects"] if e["number"] == 1)
     assert effect["apd"]["before"] == pooled["apd_ms"]
