@@ -1,6 +1,7 @@
 """``python -m bench [throughput|accuracy|scale|all|phase] [--reps 3] [--duration 10] [--quick] [--wire]``.
 
-``python -m bench store [--lengths 900,3600]`` benchmarks the results store instead (bench/store.py).
+``python -m bench store [--lengths 900,3600]`` benchmarks the results store instead (bench/store.py),
+``python -m bench runs-list [--sizes 1000,10000]`` the runs list (bench/run_list.py).
 
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
 bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
@@ -90,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import store
 
         return store.main(given[1:])
+    if given[:1] == ["runs-list"]:  # the runs list at 10,000 runs (issue 15): PostgreSQL, no load
+        from . import run_list
+
+        return run_list.main(given[1:])
     args = build_parser().parse_args(argv)
     quick = args.quick
     reps = args.reps or (1 if quick else 3)

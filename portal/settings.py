@@ -312,6 +312,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "portal.runs.models.Run.Status",
         "ShardStatusEnum": "portal.runs.models.RunShard.Status",
+        "TrialSetStatusEnum": "portal.history.models.TrialSet.Status",
     },
 }
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.

@@ -212,6 +212,8 @@ def compare(
     tolerance_pct: float = 5.0,
     unit: str = "",
     samples: str = "trials",
+    before_value: float | None = None,
+    after_value: float | None = None,
 ) -> Comparison:
     """Compare the samples of one figure before and after a change.
 
@@ -233,6 +235,12 @@ def compare(
       no interval, and the verdict is "within noise" unless |difference| exceeds
       `tolerance_pct` % of the before mean; `basis` says so.
     * `unit` (e.g. "ms") and `samples` (e.g. "trials", "batches") only shape `basis`.
+    * `before_value`/`after_value`: each side's own figure, when it is not the mean of its
+      samples (a run's APD over its whole window is not the mean of its batch means, and a
+      trial set's figure is pooled over its trials). Then the figures, their difference,
+      the speed-up and the reduction are those values, and the samples only give the
+      spread (the interval is centred on the difference of the figures): one figure, one
+      value, wherever it is shown. `before_mean`/`after_mean` hold them.
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1, not {confidence!r}")
@@ -241,7 +249,10 @@ def compare(
     b = _finite(before, "before")
     a = _finite(after, "after")
     nb, na = len(b), len(a)
-    mb, ma = statistics.fmean(b), statistics.fmean(a)
+    mb = statistics.fmean(b) if before_value is None else float(before_value)
+    ma = statistics.fmean(a) if after_value is None else float(after_value)
+    if not (math.isfinite(mb) and math.isfinite(ma)):
+        raise ValueError("the figures compared must be finite numbers")
     sb = statistics.stdev(b) if nb > 1 else 0.0
     sa = statistics.stdev(a) if na > 1 else 0.0
     diff = ma - mb

@@ -18,6 +18,11 @@ Where the noise comes from depends on what is compared, and `compare_sides` choo
   all of them). The verdict then rests on the variation within the runs, which says
   nothing about how much a rerun would differ; `Report.basis` says so.
 
+Either way the figures shown (before, after, the speed-up, the change) are each side's own
+(`pooled_figures`): a single run's are those of its report, several runs' are pooled as one
+window; the samples give only the noise. So a run's APD reads the same on its report, in every
+comparison, on the journey, in its trial set, in the API and in its exports.
+
 Runs whose validity is in doubt (`Run.counts` is False: cancelled, partial, error,
 saturated generator) are shown on their side but left out of the samples, unless a
 user included them anyway.
@@ -25,9 +30,11 @@ user included them anyway.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -45,6 +52,9 @@ from .models import ExternalMeasurement, TrialSet
 
 BATCHES = 10
 """Batches per run in batch mode: 10 to 30 is the usual compromise (see analysis.batch_means)."""
+
+WINDOW = "window"
+"""The key, in a run's batch figures, of its whole measurement window: pages, errors, seconds, histogram."""
 
 PICKER_LIMIT = 200
 """At most this many runs (and as many trial sets) in the picker, newest first."""
@@ -237,7 +247,7 @@ class Row:
     unit: str  # "ms", "/s", "%", "users", or the measurement's unit
     comparison: analysis.Comparison | None  # None when a side has no value (`note` says why)
     note: str = ""
-    # The plain means, kept when one side has no value (a page measured on one side only).
+    # The sides' own figures, kept when a row has no comparison (a page measured on one side only).
     before_value: float | None = None
     after_value: float | None = None
 
@@ -484,17 +494,151 @@ class BatchSampler:
     def result(self) -> dict[str | None, dict[str, list[float | None]]]:
         self._flush()
         self.current = None
-        out: dict[str | None, dict[str, list[float | None]]] = {}
+        out: dict[str | None, dict] = {}
         for key, batch_accs in self.accs.items():
-            figures: dict[str, list[float | None]] = {f.key: [] for f in FIGURES}
+            figures: dict = {f.key: [] for f in FIGURES}
+            window = Histogram()
             for i, acc in enumerate(batch_accs):
                 length = self.bounds[i + 1] - self.bounds[i]
                 figures["apd_ms"].append(acc.apd_sum / acc.apd_seconds if acc.apd_seconds else None)
                 figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
                 figures["pages_per_s"].append(acc.pages / length)
                 figures["error_rate_pct"].append(100.0 * acc.errors / acc.pages if acc.pages else None)
+                window.merge(acc.hist)
+            # The whole window of this key, so that several runs' figures can be pooled (``pooled_figures``).
+            figures[WINDOW] = {
+                "pages": sum(acc.pages for acc in batch_accs),
+                "errors": sum(acc.errors for acc in batch_accs),
+                "seconds": len(self.seconds),
+                "hist": base64.b64encode(window.to_bytes()).decode("ascii"),
+            }
             out[key] = figures
         return out
+
+
+# --------------------------------------------------------------------------------------
+# A side's own figures: a run's from its report, several runs' pooled
+# --------------------------------------------------------------------------------------
+
+FIGURE_KEYS = tuple(f.key for f in FIGURES)
+
+
+def run_window(run: Run) -> dict[str | None, dict] | None:
+    """The run's measurement window per key (None = all pages, else a page label): pages, errors,
+    seconds and the merged page-duration histogram; None when its rows are gone and nothing was stored.
+
+    Stored at finalize with the batches; a run finalized before that is read from its rows.
+    """
+    batches = run_batches(run)
+    if batches and any(WINDOW not in figures for figures in batches.values()):
+        batches = compute_batches(run)  # stored before the window was: its rows, if they are still there
+    if not batches or any(WINDOW not in figures for figures in batches.values()):
+        return None
+    out = {}
+    for key, figures in batches.items():
+        w = figures[WINDOW]
+        hist = Histogram.from_bytes(base64.b64decode(w["hist"])) if w["hist"] else Histogram()
+        out[key] = {"pages": w["pages"], "errors": w["errors"], "seconds": w["seconds"], "hist": hist}
+    return out
+
+
+def _summary_figures(run: Run) -> dict[str | None, dict]:
+    """The run's own figures, as its report shows them: {None: totals, label: page row} → {figure key: value}."""
+    summary = run.summary or {}
+    out = {None: {k: (summary.get("totals") or {}).get(k) for k in FIGURE_KEYS}}
+    for p in summary.get("pages") or []:
+        if p.get("label") is not None:
+            out[p["label"]] = {k: p.get(k) for k in FIGURE_KEYS}
+    return out
+
+
+def _from_window(pages: int, errors: int, seconds: int, hist: Histogram) -> dict:
+    """The four figures of a pooled window, computed as a run's summary computes them (not rounded)."""
+    return {
+        "apd_ms": hist.mean / 1000 if hist.count else None,
+        "p95_ms": hist.percentile(95) / 1000 if hist.count else None,
+        "pages_per_s": pages / seconds if seconds else None,
+        "error_rate_pct": 100.0 * errors / pages if pages else 0.0,
+    }
+
+
+def _weighted_mean(pairs: list[tuple[float, float]]) -> float | None:
+    total = sum(w for _, w in pairs)
+    return sum(v * w for v, w in pairs) / total if total > 0 else None
+
+
+def _weighted(runs: list[Run]) -> dict[str | None, dict]:
+    """Pooled figures from the runs' summaries alone, for runs whose per-second rows are gone
+    (recorded before windows were stored, then rolled up): pages/s weighted by measured seconds
+    and the error rate by pages (both exact), APD and p95 by successful pages (p95 cannot be
+    merged without the histograms); without counts in a summary, each run weighs the same."""
+    parts: dict[str | None, dict[str, list]] = {}
+    for run in runs:
+        summary = run.summary or {}
+        seconds = (summary.get("window") or {}).get("seconds") or 1
+        rows = {None: summary.get("totals") or {}}
+        rows.update({p["label"]: p for p in summary.get("pages") or [] if p.get("label") is not None})
+        for key, row in rows.items():
+            pages, errors = row.get("pages"), row.get("errors") or 0
+            ok = (pages - errors) if pages is not None else 1
+            part = parts.setdefault(key, {k: [] for k in FIGURE_KEYS})
+            for k, weight in (("apd_ms", ok), ("p95_ms", ok), ("pages_per_s", seconds)):
+                if row.get(k) is not None:
+                    part[k].append((row[k], weight))
+            if row.get("error_rate_pct") is not None:
+                part["error_rate_pct"].append((row["error_rate_pct"], pages if pages is not None else 1))
+    return {key: {k: _weighted_mean(pairs) for k, pairs in part.items()} for key, part in parts.items()}
+
+
+def pooled_figures(runs: list[Run]) -> dict[str | None, dict]:
+    """The figures of a set of runs, in total (key None) and per page: APD, p95, pages/s, error rate.
+
+    One run: its own figures, exactly as its report shows them. Several runs (a trial set, the
+    runs of one configuration): **pooled**, as if their measurement windows were one window:
+    APD and p95 from the merged page-duration histograms of all their windows, pages/s = all
+    their pages / all their measured seconds, error rate = all errors / all pages. A page
+    measured in some runs only still counts over every run's seconds. This is the trial set's
+    figure wherever it is shown (its page, comparisons, the journey, the API); the spread
+    *between* trials is reported beside it, never instead of it.
+    """
+    runs = [r for r in runs if r.summary]
+    if not runs:
+        return {}
+    if len(runs) == 1:
+        return _summary_figures(runs[0])
+    windows = [run_window(r) for r in runs]
+    if any(w is None for w in windows):
+        return _weighted(runs)
+    seconds = sum((w.get(None) or {}).get("seconds") or 0 for w in windows)
+    merged: dict[str | None, dict] = {}
+    for w in windows:
+        for key, part in w.items():
+            m = merged.setdefault(key, {"pages": 0, "errors": 0, "hist": Histogram()})
+            m["pages"] += part["pages"]
+            m["errors"] += part["errors"]
+            m["hist"].merge(part["hist"])
+    return {key: _from_window(m["pages"], m["errors"], seconds, m["hist"]) for key, m in merged.items()}
+
+
+def set_figures(runs: list[Run]) -> dict:
+    """A trial set's (or any runs') figures for the API: the counting runs pooled (``pooled_figures``),
+    in total and per page, with the sample standard deviation of the runs' own figures."""
+    counting = [run for run in runs if run.counts]
+    pooled = pooled_figures(counting)
+    sd = {}
+    for key in FIGURE_KEYS:
+        values = [float(v) for r in counting if (v := ((r.summary or {}).get("totals") or {}).get(key)) is not None]
+        sd[key] = statistics.stdev(values) if len(values) >= 2 else None
+    return {
+        "counted": [str(r.code) for r in counting],
+        "totals": pooled.get(None) or dict.fromkeys(FIGURE_KEYS),
+        "sd_between_runs": sd,
+        "pages": [
+            {"label": label, **figures}
+            for label, figures in sorted(pooled.items(), key=lambda kv: str(kv[0]))
+            if label is not None
+        ],
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -549,35 +693,47 @@ def run_capacity(run: Run) -> analysis.CapacityResult | None:
 # --------------------------------------------------------------------------------------
 
 
-def _compare(before: list[float], after: list[float], fig: Figure, samples: str) -> analysis.Comparison:
+def _compare(
+    before: list[float], after: list[float], fig: Figure, samples: str, values: tuple = (None, None)
+) -> analysis.Comparison:
     return analysis.compare(
         before,
         after,
         lower_is_better=fig.lower_is_better,
         unit=_BASIS_UNIT.get(fig.unit, fig.unit),
         samples=samples,
+        before_value=values[0],
+        after_value=values[1],
     )
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
+def _row(
+    page,
+    fig: Figure,
+    before: list[float],
+    after: list[float],
+    samples: str,
+    missing: tuple[str, str],
+    figures: tuple[float | None, float | None] = (None, None),
+) -> Row:
+    """A row, or a row without comparison whose note names the side without values.
 
-
-def _row(page, fig: Figure, before: list[float], after: list[float], samples: str, missing: tuple[str, str]) -> Row:
-    """A row, or a row without comparison whose note names the side without values."""
-    if not before or not after:
-        reasons = [why for values, why in zip((before, after), missing, strict=True) if not values and why]
-        side = "before" if not before else "after"
+    ``figures`` are the sides' own figures (``pooled_figures``): what the row shows; the
+    samples (``before``, ``after``) only give the noise the verdict weighs the difference against.
+    """
+    if None in figures:
+        reasons = [why for value, why in zip(figures, missing, strict=True) if value is None and why]
+        side = "before" if figures[0] is None else "after"
         note = reasons[0] if reasons else f"no value on the {side} side"
-        return Row(page, fig.name, fig.unit, None, note=note, **_means(before, after))
-    row = Row(page, fig.name, fig.unit, _compare(before, after, fig, samples))
+        return Row(page, fig.name, fig.unit, None, note=note, before_value=figures[0], after_value=figures[1])
+    if not before or not after:
+        side = "before" if not before else "after"
+        note = f"no {samples} on the {side} side to estimate the noise from (its per-second rows are gone)"
+        return Row(page, fig.name, fig.unit, None, note=note, before_value=figures[0], after_value=figures[1])
+    row = Row(page, fig.name, fig.unit, _compare(before, after, fig, samples, figures))
     if fig.key == "error_rate_pct" and not any(before) and not any(after):
         row.note = "no errors on either side"
     return row
-
-
-def _means(before: list[float], after: list[float]) -> dict:
-    return {"before_value": _mean(before), "after_value": _mean(after)}
 
 
 class _Sampler:
@@ -592,6 +748,12 @@ class _Sampler:
         else:
             self.samples = "batches"
         self._batches: dict[int, dict] = {}
+        self._figures = {id(side): pooled_figures(side.runs) for side in (before, after)}
+
+    def figure(self, side: Side, page: str | None, fig: Figure) -> float | None:
+        """The side's own figure (one run's, or several runs' pooled): what the comparison shows."""
+        value = (self._figures[id(side)].get(page) or {}).get(fig.key)
+        return None if value is None else float(value)
 
     def batches(self, run: Run) -> dict:
         if run.id not in self._batches:
@@ -785,6 +947,13 @@ def default_title(before: Side, after: Side) -> str:
     return f"{after.label} vs {before.label}"
 
 
+FIGURES_SHOWN = (
+    "The figures shown are each side's own: a single run's are those of its report; several runs "
+    "(a trial set) are pooled, as one window (APD and p95 from all their pages together, pages/s = all "
+    "pages / all measured seconds). The samples only estimate the noise the verdicts weigh the difference against."
+)
+
+
 def _basis(before: Side, after: Side, sampler: _Sampler, apd: Row | None) -> str:
     nb, na = len(before.runs), len(after.runs)
     if not sampler.samples:
@@ -809,6 +978,8 @@ def _basis(before: Side, after: Side, sampler: _Sampler, apd: Row | None) -> str
             "batch's figure is one sample (batch means), so the verdicts weigh the difference against the "
             "variation within the runs, not between reruns; run trial sets for a firmer answer."
         )
+    if sampler.samples:
+        text += " " + FIGURES_SHOWN
     if apd is not None and apd.comparison is not None:
         text += f" APD: {apd.comparison.basis}."
     left_out = [*before.excluded, *after.excluded]
@@ -839,9 +1010,10 @@ def compare_sides(before: Side, after: Side, *, title: str = "") -> Report:
         if samples:
             values_b, values_a = sampler.values(before, None, fig), sampler.values(after, None, fig)
             missing = (_no_value("before", fig), _no_value("after", fig))
+            figures = (sampler.figure(before, None, fig), sampler.figure(after, None, fig))
         else:
-            values_b, values_a, missing = [], [], no_runs
-        total.append(_row(None, fig, values_b, values_a, samples, missing))
+            values_b, values_a, missing, figures = [], [], no_runs, (None, None)
+        total.append(_row(None, fig, values_b, values_a, samples, missing, figures))
     if samples and (cap := _capacity_row(before, after, samples)):
         total.append(cap)
 
@@ -857,6 +1029,7 @@ def compare_sides(before: Side, after: Side, *, title: str = "") -> Report:
                     sampler.values(after, page, fig),
                     samples,
                     _missing_page(page, pages_b, pages_a, fig),
+                    (sampler.figure(before, page, fig), sampler.figure(after, page, fig)),
                 )
                 for fig in FIGURES
             ]

@@ -5,7 +5,7 @@ things with the same words; the writes are the same services.
 """
 
 from django.db import transaction
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -261,6 +261,38 @@ class TrialSetSerializer(serializers.ModelSerializer):
         return [str(run.code) for run in sorted(trial_set.runs.all(), key=lambda run: run.number)]
 
 
+class FiguresSerializer(serializers.Serializer):
+    apd_ms = serializers.FloatField(allow_null=True)
+    p95_ms = serializers.FloatField(allow_null=True)
+    pages_per_s = serializers.FloatField(allow_null=True)
+    error_rate_pct = serializers.FloatField(allow_null=True)
+
+
+class PageFiguresSerializer(FiguresSerializer):
+    label = serializers.CharField()
+
+
+class SetFiguresSerializer(serializers.Serializer):
+    counted = serializers.ListField(child=serializers.UUIDField(), help_text="The runs that count, pooled")
+    totals = FiguresSerializer(help_text="The counting runs pooled as one window: the set's own figures")
+    sd_between_runs = FiguresSerializer(help_text="Sample standard deviation of the runs' own figures")
+    pages = PageFiguresSerializer(many=True)
+
+
+class TrialSetDetailSerializer(TrialSetSerializer):
+    figures = serializers.SerializerMethodField(
+        help_text="The set's figures: its counting trials pooled (as its page and comparisons show them)"
+    )
+
+    class Meta(TrialSetSerializer.Meta):
+        fields = (*TrialSetSerializer.Meta.fields, "figures")
+        read_only_fields = fields
+
+    @extend_schema_field(SetFiguresSerializer)
+    def get_figures(self, trial_set) -> dict:
+        return comparison.set_figures(list(trial_set.runs.all()))
+
+
 class PlanFilter(StrictSerializer):
     plan = serializers.UUIDField(required=False, help_text="Only this plan's")
 
@@ -275,12 +307,16 @@ class PlanFilter(StrictSerializer):
         responses={200: TrialSetSerializer(many=True), **error_responses(400)},
     ),
     retrieve=extend_schema(
-        summary="One trial set, with its runs", responses={200: TrialSetSerializer, **error_responses(404)}
+        summary="One trial set, with its runs and its figures (its counting trials pooled)",
+        responses={200: TrialSetDetailSerializer, **error_responses(404)},
     ),
 )
 class TrialSetViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     serializer_class = TrialSetSerializer
     required_scopes = {"stop": ApiToken.Scope.RUN}
+
+    def get_serializer_class(self):
+        return TrialSetDetailSerializer if self.action == "retrieve" else TrialSetSerializer
 
     def safely_get_queryset(self):
         return (

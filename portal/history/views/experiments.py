@@ -30,7 +30,7 @@ from .. import comparison, services
 from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm
 from ..models import Experiment, TrialSet, TuningChange
 
-# The figures of a trial's summary shown per run and as mean ± sd across the counting runs.
+# The figures of a trial's summary shown per run, and pooled (± sd between trials) for the set.
 FIGURES = [
     ("apd", "apd_ms", "APD"),
     ("p95", "p95_ms", "p95"),
@@ -75,19 +75,22 @@ def trial_rows(runs: list[Run]) -> list[dict]:
 
 
 def spread(runs: list[Run]) -> dict:
-    """Mean and sample standard deviation of each figure across the runs that count.
+    """The set's own figures (``comparison.pooled_figures``: its counting trials pooled, as its
+    comparisons, the journey and the API show them), with the sample standard deviation of
+    the trials' own figures beside them (the spread the comparisons weigh differences against).
 
     Only counting runs join (``run.counts``): a cancelled trial or one measured by a
     saturated generator would widen or shift the spread that comparisons weigh
     differences against.
     """
     counting = [run for run in runs if run.counts]
+    pooled = comparison.pooled_figures(counting).get(None) or {}
     out = {"n": len(counting)}
     for name, key, label in FIGURES:
         values = [float(v) for run in counting if (v := ((run.summary or {}).get("totals") or {}).get(key)) is not None]
         out[name] = {
             "label": label,
-            "mean": statistics.fmean(values) if values else None,
+            "value": pooled.get(key),
             "sd": statistics.stdev(values) if len(values) >= 2 else None,
             "n": len(values),
         }

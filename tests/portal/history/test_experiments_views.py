@@ -127,8 +127,8 @@ def test_the_trial_set_table_gives_mean_and_spread_of_counting_trials(
     response = alice_client.get(trial_set.get_absolute_url())
 
     words = text(response)
-    # mean 150 ms, sample sd of (100, 200) = 70.7 ms
-    assert "Mean ± sd of 2 counting trials 150 ms ± 71 ms" in words
+    # pooled (as many pages in each trial) 150 ms, sample sd of (100, 200) = 70.7 ms
+    assert "All 2 counting trials pooled ± sd 150 ms ± 71 ms" in words
     assert "left out it was cancelled" in words
     assert "The trials stopped. Trial 3 (run #3) was stopped." in words
     assert 'class="alert error" id="stopped-reason"' in response.content.decode()

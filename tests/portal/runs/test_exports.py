@@ -1,0 +1,68 @@
+"""Exports from the report page (issue 15, item 6): the REST API's own files, through the session.
+
+The report links to ``/api/v1/runs/<code>/pages.csv``, ``series.csv``, ``summary.json`` (and
+``junit.xml``); the browser's session authenticates them, a script's API token does too, and
+both must get the same bytes.
+"""
+
+import re
+
+import pytest
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from portal.accounts.services import token_create
+from portal.runs import reports, selectors
+from tests.portal.runs.test_store import PROFILES, _finish, _record
+
+pytestmark = pytest.mark.django_db
+
+EXPORTS = ("pages.csv", "series.csv", "summary.json", "junit.xml")
+
+
+@pytest.fixture
+def finished(run):
+    return _finish(_record(run, PROFILES["constant"]))
+
+
+def _export_links(html: str) -> dict[str, str]:
+    section = html.split('id="exports"', 1)[1].split("</p>", 1)[0]
+    links = re.findall(r'<a [^>]*download href="([^"]+)"', section)
+    return {link.rsplit("/", 1)[1]: link for link in links}
+
+
+def test_the_report_links_the_apis_files_and_the_session_gets_the_tokens_bytes(alice, team, alice_client, finished):
+    page = alice_client.get(finished.get_absolute_url())
+    assert page.status_code == 200
+    links = _export_links(page.content.decode())
+    assert sorted(links) == sorted(EXPORTS)
+
+    secret = token_create(user=alice, team=team, name="ci", scope="read")[1]
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    for name, link in links.items():
+        assert link == f"/api/v1/runs/{finished.code}/{name}"
+        by_session = alice_client.get(link)
+        by_token = api.get(link)
+        assert by_session.status_code == by_token.status_code == 200, name
+        assert by_session.content == by_token.content, name
+        assert by_session["Content-Type"] == by_token["Content-Type"]
+        assert f"plimsoll-run-{finished.number}" in by_session["Content-Disposition"]
+
+    # And they are the report's own figures, not some other computation.
+    assert alice_client.get(links["pages.csv"]).content.decode() == reports.pages_csv(finished)
+    series = reports.series_csv(selectors.run_series(finished))
+    assert alice_client.get(links["series.csv"]).content.decode() == series
+    assert alice_client.get(links["summary.json"]).json()["summary"] == finished.summary
+
+
+def test_a_viewer_downloads_and_an_outsider_gets_404(bob_client, finished, charlie):
+    link = reverse("api:run-pages-csv", args=[finished.code])
+    assert bob_client.get(link).status_code == 200
+    bob_client.force_login(charlie)
+    assert bob_client.get(link).status_code == 404
+
+
+def test_an_active_run_offers_no_exports_yet(alice_client, run):
+    html = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'id="exports"' not in html
