@@ -26,14 +26,18 @@ def _runs_table(request, runs, **context):
 
 @login_required
 def run_list(request):
-    runs = scoped(Run.objects.select_related("project", "project__team"), request.user)
+    runs = scoped(
+        Run.objects.select_related("project", "project__team", "created_by", "schedule_fire__schedule"), request.user
+    )
     return _runs_table(request, runs)
 
 
 @login_required
 def project_runs(request, code):
     project = get_for_user(request.user, Project.objects.all(), code=code)
-    return _runs_table(request, project.runs.select_related("project"), project=project)
+    return _runs_table(
+        request, project.runs.select_related("project", "created_by", "schedule_fire__schedule"), project=project
+    )
 
 
 @login_required

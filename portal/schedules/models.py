@@ -152,6 +152,10 @@ class Baseline(models.Model):
         return f"baseline of plan {self.plan_id}: {self.kind}"
 
 
+# A verdict row's own verdict: "none" when a figure could not be compared (e.g. no capacity measured).
+ROW_VERDICTS = ("regressed", "improved", "within_noise", "none")
+
+
 class RunVerdict(models.Model):
     """A finished run of a scheduled plan judged against its plan's baseline (one row per run).
 
