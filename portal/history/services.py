@@ -298,12 +298,31 @@ def experiment_start(experiment: Experiment, *, user) -> Experiment:
     return experiment
 
 
-def _experiment_end(experiment_id: int, status: str, message: str = "", *, from_statuses=Experiment.ACTIVE) -> bool:
-    return bool(
+def _experiment_end(
+    experiment_id: int, status: str, message: str = "", *, from_statuses=Experiment.ACTIVE, notify: bool = True
+) -> bool:
+    """Ends an experiment once (a conditional UPDATE); the call that ends it enqueues the notification.
+
+    A person's stop is not notified (``notify=False``): they know; an end on its own (its
+    last trial finished, a change that failed, trials stopped) is the "experiment finished" event.
+    """
+    ended = bool(
         Experiment.objects.filter(id=experiment_id, status__in=from_statuses).update(
             status=status, error_message=message, finished_at=timezone.now()
         )
     )
+    if ended and notify:
+        transaction.on_commit(lambda: _enqueue_experiment_notification(experiment_id))
+    return ended
+
+
+def _enqueue_experiment_notification(experiment_id: int) -> None:
+    from workers.tasks import experiment_notify_task
+
+    try:
+        experiment_notify_task.delay(experiment_id)
+    except Exception:  # the broker is down: the experiment's page still says it ended
+        log.exception("experiment %s: could not enqueue its notification", experiment_id)
 
 
 def _start_after(experiment: Experiment) -> None:
@@ -396,7 +415,11 @@ def experiment_confirm(experiment: Experiment, *, user) -> Experiment:
 
 def experiment_stop(experiment: Experiment) -> None:
     if _experiment_end(
-        experiment.id, Experiment.Status.STOPPED, "Stopped by a user.", from_statuses=[*Experiment.ACTIVE]
+        experiment.id,
+        Experiment.Status.STOPPED,
+        "Stopped by a user.",
+        from_statuses=[*Experiment.ACTIVE],
+        notify=False,
     ):
         for trial_set in experiment.trial_sets.filter(status=TrialSet.Status.RUNNING):
             trialset_stop(trial_set)
