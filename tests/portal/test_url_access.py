@@ -105,7 +105,7 @@ def concrete(route: str) -> str:
     path = route.replace("^", "").replace("$", "")
     path = re.sub(r"<uuid:\w+>|<str:code>|\(\?P<code>[^)]+\)", str(uuid.uuid4()), path)
     path = re.sub(r"<uuid:\w+>", str(uuid.uuid4()), path)
-    path = re.sub(r"<int:\w+>|\(\?P<id>[^)]+\)", "1", path)
+    path = re.sub(r"<int:\w+>|\(\?P<(?:id|invitation_id)>[^)]+\)", "1", path)
     path = re.sub(r"\(\?P<username>[^)]+\)", "alice", path)
     return "/" + re.sub(r"<str:\w+>", "up", path)
 
