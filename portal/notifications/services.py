@@ -130,6 +130,7 @@ def run_events(run, verdict=None) -> list[str]:
 
 def run_payload(run, events: list[str], verdict=None) -> dict:
     totals = (run.summary or {}).get("totals") or {}
+    degradation = (run.summary or {}).get("degradation") or {}
     payload = {
         "event": events[-1] if len(events) > 1 else events[0],
         "events": events,
@@ -145,6 +146,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "p95_ms": totals.get("p95_ms"),
             "pages_per_s": totals.get("pages_per_s"),
             "error_rate_pct": totals.get("error_rate_pct"),
+            # A soak's degradation in words ("Throughput fell 58 % … at 6 min 10 s"), when one was found.
+            "degradation": degradation.get("sentence") if degradation.get("degraded") else None,
         },
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,
@@ -157,7 +160,10 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "verdict": verdict.verdict,
             "baseline": verdict.baseline_label,
             "kpis": [
-                {k: r[k] for k in ("page", "figure", "verdict", "before", "after", "change")}
+                {
+                    **{k: r[k] for k in ("page", "figure", "verdict", "before", "after", "change")},
+                    "soak": bool(r.get("soak")),
+                }
                 for r in verdict.rows
                 if r["page"] is None or r["verdict"] in ("regressed", "improved")
             ],

@@ -186,3 +186,12 @@ class RunVerdict(models.Model):
     @property
     def moved_rows(self) -> list[dict]:
         return [r for r in self.rows if r["verdict"] in ("regressed", "improved")]
+
+    @property
+    def soak_rows(self) -> list[dict]:
+        """Degradation onset and drifts per hour against the baseline's (soak runs only)."""
+        return [r for r in self.rows if r.get("soak")]
+
+    @property
+    def soak_regressed(self) -> list[dict]:
+        return [r for r in self.soak_rows if r["verdict"] == "regressed"]
