@@ -174,7 +174,7 @@ def measurement_record(*, environment: Environment, user, **fields) -> ExternalM
 
 
 def trialset_start(
-    *, plan: Plan, size: int, user, label: str = "", experiment: Experiment | None = None, role: str = ""
+    *, plan: Plan, size: int, user, label: str = "", experiment: Experiment | None = None, role: str = "", token=None
 ) -> TrialSet:
     """Creates a trial set and starts its first trial (or waits for the environment to be free)."""
     if problems := plan.problems():
@@ -189,6 +189,7 @@ def trialset_start(
         created_by=user,
         experiment=experiment,
         role=role,
+        api_token=token,
     )
     transaction.on_commit(lambda: trialset_advance(trial_set.id))
     return trial_set
@@ -207,7 +208,7 @@ def _trialset_end(trial_set_id: int, status: str, message: str = "") -> bool:
 
 def trialset_advance(trial_set_id: int) -> None:
     """Starts the next trial when the previous one has ended, or ends the set."""
-    trial_set = TrialSet.objects.select_related("plan__project", "plan__environment", "created_by").filter(
+    trial_set = TrialSet.objects.select_related("plan__project", "plan__environment", "created_by", "api_token").filter(
         id=trial_set_id
     )
     trial_set = trial_set.first()
@@ -236,7 +237,7 @@ def trialset_advance(trial_set_id: int) -> None:
         _trialset_end(trial_set.id, TrialSet.Status.STOPPED, "The plan was deleted.")
         return
     try:
-        run_create(plan=trial_set.plan, user=trial_set.created_by, trial_set=trial_set)
+        run_create(plan=trial_set.plan, user=trial_set.created_by, trial_set=trial_set, token=trial_set.api_token)
     except EnvironmentBusy:
         return  # another run holds the environment: the next call (its end, or the watchdog) tries again
     except RunError as exc:

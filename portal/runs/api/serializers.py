@@ -14,6 +14,9 @@ class VerdictRowSerializer(serializers.Serializer):
     change = serializers.CharField()
     noise = serializers.CharField()
     basis = serializers.CharField()
+    soak = serializers.BooleanField(
+        required=False, help_text="A soak figure (degradation onset, drift per hour), judged against the baseline's"
+    )
 
 
 class BaselineVerdictSerializer(serializers.Serializer):

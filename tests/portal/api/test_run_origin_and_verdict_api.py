@@ -164,3 +164,24 @@ def test_the_ci_client_prints_the_baseline_verdict(live_server, plan, alice, tok
     assert code == client.PASSED, capsys.readouterr()
     out = capsys.readouterr().out
     assert "Against the baseline: within noise. Run #1 is within noise of the baseline." in out
+
+
+def test_trials_started_with_a_token_record_it_on_each_run(plan, token_secret, django_capture_on_commit_callbacks):
+    from portal.history.models import TrialSet
+
+    secret = token_secret("run")
+    prefix = ApiToken.objects.get().prefix
+
+    with django_capture_on_commit_callbacks(execute=True):  # the first trial starts once the set is committed
+        response = bearer(secret).post(f"/api/v1/plans/{plan.code}/trials/", {"size": 2}, format="json")
+
+    assert response.status_code == 201, response.content
+    trial_set = TrialSet.objects.get()
+    assert trial_set.api_token == ApiToken.objects.get()
+    (run,) = Run.objects.filter(trial_set=trial_set)  # the first trial starts at once; the next after it
+    assert run.api_token_label == f"run token ({prefix}…)"
+    assert session_body(run)["started_by"] == f"alice via token run token ({prefix}…)"
+
+
+def session_body(run):
+    return session(run.created_by).get(f"/api/v1/runs/{run.code}/").json()
