@@ -57,7 +57,8 @@ class ShareLinkSerializer(serializers.ModelSerializer):
             return "revoked"
         if link.expires_at <= timezone.now():
             return "expired"
-        if not services.sharing_enabled(link.project):
+        sharing = getattr(link.project, "sharing", None)  # selected with the link: no query per row
+        if sharing is not None and not sharing.enabled:
             return "sharing_off"
         return "open"
 
@@ -196,7 +197,7 @@ class ShareLinkViewSet(
 
     def safely_get_queryset(self):
         return ShareLink.objects.select_related(
-            "project", "created_by", "run", "experiment", "environment", "plan"
+            "project__sharing", "created_by", "run", "experiment", "environment", "plan"
         ).order_by("-created_at", "-id")
 
     def list(self, request, *args, **kwargs):

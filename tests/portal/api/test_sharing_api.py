@@ -293,3 +293,17 @@ def test_revoking_a_used_invitation_is_a_409_and_unknown_ids_are_404(team, alice
     assert Membership.objects.filter(user__username="erin").exists()
     for bad in ("999999", "x", "9" * 40):
         assert client.delete(f"/api/v1/teams/{team.code}/invitations/{bad}/").status_code == 404
+
+
+def test_the_list_says_when_sharing_is_off_and_costs_no_query_per_link(
+    finished_run, alice, django_assert_max_num_queries
+):
+    for n in range(5):
+        share_create(project=finished_run.project, kind="run", title=f"R{n}", user=alice, run=finished_run)
+    sharing_set(project=finished_run.project, enabled=False, user=alice)
+    client = session(alice)
+
+    with django_assert_max_num_queries(12):
+        rows = client.get("/api/v1/share-links/").json()["results"]
+
+    assert [r["state"] for r in rows] == ["sharing_off"] * 5
