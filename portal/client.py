@@ -105,6 +105,8 @@ def run_command(args, token: str) -> int:
         _say(f"  {mark} {t['window']}: {t['name']} {actual} (limit {t['op']} {t['limit']:g} {t['unit']})")
     if run.get("error_message"):
         _say(f"  {run['error_message']}")
+    if verdict := run.get("baseline_verdict"):  # a scheduled plan's run, once judged against its baseline
+        _say(f"  Against the baseline: {verdict['verdict'].replace('_', ' ')}. {verdict['headline']}")
     if args.junit:
         _status, body = _request("GET", f"{run['url']}junit.xml", token)
         with open(args.junit, "wb") as f:

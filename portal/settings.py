@@ -313,6 +313,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "portal.runs.models.Run.Status",
         "ShardStatusEnum": "portal.runs.models.RunShard.Status",
         "TrialSetStatusEnum": "portal.history.models.TrialSet.Status",
+        "BaselineVerdictEnum": "portal.schedules.models.RunVerdict.Verdict",
+        "VerdictRowVerdictEnum": "portal.schedules.models.ROW_VERDICTS",
     },
 }
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.

@@ -88,6 +88,13 @@ def run_notify_task(run_id: int) -> None:
 
 
 @shared_task(ignore_result=True)
+def experiment_notify_task(experiment_id: int) -> None:
+    from portal.notifications.services import notify_experiment
+
+    notify_experiment(experiment_id=experiment_id)
+
+
+@shared_task(ignore_result=True)
 def fire_notify_task(fire_id: int) -> None:
     from portal.notifications.services import notify_fire
 

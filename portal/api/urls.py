@@ -14,6 +14,7 @@ from portal.history.api.views import (
 )
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, TestCaseViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
+from portal.sharing.api import ShareLinkViewSet
 
 app_name = "api"
 
@@ -29,6 +30,7 @@ router.register("trial-sets", TrialSetViewSet, basename="trial-set")
 router.register("experiments", ExperimentViewSet, basename="experiment")
 router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", TokenViewSet, basename="token")
+router.register("share-links", ShareLinkViewSet, basename="share-link")
 
 # Codes are matched loosely (``<str:code>``) so that a malformed one is the API's JSON 404, not an HTML page.
 # Result files keep their extension as the last part of the URL (no trailing slash), as CI tools expect.

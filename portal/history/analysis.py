@@ -40,6 +40,7 @@ __all__ = [
     "compare",
     "degradation",
     "drift_per_hour",
+    "drift_error_per_hour",
     "format_value",
     "headline",
     "t_critical",
@@ -668,6 +669,26 @@ def degradation(
         excursions_per_10_min=rate,
         drift_ms_per_hour=drift_per_hour(apd_ms, start),
     )
+
+
+def drift_error_per_hour(values: Sequence[float | None], start: int = 0) -> float | None:
+    """The standard error of `drift_per_hour`'s slope (same units per hour), from the fit's residuals.
+
+    Why: a slope read from a short window of noisy seconds is itself noisy; comparing two
+    runs' drifts (a soak against its baseline) needs to know by how much. Consecutive
+    seconds are correlated, so this is a lower bound; the baseline runs' spread covers the rest.
+    """
+    points = [(float(t), float(v)) for t, v in enumerate(values) if t >= start and v is not None]
+    if len(points) < 3:
+        return None
+    mt = statistics.fmean(t for t, _ in points)
+    mv = statistics.fmean(v for _, v in points)
+    sxx = math.fsum((t - mt) ** 2 for t, _ in points)
+    if sxx == 0:
+        return None
+    slope = math.fsum((t - mt) * (v - mv) for t, v in points) / sxx
+    sse = math.fsum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
+    return math.sqrt(sse / (len(points) - 2) / sxx) * 3600.0
 
 
 def drift_per_hour(apd_ms: Sequence[float | None], start: int = 0) -> float | None:

@@ -183,6 +183,10 @@ class TrialSet(TimeStamped):
         "Experiment", on_delete=models.CASCADE, null=True, blank=True, related_name="trial_sets"
     )
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.NONE, blank=True)
+    # Started through the API: each trial's run records this token (name and prefix, never the secret).
+    api_token = models.ForeignKey(
+        "accounts.ApiToken", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

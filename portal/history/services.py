@@ -174,7 +174,7 @@ def measurement_record(*, environment: Environment, user, **fields) -> ExternalM
 
 
 def trialset_start(
-    *, plan: Plan, size: int, user, label: str = "", experiment: Experiment | None = None, role: str = ""
+    *, plan: Plan, size: int, user, label: str = "", experiment: Experiment | None = None, role: str = "", token=None
 ) -> TrialSet:
     """Creates a trial set and starts its first trial (or waits for the environment to be free)."""
     if problems := plan.problems():
@@ -189,6 +189,7 @@ def trialset_start(
         created_by=user,
         experiment=experiment,
         role=role,
+        api_token=token,
     )
     transaction.on_commit(lambda: trialset_advance(trial_set.id))
     return trial_set
@@ -207,7 +208,7 @@ def _trialset_end(trial_set_id: int, status: str, message: str = "") -> bool:
 
 def trialset_advance(trial_set_id: int) -> None:
     """Starts the next trial when the previous one has ended, or ends the set."""
-    trial_set = TrialSet.objects.select_related("plan__project", "plan__environment", "created_by").filter(
+    trial_set = TrialSet.objects.select_related("plan__project", "plan__environment", "created_by", "api_token").filter(
         id=trial_set_id
     )
     trial_set = trial_set.first()
@@ -236,7 +237,7 @@ def trialset_advance(trial_set_id: int) -> None:
         _trialset_end(trial_set.id, TrialSet.Status.STOPPED, "The plan was deleted.")
         return
     try:
-        run_create(plan=trial_set.plan, user=trial_set.created_by, trial_set=trial_set)
+        run_create(plan=trial_set.plan, user=trial_set.created_by, trial_set=trial_set, token=trial_set.api_token)
     except EnvironmentBusy:
         return  # another run holds the environment: the next call (its end, or the watchdog) tries again
     except RunError as exc:
@@ -298,12 +299,31 @@ def experiment_start(experiment: Experiment, *, user) -> Experiment:
     return experiment
 
 
-def _experiment_end(experiment_id: int, status: str, message: str = "", *, from_statuses=Experiment.ACTIVE) -> bool:
-    return bool(
+def _experiment_end(
+    experiment_id: int, status: str, message: str = "", *, from_statuses=Experiment.ACTIVE, notify: bool = True
+) -> bool:
+    """Ends an experiment once (a conditional UPDATE); the call that ends it enqueues the notification.
+
+    A person's stop is not notified (``notify=False``): they know; an end on its own (its
+    last trial finished, a change that failed, trials stopped) is the "experiment finished" event.
+    """
+    ended = bool(
         Experiment.objects.filter(id=experiment_id, status__in=from_statuses).update(
             status=status, error_message=message, finished_at=timezone.now()
         )
     )
+    if ended and notify:
+        transaction.on_commit(lambda: _enqueue_experiment_notification(experiment_id))
+    return ended
+
+
+def _enqueue_experiment_notification(experiment_id: int) -> None:
+    from workers.tasks import experiment_notify_task
+
+    try:
+        experiment_notify_task.delay(experiment_id)
+    except Exception:  # the broker is down: the experiment's page still says it ended
+        log.exception("experiment %s: could not enqueue its notification", experiment_id)
 
 
 def _start_after(experiment: Experiment) -> None:
@@ -396,7 +416,11 @@ def experiment_confirm(experiment: Experiment, *, user) -> Experiment:
 
 def experiment_stop(experiment: Experiment) -> None:
     if _experiment_end(
-        experiment.id, Experiment.Status.STOPPED, "Stopped by a user.", from_statuses=[*Experiment.ACTIVE]
+        experiment.id,
+        Experiment.Status.STOPPED,
+        "Stopped by a user.",
+        from_statuses=[*Experiment.ACTIVE],
+        notify=False,
     ):
         for trial_set in experiment.trial_sets.filter(status=TrialSet.Status.RUNNING):
             trialset_stop(trial_set)

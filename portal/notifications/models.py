@@ -12,6 +12,7 @@ class Event(models.TextChoices):
     REGRESSION = "regression", "Regression against the baseline"
     DEGRADATION = "degradation", "Degradation found"
     SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped or missed a fire"
+    EXPERIMENT_FINISHED = "experiment_finished", "Experiment finished"
 
 
 class Channel(models.Model):

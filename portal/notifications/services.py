@@ -62,6 +62,49 @@ def channel_create(
     return channel
 
 
+def channel_update(
+    *,
+    channel: Channel,
+    name: str,
+    events: list[str],
+    emails: str = "",
+    url: str = "",
+    payload_format: str = "",
+    enabled: bool = True,
+    replace_secret: bool = False,
+) -> Channel:
+    """Edits a channel in place; its kind stays (an e-mail list does not become a webhook).
+
+    A webhook keeps its signing secret unless ``replace_secret``: receivers that check
+    X-Plimsoll-Signature go on working after an edit of the URL or the events. A new secret
+    is on the returned channel for the caller to show once. Nothing is saved when a value
+    is refused (ChannelError), so a bad URL never loses the other edits' previous state.
+    """
+    from portal.outbound import OutboundRefused, parse_url
+
+    unknown = set(events) - set(Event.values)
+    if unknown or not events:
+        raise ChannelError("Choose at least one event." if not events else f"Unknown events: {', '.join(unknown)}.")
+    channel.name = name.strip() or channel.kind
+    channel.events = list(events)
+    channel.enabled = enabled
+    if channel.kind == Channel.Kind.EMAIL:
+        channel.emails = ", ".join(a.strip() for a in emails.split(",") if a.strip())
+        if not channel.recipients:
+            raise ChannelError("Give at least one e-mail address.")
+    else:
+        try:
+            parse_url(url)
+        except OutboundRefused as exc:
+            raise ChannelError(f"The webhook URL: {exc}") from None
+        channel.url = url
+        channel.payload_format = payload_format or Channel.Format.PLIMSOLL
+        if replace_secret:
+            channel.secret = secrets.token_urlsafe(32)
+    channel.save()
+    return channel
+
+
 def sign(secret: str, body: bytes) -> str:
     """``sha256=<hex HMAC-SHA256 of the raw body>``, as GitHub's webhooks sign theirs."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
@@ -87,6 +130,7 @@ def run_events(run, verdict=None) -> list[str]:
 
 def run_payload(run, events: list[str], verdict=None) -> dict:
     totals = (run.summary or {}).get("totals") or {}
+    degradation = (run.summary or {}).get("degradation") or {}
     payload = {
         "event": events[-1] if len(events) > 1 else events[0],
         "events": events,
@@ -102,6 +146,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "p95_ms": totals.get("p95_ms"),
             "pages_per_s": totals.get("pages_per_s"),
             "error_rate_pct": totals.get("error_rate_pct"),
+            # A soak's degradation in words ("Throughput fell 58 % … at 6 min 10 s"), when one was found.
+            "degradation": degradation.get("sentence") if degradation.get("degraded") else None,
         },
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,
@@ -114,7 +160,10 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "verdict": verdict.verdict,
             "baseline": verdict.baseline_label,
             "kpis": [
-                {k: r[k] for k in ("page", "figure", "verdict", "before", "after", "change")}
+                {
+                    **{k: r[k] for k in ("page", "figure", "verdict", "before", "after", "change")},
+                    "soak": bool(r.get("soak")),
+                }
                 for r in verdict.rows
                 if r["page"] is None or r["verdict"] in ("regressed", "improved")
             ],
@@ -166,6 +215,74 @@ def notify_fire(*, fire_id: int) -> list[Delivery]:
         }
 
     return _deliver(schedule.project, [Event.SCHEDULE_SKIPPED], f"fire:{fire.id}", payload)
+
+
+def experiment_payload(experiment) -> dict:
+    """What an experiment's end says: the comparison's headline and its verdict per figure, in total."""
+    from portal.history.comparison import experiment_report
+
+    report = experiment_report(experiment) if experiment.status == "done" else None
+    status = experiment.get_status_display().lower()
+    url = settings.SITE_URL + experiment.get_absolute_url()
+    if report is not None and report.samples:
+        headline = report.headline
+        kpis = [
+            {
+                "page": None,
+                "figure": r.figure,
+                "verdict": r.verdict or "none",
+                "before": r.before_text,
+                "after": r.after_text,
+                "change": r.change_text,
+            }
+            for r in report.total
+        ]
+    else:
+        headline = f"Experiment “{experiment.title}”: {status}."
+        if experiment.error_message:
+            headline += " " + experiment.error_message.splitlines()[0][:200]
+        elif experiment.status == "done":
+            headline += " Not enough counting runs on both sides to compare."
+        kpis = []
+    return {
+        "event": Event.EXPERIMENT_FINISHED,
+        "events": [Event.EXPERIMENT_FINISHED],
+        "project": experiment.project.name,
+        "headline": headline,
+        "experiment": {
+            "title": experiment.title,
+            "status": experiment.status,
+            "change": experiment.change.title,
+            "plan": experiment.plan.name,
+            "environment": experiment.environment.name,
+            "trials": experiment.trials,
+            "verdict": report.verdict if report is not None and report.samples else None,
+            "kpis": kpis,
+            "basis": report.basis if report is not None else "",
+            "url": url,
+        },
+        "run": None,
+        "verdict": None,
+    }
+
+
+def notify_experiment(*, experiment_id: int) -> list[Delivery]:
+    """Notifies that an experiment ended (its last trial finished, or it failed or stopped on its own)."""
+    from portal.history.models import Experiment
+
+    experiment = (
+        Experiment.objects.select_related("project", "plan", "environment", "change")
+        .filter(id=experiment_id, status__in=("done", "failed", "stopped"))
+        .first()
+    )
+    if experiment is None:
+        return []
+    return _deliver(
+        experiment.project,
+        [Event.EXPERIMENT_FINISHED],
+        f"experiment:{experiment.id}",
+        lambda: experiment_payload(experiment),
+    )
 
 
 def channel_test(*, channel: Channel, now: datetime | None = None) -> Delivery:
@@ -265,7 +382,12 @@ def _send_email(delivery: Delivery):
 def webhook_body(channel: Channel, payload: dict) -> bytes:
     """The JSON body in the channel's format (Plimsoll's own, or what Slack or Teams accept directly)."""
     text = payload["headline"]
-    link = (payload.get("run") or {}).get("url") or (payload.get("schedule") or {}).get("url") or ""
+    link = (
+        (payload.get("run") or {}).get("url")
+        or (payload.get("experiment") or {}).get("url")
+        or (payload.get("schedule") or {}).get("url")
+        or ""
+    )
     if channel.payload_format == Channel.Format.SLACK:
         body = {"text": f"{text} <{link}|Open in Plimsoll>" if link else text}
     elif channel.payload_format == Channel.Format.TEAMS:

@@ -7,7 +7,7 @@ from portal.accounts.access import get_for_user, membership_for
 from portal.projects.models import Project
 
 from . import selectors, services
-from .forms import ChannelForm
+from .forms import ChannelEditForm, ChannelForm
 from .models import Channel
 
 
@@ -56,6 +56,40 @@ def channel_new(request, code):
             messages.success(request, text)
             return redirect("notifications:project", project.code)
     return _page(request, project, form, status=400)
+
+
+@login_required
+def channel_edit(request, code):
+    """Edit a channel (editors and owners): name, events, addresses or URL; the secret stays unless replaced."""
+    channel = get_for_user(request.user, Channel.objects.select_related("project"), code=code, write=True)
+    form = ChannelEditForm(request.POST or None, channel=channel)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                services.channel_update(
+                    channel=channel,
+                    name=data["name"],
+                    events=data["events"],
+                    emails=data.get("emails", ""),
+                    url=data.get("url", ""),
+                    payload_format=data.get("payload_format", ""),
+                    enabled=data["enabled"],
+                    replace_secret=data.get("replace_secret", False),
+                )
+            except services.ChannelError as exc:
+                form.add_error(None, str(exc))
+            else:
+                text = f"Channel “{channel.name}” saved."
+                if data.get("replace_secret"):
+                    text += f" Its new signing secret (shown only now): {channel.secret}"
+                messages.success(request, text)
+                return redirect(channel)
+        status = 400
+        channel.refresh_from_db()  # the page shows the saved channel, the form what was typed
+    context = {"channel": channel, "project": channel.project, "form": form, "nav": "projects"}
+    return render(request, "notifications/edit.html", context, status=status)
 
 
 @login_required

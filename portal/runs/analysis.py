@@ -900,6 +900,12 @@ def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict
         "excursions": d.excursions,
         "excursions_per_10_min": _round(d.excursions_per_10_min),
         "drift_ms_per_hour": _round(d.drift_ms_per_hour, 1),
+        # The same least-squares slope over the window's throughput: a soak judged against its
+        # baseline compares both drifts (portal/schedules/soak.py).
+        "pages_per_s_drift_per_hour": _round(history_analysis.drift_per_hour(throughput[:end], start), 3),
+        # Their standard errors: how sure each slope is (a short window's slope is not).
+        "drift_ms_per_hour_se": _round(history_analysis.drift_error_per_hour(apd[:end], start), 2),
+        "pages_per_s_drift_per_hour_se": _round(history_analysis.drift_error_per_hour(throughput[:end], start), 3),
     }
     if d.throughput_onset_s is not None and d.throughput_onset_s == d.apd_onset_s:
         out["kind"] = "throughput drop and APD rise"  # both at once: naming one would hide the other

@@ -40,6 +40,14 @@ class Run(TimeStamped):
     plan_snapshot = models.JSONField()
     config_snapshot = models.JSONField(default=list)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # Started through the API: the token it came with (never its secret). The label keeps the
+    # token's name and prefix even when the token is deleted with its user.
+    api_token = models.ForeignKey(
+        "accounts.ApiToken", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    api_token_label = models.CharField(
+        max_length=120, blank=True, help_text="The API token that started the run: its name and prefix"
+    )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     error_message = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
@@ -105,6 +113,17 @@ class Run(TimeStamped):
     @property
     def is_imported(self) -> bool:
         return self.kind == self.Kind.IMPORTED
+
+    @property
+    def started_by(self) -> str:
+        """Who started the run, in words: a schedule, a person via an API token, or a person."""
+        fire = getattr(self, "schedule_fire", None)
+        if fire is not None:
+            return f"the schedule “{fire.schedule.description}” (due {fire.due_at:%Y-%m-%d %H:%M} UTC)"
+        who = self.created_by.get_username() if self.created_by_id else "—"
+        if self.api_token_label:
+            return f"{who} via token {self.api_token_label}"
+        return who
 
     @cached_property
     def engine_profile(self):

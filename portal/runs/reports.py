@@ -120,6 +120,22 @@ def series_csv(series: dict) -> str:
     return out.getvalue()
 
 
+def _baseline_verdict(run: Run) -> dict | None:
+    """The run against its plan's baseline (scheduled plans), as the API shows it; None otherwise."""
+    verdict = getattr(run, "baseline_verdict", None)
+    if verdict is None:
+        return None
+    return {
+        "verdict": verdict.verdict,
+        "headline": verdict.headline,
+        "basis": verdict.basis,
+        "baseline": verdict.baseline_label,
+        "tolerance_pct": verdict.tolerance_pct,
+        "computed_at": verdict.computed_at.isoformat(),
+        "rows": verdict.rows,
+    }
+
+
 def summary_json(run: Run) -> str:
     return json.dumps(
         {
@@ -130,6 +146,8 @@ def summary_json(run: Run) -> str:
             "status": run.status,
             "verdict": run.verdict,
             "error": run.error_message,
+            "started_by": run.started_by,
+            "baseline_verdict": _baseline_verdict(run),
             "summary": run.summary,
         },
         indent=2,

@@ -125,14 +125,20 @@ def active_run_on_target(base_url: str) -> Run | None:
     return None
 
 
+def token_label(token) -> str:
+    """``name (plim_abcdefg…)``: enough to tell tokens apart, nothing that opens a door."""
+    return f"{token.name} ({token.prefix}…)"[:120] if token is not None else ""
+
+
 @transaction.atomic
-def run_create(*, plan: Plan, user, trial_set=None) -> Run:
+def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
     """Snapshots ``plan`` and its environment's configuration into a new queued Run and enqueues it.
 
     The environment is locked for the check: a run starts only on an environment no other
     run is on (EnvironmentBusy), so trial sets, experiments, schedules and people pressing
     Run never overlap on one system. The run records the environment's last applied
-    tuning change, the configuration it runs under.
+    tuning change, the configuration it runs under. ``token``: the API token the caller
+    used, recorded (name and prefix, never the secret) so the run says "via token …".
     """
     if problems := plan.problems():
         raise RunError(" ".join(problems))
@@ -172,6 +178,8 @@ def run_create(*, plan: Plan, user, trial_set=None) -> Run:
         tuning_change=last_change,
         trial_set=trial_set,
         created_by=user,
+        api_token=token,
+        api_token_label=token_label(token),
     )
     transaction.on_commit(lambda: _enqueue_start(run.id))
     return run

@@ -13,6 +13,7 @@ from portal.history import analysis
 from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
 from portal.runs.models import Run
 
+from . import soak
 from .models import Baseline, RunVerdict
 
 log = logging.getLogger(__name__)
@@ -84,10 +85,23 @@ def _row_dict(row: Row, tolerance_pct: float) -> dict:
     }
 
 
-def judge(report: Report, *, run: Run, tolerance_pct: float) -> tuple[str, str, list[dict]]:
-    """(verdict, headline, rows) of a comparison of the run (after) with its baseline (before)."""
+def _move(r: dict) -> str:
+    if r.get("soak"):  # "degradation onset 2 h → 40 min (1 h 20 min earlier)"
+        return f"{r['figure'].lower()} {r['before']} → {r['after']} ({r['change']})"
+    return f"{r['page'] or 'all pages'} {r['figure']} {r['before']} → {r['after']} ({r['change']})"
+
+
+def judge(
+    report: Report, *, run: Run, tolerance_pct: float, extra_rows: list[dict] = ()
+) -> tuple[str, str, list[dict]]:
+    """(verdict, headline, rows) of a comparison of the run (after) with its baseline (before).
+
+    ``extra_rows``: the soak rows (portal/schedules/soak.py), judged already; they count
+    for the verdict and the headline like the figures.
+    """
     rows = [_row_dict(r, tolerance_pct) for r in report.total]
     rows += [_row_dict(r, tolerance_pct) for _, page_rows in report.pages for r in page_rows]
+    rows += list(extra_rows)
     # Pages first: "Search regressed" says where to look; the total only follows its pages.
     by_page_first = sorted(rows, key=lambda r: r["page"] is None)
     regressed = [r for r in by_page_first if r["verdict"] == "regressed"]
@@ -95,9 +109,7 @@ def judge(report: Report, *, run: Run, tolerance_pct: float) -> tuple[str, str, 
     verdict = Verdict.REGRESSED if regressed else Verdict.IMPROVED if improved else Verdict.WITHIN_NOISE
 
     def moves(items):
-        return "; ".join(
-            f"{r['page'] or 'all pages'} {r['figure']} {r['before']} → {r['after']} ({r['change']})" for r in items[:3]
-        ) + (f"; and {len(items) - 3} more" if len(items) > 3 else "")
+        return "; ".join(_move(r) for r in items[:3]) + (f"; and {len(items) - 3} more" if len(items) > 3 else "")
 
     against = report.before.label
     if regressed:
@@ -129,7 +141,8 @@ def run_judge(*, run_id: int) -> RunVerdict | None:
     report = compare_sides(side, side_for_run(run), title=f"Run #{run.number} vs {side.label}")
     if not report.samples:
         return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
-    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance)
+    extra = soak.soak_rows(run.summary, [r.summary for r in side.runs], tolerance)
+    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra)
     basis = report.basis
     if report.problems:
         basis = " ".join(report.problems) + " " + basis

@@ -152,6 +152,10 @@ class Baseline(models.Model):
         return f"baseline of plan {self.plan_id}: {self.kind}"
 
 
+# A verdict row's own verdict: "none" when a figure could not be compared (e.g. no capacity measured).
+ROW_VERDICTS = ("regressed", "improved", "within_noise", "none")
+
+
 class RunVerdict(models.Model):
     """A finished run of a scheduled plan judged against its plan's baseline (one row per run).
 
@@ -182,3 +186,12 @@ class RunVerdict(models.Model):
     @property
     def moved_rows(self) -> list[dict]:
         return [r for r in self.rows if r["verdict"] in ("regressed", "improved")]
+
+    @property
+    def soak_rows(self) -> list[dict]:
+        """Degradation onset and drifts per hour against the baseline's (soak runs only)."""
+        return [r for r in self.rows if r.get("soak")]
+
+    @property
+    def soak_regressed(self) -> list[dict]:
+        return [r for r in self.soak_rows if r["verdict"] == "regressed"]

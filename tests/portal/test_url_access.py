@@ -44,7 +44,7 @@ teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<int:pk>/revoke/ ru
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
 projects/<uuid:code>/notifications/ projects/<uuid:code>/notifications/new/ channels/<uuid:code>/test/
-channels/<uuid:code>/delete/
+channels/<uuid:code>/delete/ channels/<uuid:code>/edit/
 """
 PUBLIC_PAGES = """
 password-reset/ password-reset/sent/ password-reset/<uidb64>/<token>/ password-reset/done/ signup/
@@ -71,6 +71,8 @@ api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^ru
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
 api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^teams/$
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
+api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invitations/(?P<invitation_id>[^/]+)/$
+api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$
 """
 
 ROUTES = {
@@ -103,7 +105,7 @@ def concrete(route: str) -> str:
     path = route.replace("^", "").replace("$", "")
     path = re.sub(r"<uuid:\w+>|<str:code>|\(\?P<code>[^)]+\)", str(uuid.uuid4()), path)
     path = re.sub(r"<uuid:\w+>", str(uuid.uuid4()), path)
-    path = re.sub(r"<int:\w+>|\(\?P<id>[^)]+\)", "1", path)
+    path = re.sub(r"<int:\w+>|\(\?P<(?:id|invitation_id)>[^)]+\)", "1", path)
     path = re.sub(r"\(\?P<username>[^)]+\)", "alice", path)
     return "/" + re.sub(r"<str:\w+>", "up", path)
 

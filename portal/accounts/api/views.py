@@ -1,14 +1,26 @@
+import re
+
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
-from drf_spectacular.utils import extend_schema, extend_schema_view
+from django.urls import reverse
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.accounts import access
-from portal.accounts.forms import MemberAddForm
-from portal.accounts.models import ApiToken, Membership, Team
-from portal.accounts.services import LastOwner, membership_remove, membership_set, token_revoke
+from portal.accounts.forms import InvitationForm, MemberAddForm
+from portal.accounts.models import ApiToken, Invitation, Membership, Team
+from portal.accounts.services import (
+    INVITATION_DAYS,
+    LastOwner,
+    invitation_create,
+    invitation_revoke,
+    membership_remove,
+    membership_set,
+    token_revoke,
+)
 from portal.api.base import StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 
@@ -34,6 +46,68 @@ class TeamSerializer(serializers.ModelSerializer):
 class MemberWriteSerializer(StrictSerializer):
     username = serializers.CharField(max_length=150)
     role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.EDITOR)
+
+
+class InvitationSerializer(serializers.ModelSerializer):
+    team = serializers.UUIDField(source="team.code", read_only=True)
+    invited_by = serializers.CharField(source="invited_by.get_username", read_only=True, default=None)
+    accepted_by = serializers.CharField(source="accepted_by.get_username", read_only=True, default=None)
+    state = serializers.SerializerMethodField(help_text="pending, accepted, revoked or expired")
+
+    class Meta:
+        model = Invitation
+        fields = (
+            "id",
+            "team",
+            "email",
+            "role",
+            "state",
+            "invited_by",
+            "created_at",
+            "expires_at",
+            "accepted_at",
+            "accepted_by",
+            "revoked_at",
+        )
+        read_only_fields = fields
+
+    def get_state(self, invitation) -> str:
+        return invitation.state(timezone.now())
+
+
+class InvitationCreatedSerializer(InvitationSerializer):
+    url = serializers.CharField(
+        read_only=True, help_text="The invitation link, shown this once (it is also mailed); only its hash is stored"
+    )
+
+    class Meta(InvitationSerializer.Meta):
+        fields = (*InvitationSerializer.Meta.fields, "url")
+        read_only_fields = fields
+
+
+class InvitationWriteSerializer(StrictSerializer):
+    email = serializers.CharField(max_length=254)
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.EDITOR)
+
+
+INVITATION_EXAMPLE = OpenApiExample(
+    "An invitation, created",
+    value={
+        "id": 17,
+        "team": "a1b2c3d4-0000-4000-8000-000000000009",
+        "email": "erin@example.com",
+        "role": "editor",
+        "state": "pending",
+        "invited_by": "alice",
+        "created_at": "2026-11-24T17:00:00Z",
+        "expires_at": "2026-12-01T17:00:00Z",
+        "accepted_at": None,
+        "accepted_by": None,
+        "revoked_at": None,
+        "url": "https://plimsoll.example/invitations/Xq3vT9aBc7…/",
+    },
+    response_only=True,
+)
 
 
 class TokenSerializer(serializers.ModelSerializer):
@@ -89,6 +163,64 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
         except LastOwner as exc:
             raise serializers.ValidationError({"role": [str(exc)]}) from None
         return Response(TeamSerializer(self.safely_get_queryset().get(pk=team.pk)).data)
+
+    @extend_schema(
+        methods=["GET"],
+        summary="The team's invitations, newest first (owners only); ?state=pending for the open ones",
+        responses={200: InvitationSerializer(many=True), **error_responses(403, 404)},
+    )
+    @extend_schema(
+        methods=["POST"],
+        summary=f"Invite someone by e-mail with a role (owners only): a single-use link, mailed, "
+        f"valid {INVITATION_DAYS} days",
+        request=InvitationWriteSerializer,
+        responses={201: InvitationCreatedSerializer, **error_responses(400, 403, 404)},
+        examples=[INVITATION_EXAMPLE],
+    )
+    @action(detail=True, methods=["get", "post"], pagination_class=None)
+    def invitations(self, request, code=None):
+        team = self._team_for_owner(code)
+        if request.method == "GET":
+            rows = team.invitations.select_related("team", "invited_by", "accepted_by").order_by("-created_at", "-id")
+            now = timezone.now()
+            if request.query_params.get("state") == "pending":
+                rows = rows.filter(accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now)
+            return Response(InvitationSerializer(rows, many=True).data)
+        body = InvitationWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        # The page's form: the same address checks and messages.
+        form = InvitationForm(body.validated_data)
+        if not form.is_valid():
+            raise serializers.ValidationError({k: list(v) for k, v in form.errors.items()})
+        invitation, token = invitation_create(
+            team=team, email=form.cleaned_data["email"], role=form.cleaned_data["role"], invited_by=request.user
+        )
+        invitation.url = request.build_absolute_uri(reverse("accounts:invitation", args=[token]))
+        return Response(InvitationCreatedSerializer(invitation).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Withdraw a pending invitation (owners only): its link stops working at once",
+        request=None,
+        responses={204: None, **error_responses(403, 404, 409)},
+    )
+    @action(detail=True, methods=["delete"], url_path=r"invitations/(?P<invitation_id>[^/]+)")
+    def invitation_revoke(self, request, code=None, invitation_id=None):
+        team = self._team_for_owner(code)
+        if not re.fullmatch(r"[0-9]{1,18}", str(invitation_id)):
+            raise exceptions.NotFound("No such invitation of this team.")
+        invitation = team.invitations.filter(pk=int(invitation_id)).first()
+        if invitation is None:
+            raise exceptions.NotFound("No such invitation of this team.")
+        if not invitation_revoke(invitation=invitation) and invitation.accepted_at is not None:
+            return Response(
+                {
+                    "status": 409,
+                    "code": "already_accepted",
+                    "detail": f"The invitation to {invitation.email} was already used: remove the member instead.",
+                },
+                status=status.HTTP_409_CONFLICT,
+            )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(
         summary="Remove a member (owners only; a team keeps at least one owner)",

@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.accounts.models import ApiToken
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import error_responses
 from portal.history import comparison, services
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
@@ -366,7 +366,9 @@ class PlanTrialsViewSet(TeamScopedViewSet):
         form = TrialSetForm({k: _blank(v) for k, v in serializer.validated_data.items()})
         if not form.is_valid():
             raise serializers.ValidationError(_form_errors(form))
-        trial_set = services.trialset_start(plan=plan, user=request.user, **form.cleaned_data)
+        trial_set = services.trialset_start(
+            plan=plan, user=request.user, token=request_token(request), **form.cleaned_data
+        )
         return Response(self.get_serializer(trial_set).data, status=status.HTTP_201_CREATED)
 
 

@@ -2,6 +2,42 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from portal.runs.models import Run, RunShard
+from portal.schedules.models import ROW_VERDICTS, RunVerdict
+
+
+class VerdictRowSerializer(serializers.Serializer):
+    page = serializers.CharField(allow_null=True, help_text="null: all pages")
+    figure = serializers.CharField(help_text="APD, p95, pages/s, error rate, capacity, degradation onset, drift …")
+    verdict = serializers.ChoiceField(choices=ROW_VERDICTS)
+    before = serializers.CharField(help_text="The baseline's figure, formatted")
+    after = serializers.CharField(help_text="This run's figure, formatted")
+    change = serializers.CharField()
+    noise = serializers.CharField()
+    basis = serializers.CharField()
+    soak = serializers.BooleanField(
+        required=False, help_text="A soak figure (degradation onset, drift per hour), judged against the baseline's"
+    )
+
+
+class BaselineVerdictSerializer(serializers.Serializer):
+    """A scheduled plan's run judged against its plan's baseline (portal/schedules/baselines.py)."""
+
+    verdict = serializers.ChoiceField(choices=RunVerdict.Verdict.choices)
+    headline = serializers.CharField()
+    basis = serializers.CharField(help_text="How the figures were compared (samples, noise)")
+    baseline = serializers.CharField(source="baseline_label", help_text="What the run was judged against")
+    tolerance_pct = serializers.FloatField(help_text="Moves smaller than this are within noise whatever the noise")
+    computed_at = serializers.DateTimeField()
+
+
+class BaselineVerdictDetailSerializer(BaselineVerdictSerializer):
+    rows = VerdictRowSerializer(many=True, help_text="Every figure, in total and per page")
+
+
+class StartedByScheduleSerializer(serializers.Serializer):
+    code = serializers.UUIDField(source="schedule.code", help_text="The schedule's code")
+    description = serializers.CharField(source="schedule.description", help_text="e.g. every day at 02:00 UTC")
+    due_at = serializers.DateTimeField(help_text="The fire time that started the run")
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -12,6 +48,23 @@ class RunSerializer(serializers.ModelSerializer):
     verdict = serializers.CharField(read_only=True, allow_null=True, help_text="passed, failed, or null")
     created_by = serializers.CharField(source="created_by.get_username", read_only=True, default=None)
     is_active = serializers.BooleanField(read_only=True)
+    started_by = serializers.CharField(
+        read_only=True, help_text="Who started it: a person, a person via an API token (name and prefix), or a schedule"
+    )
+    api_token = serializers.CharField(
+        source="api_token_label",
+        read_only=True,
+        allow_null=True,
+        help_text="The API token that started the run (its name and prefix, never the secret); empty otherwise",
+    )
+    schedule = StartedByScheduleSerializer(
+        source="schedule_fire", read_only=True, allow_null=True, help_text="The schedule whose fire started the run"
+    )
+    baseline_verdict = BaselineVerdictSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="A scheduled plan's run against its baseline; null for other runs and until it is judged",
+    )
 
     class Meta:
         model = Run
@@ -29,6 +82,10 @@ class RunSerializer(serializers.ModelSerializer):
             "is_active",
             "error_message",
             "created_by",
+            "started_by",
+            "api_token",
+            "schedule",
+            "baseline_verdict",
             "created_at",
             "start_at",
             "finished_at",
@@ -56,6 +113,11 @@ class RunDetailSerializer(RunSerializer):
 
     plan_snapshot = serializers.JSONField(read_only=True, help_text="The plan as it was when the run started")
     config_snapshot = serializers.JSONField(read_only=True, help_text="The environment's configuration at start")
+    baseline_verdict = BaselineVerdictDetailSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="A scheduled plan's run against its baseline, with every figure; null for other runs",
+    )
 
     class Meta(RunSerializer.Meta):
         fields = (*RunSerializer.Meta.fields, "thresholds", "summary", "plan_snapshot", "config_snapshot")

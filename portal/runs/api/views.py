@@ -10,7 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.accounts.models import ApiToken
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
 from portal.projects.models import Plan
 from portal.runs import reports, selectors, services
@@ -45,9 +45,86 @@ RUN_EXAMPLE = OpenApiExample(
         "is_active": False,
         "error_message": "",
         "created_by": "alice",
+        "started_by": "alice via token ci-pipeline (plim_x7Kq2b…)",
+        "api_token": "ci-pipeline (plim_x7Kq2b…)",
+        "schedule": None,
+        "baseline_verdict": None,
         "created_at": "2026-11-24T17:00:00Z",
         "start_at": "2026-11-24T17:00:02Z",
         "finished_at": "2026-11-24T17:01:05Z",
+    },
+    response_only=True,
+)
+
+SCHEDULED_RUN_EXAMPLE = OpenApiExample(
+    "A scheduled soak that regressed against its baseline",
+    value={
+        "code": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00",
+        "number": 31,
+        "url": "https://plimsoll.example/api/v1/runs/7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00/",
+        "web_url": "https://plimsoll.example/runs/7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00/",
+        "project": "a1b2c3d4-0000-4000-8000-000000000001",
+        "plan": "a1b2c3d4-0000-4000-8000-000000000003",
+        "plan_name": "Nightly soak",
+        "environment_name": "Staging",
+        "status": "passed",
+        "verdict": "passed",
+        "is_active": False,
+        "error_message": "",
+        "created_by": None,
+        "started_by": "the schedule “every day at 02:00 Europe/Berlin” (due 2026-11-24 01:00 UTC)",
+        "api_token": "",
+        "schedule": {
+            "code": "c0ffee00-0000-4000-8000-000000000004",
+            "description": "every day at 02:00 Europe/Berlin",
+            "due_at": "2026-11-24T01:00:00Z",
+        },
+        "baseline_verdict": {
+            "verdict": "regressed",
+            "headline": "Run #31 regressed against Baseline: the last 3 valid runs (#27, #28, #29): "
+            "Search APD 41 ms → 212 ms (5.2× slower).",
+            "basis": "Batch means of each run's measured window; Welch 95 % intervals.",
+            "baseline": "Baseline: the last 3 valid runs (#27, #28, #29)",
+            "tolerance_pct": 10.0,
+            "computed_at": "2026-11-24T03:02:11Z",
+            "rows": [
+                {
+                    "page": "Search",
+                    "figure": "APD",
+                    "verdict": "regressed",
+                    "before": "41 ms",
+                    "after": "212 ms",
+                    "change": "5.2× slower",
+                    "noise": "± 3 ms",
+                    "basis": "3 runs vs batch means",
+                },
+                {
+                    "page": None,
+                    "soak": True,
+                    "figure": "Degradation onset",
+                    "verdict": "regressed",
+                    "before": "none in 2 h (3 runs)",
+                    "after": "1 h 20 min",
+                    "change": "degraded 1 h 20 min after ramp-up; the baseline never did",
+                    "noise": "—",
+                    "basis": "Time from the end of ramp-up to the sustained drop or rise, against 3 baseline runs",
+                },
+                {
+                    "page": None,
+                    "soak": True,
+                    "figure": "APD drift per hour",
+                    "verdict": "within_noise",
+                    "before": "+0.4 ms/h (mean of 3)",
+                    "after": "+0.6 ms/h",
+                    "change": "+0.2 ms/h",
+                    "noise": "± 4.1 ms/h",
+                    "basis": "Least-squares slope over the measurement window, against 3 baseline runs",
+                },
+            ],
+        },
+        "created_at": "2026-11-24T01:00:01Z",
+        "start_at": "2026-11-24T01:00:03Z",
+        "finished_at": "2026-11-24T03:00:05Z",
     },
     response_only=True,
 )
@@ -105,7 +182,7 @@ def _file_schema(media_type: str, description: str):
         summary="A run: status, verdict, thresholds and summary; ?wait=S long-polls until it ends",
         parameters=[WaitSerializer],
         responses={200: RunDetailSerializer, **error_responses(400, 404)},
-        examples=[RUN_EXAMPLE],
+        examples=[RUN_EXAMPLE, SCHEDULED_RUN_EXAMPLE],
     ),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
@@ -113,7 +190,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     required_scopes = {"stop": ApiToken.Scope.RUN}
 
     def safely_get_queryset(self):
-        return Run.objects.select_related("project", "plan", "created_by").order_by("-created_at", "-id")
+        return Run.objects.select_related(
+            "project", "plan", "created_by", "baseline_verdict", "schedule_fire__schedule"
+        ).order_by("-created_at", "-id")
 
     def get_serializer_class(self):
         return RunDetailSerializer if self.action != "list" else RunSerializer
@@ -239,6 +318,6 @@ class PlanRunViewSet(TeamScopedViewSet):
         StartRunSerializer(data=request.data if request.data else {}).is_valid(raise_exception=True)
         if refusal := services.target_refusal(plan.environment.base_url):
             raise TargetRefused(refusal)
-        run = services.run_create(plan=plan, user=request.user)
+        run = services.run_create(plan=plan, user=request.user, token=request_token(request))
         data = RunDetailSerializer(run, context=self.get_serializer_context()).data
         return Response(data, status=status.HTTP_201_CREATED, headers={"Location": data["url"]})

@@ -11,7 +11,9 @@ from portal.accounts.models import ApiToken, Membership
 from portal.accounts.services import token_create, token_revoke
 from portal.runs import analysis
 from portal.runs.models import Run
+from tests.portal.accounts.conftest import mail_sent_at_commit  # noqa: F401 (a fixture for the invitations API)
 from tests.portal.runs.factories import add_second
+from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture for the share links API)
 
 PERSONAS = ("owner", "editor", "viewer", "outsider", "anonymous", "read_token", "run_token", "expired", "revoked")
 READERS = ("owner", "editor", "viewer", "read_token", "run_token")

@@ -276,3 +276,33 @@ def test_the_shared_links_page_costs_a_fixed_number_of_queries(
     with django_assert_max_num_queries(8):
         response = alice_client.get(reverse("sharing:list", args=[plan.project.code]))
     assert response.content.decode().count("<tr data-link") == 20
+
+
+def test_the_project_journey_shares_each_environments_story(alice_client, bob, story):
+    # given: the project-level journey of the story's plan (one section per environment)
+    experiment = story["experiment"]
+    project, env, plan = experiment.project, experiment.environment, experiment.plan
+    url = reverse("history:project-journey", args=[project.code]) + f"?plan={plan.code}"
+
+    # when: alice follows its Share button and creates the link
+    html = alice_client.get(url).content.decode()
+    button = re.search(rf'id="share-link-{env.code}" href="([^"]+)"', html)
+    assert button, "no Share button on the project journey"
+    href = button.group(1).replace("&amp;", "&")
+    assert alice_client.get(href).status_code == 200
+    path, _, query = href.partition("?")
+    hidden = dict(pair.split("=") for pair in query.split("&"))  # the form's hidden fields
+    created = alice_client.post(path, {**hidden, "days": 7, "note": "for the steering committee"})
+
+    # then: a journey link of that environment and plan, whose page tells the story
+    assert created.status_code == 200
+    link = ShareLink.objects.get()
+    assert (link.kind, link.environment, link.plan) == ("journey", env, plan)
+    token = re.search(r"/s/([A-Za-z0-9_-]{20,})/", created.content.decode()).group(1)
+    headline = re.search(r'id="share-headline">(.*?)</p>', public(token).content.decode(), re.S).group(1)
+    assert "the largest gain was Add index ix_work_items_area" in headline
+    # a viewer reads the journey without the button
+    bob_client = Client()
+    bob_client.force_login(bob)
+    page = bob_client.get(url)
+    assert page.status_code == 200 and "share-link-" not in page.content.decode()
