@@ -78,26 +78,13 @@ def _runs_table(request, runs, *, project=None):
 
 @login_required
 def run_list(request):
-<<<<<<< HEAD
     return _runs_table(request, scoped(Run.objects.all(), request.user))
-=======
-    runs = scoped(
-        Run.objects.select_related("project", "project__team", "created_by", "schedule_fire__schedule"), request.user
-    )
-    return _runs_table(request, runs)
->>>>>>> i12c
 
 
 @login_required
 def project_runs(request, code):
     project = get_for_user(request.user, Project.objects.all(), code=code)
-<<<<<<< HEAD
     return _runs_table(request, project.runs.all(), project=project)
-=======
-    return _runs_table(
-        request, project.runs.select_related("project", "created_by", "schedule_fire__schedule"), project=project
-    )
->>>>>>> i12c
 
 
 @login_required
