@@ -610,6 +610,10 @@ def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict
         "excursions": d.excursions,
         "excursions_per_10_min": _round(d.excursions_per_10_min),
         "drift_ms_per_hour": _round(d.drift_ms_per_hour, 1),
+        # issue 12's soak verdicts: the throughput slope and both slopes' standard errors, by the live helpers
+        "pages_per_s_drift_per_hour": _round(history_analysis.drift_per_hour(throughput[:end], start), 3),
+        "drift_ms_per_hour_se": _round(history_analysis.drift_error_per_hour(apd[:end], start), 2),
+        "pages_per_s_drift_per_hour_se": _round(history_analysis.drift_error_per_hour(throughput[:end], start), 3),
     }
     if d.throughput_onset_s is not None and d.throughput_onset_s == d.apd_onset_s:
         out["kind"] = "throughput drop and APD rise"  # both at once: naming one would hide the other
