@@ -950,7 +950,14 @@ def _imported_snapshot(results: result_files.ImportedResults, environment, plan:
 
 
 def run_import(
-    *, environment, user, path, file_name: str, format: str | None = None, plan: Plan | None = None
+    *,
+    environment,
+    user,
+    path,
+    file_name: str,
+    format: str | None = None,
+    plan: Plan | None = None,
+    progress=None,
 ) -> tuple[Run, bool]:
     """An imported run of ``environment`` from a result file, and whether it is new.
 
@@ -961,16 +968,25 @@ def run_import(
     file is read whole before anything is written (result_files.ResultFileError names a bad
     line), then the run, its shard and its rows are written in one transaction, through the
     same ``interval_write`` as a native run's, and finalized like one.
-    """
-    from portal.history.services import change_in_effect
 
+    ``progress(bytes_read, bytes_total)`` is called while the file is read (result_files.read).
+    """
     if plan is not None and plan.project_id != environment.project_id:
         raise result_files.ResultFileError(f"The plan “{plan}” is not of this environment's project.")
     sha256 = _file_sha256(path)
     imported = Run.objects.filter(environment=environment, kind=Run.Kind.IMPORTED, source_sha256=sha256)
     if existing := imported.first():
         return existing, False
-    results = result_files.read(path, format=format)
+    results = result_files.read(path, format=format, progress=progress)
+    try:
+        return _store_import(results, environment, user, file_name, sha256, plan, imported)
+    finally:
+        results.discard()
+
+
+def _store_import(results, environment, user, file_name, sha256, plan, imported) -> tuple[Run, bool]:
+    from portal.history.services import change_in_effect
+
     start = datetime.fromtimestamp(results.first_second, UTC)
     change = change_in_effect(environment, start)
     snapshot = _imported_snapshot(results, environment, plan)
@@ -981,6 +997,8 @@ def run_import(
         "file_name": file_name[:255],
         "sha256": sha256,
         "lines": results.lines,
+        "approximate": results.approximate,
+        "late_samples": results.late_samples,
     }
     try:
         with transaction.atomic():
