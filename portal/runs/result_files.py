@@ -83,17 +83,15 @@ _TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:?\
 _K6_TIMEOUT = {1050}
 _K6_REFUSED = {1210, 1211, 1212}
 K6_METRICS = ("http_reqs", "http_req_duration", "vus", "iterations")
-# JMeter's CSV columns in its default order (jmeter.properties of 3.1 and later; 2.13 lacks sentBytes and URL,
-# and writes IdleTime before Connect): a JTL without its header line is read with these.
+# JMeter's CSV columns in its default order, for a JTL without its header line: 3.1 and later (17 columns),
+# 3.0 (15) and 2.13 (12, as Debian's jmeter package writes them).
 JTL_DEFAULT_COLUMNS = {
     17: "timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,failureMessage,"
     "bytes,sentBytes,grpThreads,allThreads,URL,Latency,IdleTime,Connect",
-    16: "timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,failureMessage,"
-    "bytes,sentBytes,grpThreads,allThreads,Latency,IdleTime,Connect",
     15: "timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,failureMessage,"
     "bytes,grpThreads,allThreads,Latency,IdleTime,Connect",
-    14: "timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,"
-    "bytes,grpThreads,allThreads,Latency,IdleTime,Connect",
+    12: "timeStamp,elapsed,label,responseCode,responseMessage,threadName,dataType,success,"
+    "bytes,grpThreads,allThreads,Latency",
 }
 JTL_REQUIRED = ("timeStamp", "elapsed", "label", "success")
 LOCUST_HISTORY_HEADER = "Timestamp,User Count,Type,Name,Requests/s,Failures/s"
@@ -172,10 +170,10 @@ class ImportedResults:
 
     # -- writing, by the readers --------------------------------------------------------
 
-    def _second(self, second: int) -> int:
+    def _second(self, second: int, *, sample: bool = True) -> int:
         """The second a sample is counted in: itself, or the oldest open one when it came too late."""
         if self._closed_through is not None and second <= self._closed_through:
-            self.late_samples += 1
+            self.late_samples += sample
             second = self._closed_through + 1
         if self._newest is None or second > self._newest:
             self._newest = second
@@ -194,13 +192,13 @@ class ImportedResults:
         return found
 
     def users(self, second: int, count: int) -> None:
-        second = self._second(second)
+        second = self._second(second, sample=False)
         self._open.setdefault(second, {})
         self._users[second] = max(self._users.get(second, 0), count)
         self.max_users = max(self.max_users, count)
 
     def iterations(self, second: int, count: int) -> None:
-        second = self._second(second)
+        second = self._second(second, sample=False)
         self._open.setdefault(second, {})
         self._iterations[second] = self._iterations.get(second, 0) + count
 
@@ -291,16 +289,17 @@ class _Input:
     def __init__(self, path: Path, progress: Callable[[int, int], None] | None):
         self.size = path.stat().st_size
         self.raw = path.open("rb")
-        gzipped = self.raw.read(2) == b"\x1f\x8b"
+        start = self.raw.read(1 << 16)
         self.raw.seek(0)
-        self.stream: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if gzipped else self.raw
+        self.gzipped = start[:2] == b"\x1f\x8b"
+        # The first bytes, for detection; a damaged gzip file still shows its beginning.
+        self._head = zlib.decompressobj(31).decompress(start)[:8192] if self.gzipped else start[:8192]
+        self.stream: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
         self.progress = progress
         self._reported = 0
 
-    def head(self, size: int = 8192) -> bytes:
-        data = self.stream.read(size)
-        self.stream.seek(0)
-        return data
+    def head(self) -> bytes:
+        return self._head
 
     def tick(self) -> None:
         """Tells ``progress`` how far the reader got, about once per PROGRESS_EVERY bytes of file."""

@@ -130,7 +130,7 @@ def test_real_locust_history_imports_with_locusts_counts(locust_bin, demo_target
     )
     assert done.returncode == 0, done.stderr[-3000:]
     served = demo_target.counters()
-    stats = {row["Name"]: row for row in csv.DictReader(open(f"{prefix}_stats.csv"))}
+    stats = {row["Name"]: row for row in csv.DictReader(Path(f"{prefix}_stats.csv").read_text().splitlines())}
 
     # when
     run = _import(Path(f"{prefix}_stats_history.csv"), environment)
