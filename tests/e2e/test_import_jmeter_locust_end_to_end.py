@@ -6,8 +6,8 @@ because of Debian's newer XStream); Locust is the PyPI package in its own virtua
 it stays out of the app's venv). Each runs a few seconds against the demo target on loopback; its
 file is imported through the command; the imported run's request count equals the tool's own count
 and what the demo served, and its mean and percentiles agree with the tool's within the precision
-the file allows (JTL: exact samples in ms; Locust: percentiles, so marked approximate). Locust
-itself counts fewer requests than the demo serves, so there the import equals Locust's count.
+the file allows (JTL: exact samples in ms; Locust: percentiles, so marked approximate). Locust's
+users stop by themselves (tests/e2e/tools/locustfile.py says why).
 """
 
 import csv
@@ -101,7 +101,7 @@ def test_real_jmeter_jtl_csv_and_xml_import_with_jmeters_counts(jmeter, demo_tar
     # and: mean and 95th percentile as the samples give them (JMeter writes whole ms, the histogram is exact there)
     elapsed = sorted(int(r[1]) for r in rows)
     totals = run.summary["totals"]
-    assert totals["apd_ms"] == pytest.approx(sum(elapsed) / len(elapsed), abs=0.001)
+    assert totals["apd_ms"] == pytest.approx(sum(elapsed) / len(elapsed), abs=0.006)  # the summary keeps 2 decimals
     assert totals["p95_ms"] == pytest.approx(elapsed[math.ceil(0.95 * len(elapsed)) - 1], rel=2**-10, abs=0.5)
     # and: the XML JTL of the second run gives its own counts
     assert from_xml.source["format"] == "jmeter-xml" and from_xml.source["version"] == "1.2"
@@ -118,11 +118,11 @@ def locust_bin():
 
 
 def test_real_locust_history_imports_with_locusts_counts(locust_bin, demo_target, environment, tmp_path):
-    # given: Locust headless for 4 s, its CSV with the full history
+    # given: Locust headless, 3 users of 40 iterations each, its CSV with the full history
     demo_target.reset()
     prefix = tmp_path / "demo"
     done = subprocess.run(
-        [str(locust_bin), "-f", str(TOOLS / "locustfile.py"), "--headless", "-u", "3", "-r", "3", "-t", "4s"]
+        [str(locust_bin), "-f", str(TOOLS / "locustfile.py"), "--headless", "-u", "3", "-r", "3", "-t", "6s"]
         + ["--host", demo_target.base_url.rstrip("/"), "--csv", str(prefix), "--csv-full-history", "--only-summary"],
         capture_output=True,
         text=True,
@@ -139,13 +139,11 @@ def test_real_locust_history_imports_with_locusts_counts(locust_bin, demo_target
     assert (run.source["tool"], run.source["format"], run.source["approximate"]) == ("Locust", "locust-csv", True)
     whole = run.summary["whole_run"]
     total = int(stats["Aggregated"]["Request Count"])
-    assert whole["hits"] == total > 50
-    # Locust counts fewer requests than the demo serves (about a fifth fewer here, with or without
-    # --stop-timeout, in both its _stats.csv and its history): the import can only equal Locust's count.
-    assert total <= served["requests"]
+    assert whole["hits"] == total == served["requests"] == 3 * 40 * 2
     pages = {p["label"]: p["pages"] for p in run.summary["pages"]}
     assert pages == {"Home": int(stats["Home"]["Request Count"]), "Search": int(stats["Search"]["Request Count"])}
-    # and: the mean is exact (from Locust's cumulative averages); the median within Locust's own rounding
+    # and: the mean is exact (from Locust's cumulative averages, to the summary's rounding); the median
+    # is rebuilt from each second's rolling-window percentiles, so only roughly Locust's
     totals = run.summary["totals"]
-    assert totals["apd_ms"] == pytest.approx(float(stats["Aggregated"]["Average Response Time"]), rel=1e-3, abs=0.01)
-    assert totals["p50_ms"] == pytest.approx(float(stats["Aggregated"]["50%"]), rel=0.5, abs=2)
+    assert totals["apd_ms"] == pytest.approx(float(stats["Aggregated"]["Average Response Time"]), abs=0.05)
+    assert float(stats["Home"]["50%"]) <= totals["p50_ms"] <= float(stats["Search"]["50%"])
