@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from portal.history import services as history
 from portal.history.models import TuningChange
-from portal.runs.models import Run, ShardInterval
+from portal.runs import services
+from portal.runs.models import ResultImport, Run, ShardInterval
 from tests.portal.runs.test_result_files import METRIC, point, request
 
 pytestmark = pytest.mark.django_db
@@ -121,7 +122,20 @@ def _upload(client, environment, *paths, **data):
     return client.post(reverse("runs:import", args=[environment.code]), {"files": files, **data}, follow=True)
 
 
-def test_several_files_on_the_environment_page_one_run_each(k6_json, tmp_path, environment, alice_client):
+@pytest.fixture
+def tasks_at_commit(django_capture_on_commit_callbacks):
+    """Runs a block's on_commit callbacks with Celery tasks in this process: the task's code runs as in a worker."""
+    from workers.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield lambda: django_capture_on_commit_callbacks(execute=True)
+    app.conf.task_always_eager = before
+
+
+def test_several_files_on_the_environment_page_one_run_each(
+    k6_json, tmp_path, environment, alice_client, tasks_at_commit, settings
+):
     other = tmp_path / "second.json"
     other.write_text(k6_json.read_text().replace("17:44:", "17:50:"))
     bad = tmp_path / "notes.txt"
@@ -129,17 +143,90 @@ def test_several_files_on_the_environment_page_one_run_each(k6_json, tmp_path, e
     page = alice_client.get(environment.get_absolute_url()).content.decode()
     assert reverse("runs:import", args=[environment.code]) in page
 
-    response = _upload(alice_client, environment, k6_json, other, bad)
+    # when: three files uploaded; their imports run as background tasks after the request's commit
+    with tasks_at_commit():
+        response = _upload(alice_client, environment, k6_json, other, bad)
 
-    text = response.content.decode()
-    assert response.redirect_chain[-1][0] == environment.get_absolute_url()
+    # then: one run per good file, the bad one's reason on the page, every upload deleted
+    assert response.redirect_chain[-1][0] == reverse("runs:import", args=[environment.code])
+    assert "3 files queued for import" in response.content.decode()
     runs = list(Run.objects.order_by("number"))
     assert [r.source["file_name"] for r in runs] == ["results.json", "second.json"]
-    assert "results.json imported as run #1." in text and "second.json imported as run #2." in text
-    assert "notes.txt: This is not a result file Plimsoll reads" in text
     assert all(r.created_by.username == "alice" for r in runs)
-    again = _upload(alice_client, environment, k6_json).content.decode()
-    assert "results.json was already imported as run #1." in again and Run.objects.count() == 2
+    imports = {i.file_name: i for i in ResultImport.objects.all()}
+    assert {n: i.status for n, i in imports.items()} == {
+        "results.json": "done",
+        "second.json": "done",
+        "notes.txt": "failed",
+    }
+    assert imports["results.json"].bytes_read == imports["results.json"].bytes_total == k6_json.stat().st_size
+    assert not any(services.result_upload_path(i).exists() for i in imports.values())
+    text = alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    assert runs[0].get_absolute_url() in text and runs[1].get_absolute_url() in text
+    assert "This is not a result file Plimsoll reads" in text
+    assert 'hx-trigger="every 1s"' not in text  # nothing under way: the page stops polling
+
+    # and: the same file again finds its run
+    with tasks_at_commit():
+        _upload(alice_client, environment, k6_json)
+    assert Run.objects.count() == 2
+    assert ResultImport.objects.filter(run=runs[0], already_imported=True).count() == 1
+
+
+def test_an_import_under_way_is_polled_with_its_progress(k6_json, environment, alice_client, settings):
+    # given: a file queued (no worker has taken it yet), then read halfway
+    response = _upload(alice_client, environment, k6_json)
+    item = ResultImport.objects.get()
+    stored = settings.VAR_DIR / "result-uploads" / f"{item.code}.upload"
+    assert stored.read_bytes() == k6_json.read_bytes() and stored.stat().st_mode & 0o777 == 0o600
+    ResultImport.objects.filter(id=item.id).update(status="reading", bytes_read=item.bytes_total // 2)
+
+    # when: the page polls
+    part = alice_client.get(reverse("runs:import", args=[environment.code]), headers={"HX-Request": "true"})
+
+    # then: the list alone, still polling, with the bytes read
+    text = part.content.decode()
+    assert text.lstrip().startswith('<section id="imports"') and 'hx-trigger="every 1s"' in text
+    assert 'aria-valuenow="49"' in text or 'aria-valuenow="50"' in text
+    assert "Reading" in text and response.status_code == 200
+
+    # and: the worker's task finishes it and deletes the upload
+    ResultImport.objects.filter(id=item.id).update(status="queued")
+    services.result_import_process(item.id)
+    item.refresh_from_db()
+    assert item.status == "done" and item.run is not None and not stored.exists()
+    services.result_import_process(item.id)  # a second delivery of the task does nothing
+    assert Run.objects.count() == 1
+
+
+def test_a_malformed_line_fails_the_import_with_its_number_and_nothing_imported(
+    tmp_path, environment, alice_client, tasks_at_commit
+):
+    path = tmp_path / "results.jtl"
+    path.write_text("timeStamp,elapsed,label,success\n1795543128000,5,Home,true\n1795543128100,five,Home,true\n")
+    with tasks_at_commit():
+        _upload(alice_client, environment, path)
+    item = ResultImport.objects.get()
+    assert item.status == "failed" and item.error.startswith("Line 3 is not a JMeter JTL line")
+    assert not Run.objects.exists() and not ShardInterval.objects.exists()
+    assert (
+        "Line 3 is not a JMeter JTL line"
+        in alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    )
+
+
+def test_an_import_whose_worker_was_lost_is_failed_by_the_sweep(k6_json, environment, alice_client, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    _upload(alice_client, environment, k6_json)
+    item = ResultImport.objects.get()
+    ResultImport.objects.filter(id=item.id).update(status="reading", updated_at=timezone.now() - timedelta(hours=1))
+    assert services.result_imports_sweep() == 1
+    item.refresh_from_db()
+    assert item.status == "failed" and "worker reading it was lost" in item.error
+    assert not (settings.VAR_DIR / "result-uploads" / f"{item.code}.upload").exists()
 
 
 def test_a_file_over_the_limit_is_refused_and_nothing_imported(k6_json, environment, alice_client, settings):
@@ -178,10 +265,11 @@ def test_an_import_for_a_plan_joins_its_journey_and_is_judged_by_its_thresholds(
         _import(k6_json, plan.environment, "--plan", "Nope")
 
 
-def test_the_upload_form_offers_the_projects_plans(k6_json, plan, alice_client):
+def test_the_upload_form_offers_the_projects_plans(k6_json, plan, alice_client, tasks_at_commit):
     page = alice_client.get(reverse("runs:import", args=[plan.environment.code])).content.decode()
     assert f'<option value="{plan.code}">Smoke</option>' in page
-    _upload(alice_client, plan.environment, k6_json, plan=str(plan.code))
+    with tasks_at_commit():
+        _upload(alice_client, plan.environment, k6_json, plan=str(plan.code))
     assert Run.objects.get().plan == plan
 
 
