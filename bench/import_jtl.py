@@ -123,8 +123,9 @@ def run_measured(argv: list[str], cwd: Path) -> dict:
     if result["ok"]:
         result |= json.loads(out.strip().splitlines()[-1])
     else:
-        lines = [line for line in err.strip().splitlines() if line.strip()]
-        result["error"] = (lines[-1] if lines else f"exit {proc.returncode}")[:120]
+        lines = [line.strip() for line in err.strip().splitlines() if line.strip()]
+        errors = [line for line in lines if "Error" in line] or lines
+        result["error"] = (errors[-1] if errors else f"exit {proc.returncode}")[:120]
     return result
 
 

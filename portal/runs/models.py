@@ -372,6 +372,7 @@ class ResultImport(TimeStamped):
         FAILED = "failed", "Failed"
 
     ACTIVE = (Status.QUEUED, Status.READING, Status.STORING)
+    team_path = "environment__project__team"
 
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="result_imports")

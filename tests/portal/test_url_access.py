@@ -71,6 +71,8 @@ api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^ru
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
 api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^teams/$
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
+api/v1/environments/<str:code>/result-imports/ api/v1/projects/<str:code>/har-import/
+api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$
 """
 
 ROUTES = {
