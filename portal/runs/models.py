@@ -92,6 +92,15 @@ class Run(TimeStamped):
             models.Index(fields=["status"], name="run_status_idx"),
         ]
 
+    @property
+    def source_label(self) -> str:
+        """An imported run's source in words (tool and version, file name), "" for a native run."""
+        if self.kind != self.Kind.IMPORTED or not self.source:
+            return ""
+        tool = " ".join(filter(None, (self.source.get("tool"), self.source.get("version"))))
+        approximate = " (approximate: from percentiles)" if self.source.get("approximate") else ""
+        return f"{tool} · {self.source.get('file_name', '')}{approximate}"
+
     def __str__(self):
         return f"Run #{self.number} of {self.plan_name}"
 

@@ -112,6 +112,8 @@ def results_import(request, code):
         count = len(form.cleaned_data["files"])
         messages.info(request, f"{count} file{'s' if count > 1 else ''} queued for import: progress below.")
         return redirect("runs:import", code=environment.code)
+    from portal.history.experiment_forms import TrialSetFromRunsForm
+
     imports = list(selectors.result_imports(environment)[:20])
     context = {
         "form": form,
@@ -120,6 +122,7 @@ def results_import(request, code):
         "nav": "projects",
         "imports": imports,
         "polling": any(i.is_active for i in imports),
+        "trial_form": TrialSetFromRunsForm(environment=environment),
     }
     if request.htmx and request.method == "GET":
         return render(request, "runs/results_import.html#imports", context)

@@ -40,6 +40,7 @@ teams/<uuid:code>/members/<int:user_id>/remove/ tokens/ tokens/<int:token_id>/re
 projects/<uuid:code>/shared-links/ projects/<uuid:code>/shared-links/new/ projects/<uuid:code>/shared-links/setting/
 shared-links/<uuid:code>/revoke/ projects/<uuid:code>/testcases/import-har/
 projects/<uuid:code>/testcases/import-har/<str:token>/ environments/<uuid:code>/import-results/
+environments/<uuid:code>/trialsets/from-runs/
 teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<int:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/

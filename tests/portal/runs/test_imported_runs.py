@@ -7,7 +7,7 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from portal.history import services as history
-from portal.history.models import TuningChange
+from portal.history.models import TrialSet, TuningChange
 from portal.runs import services
 from portal.runs.models import ResultImport, Run, ShardInterval
 from tests.portal.runs.test_result_files import METRIC, point, request
@@ -107,6 +107,7 @@ def test_the_pages_that_read_runs_read_an_imported_one(k6_json, environment, cli
         reverse("history:compare", args=[environment.project.code]), {"a": run.code, "b": run.code}
     )
     assert compare.status_code == 200
+    assert "k6 · results.json" in compare.content.decode()  # the source beside the run
     journey = alice_client.get(reverse("history:environment-journey", args=[environment.code]))
     assert journey.status_code == 200
     client.force_login(charlie)
@@ -289,3 +290,65 @@ def test_an_import_whose_process_dies_before_finalize_is_finished_by_the_watchdo
 
     run.refresh_from_db()
     assert run.status == Run.Status.PASSED and run.summary["whole_run"]["hits"] == 13
+
+
+def _jtl(tmp_path, name: str, start_s: int, elapsed_ms: int):
+    rows = ["timeStamp,elapsed,label,responseCode,success"]
+    rows += [f"{(start_s + i // 10) * 1000 + i % 10 * 90},{elapsed_ms + i % 7},Home,200,true" for i in range(60)]
+    path = tmp_path / name
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_imported_runs_make_trial_sets_that_compare_and_show_their_source(tmp_path, plan, alice_client, bob, client):
+    # given: six JMeter results of the plan on one configuration, three slow and three fast
+    environment = plan.environment
+    for i, elapsed in enumerate((300, 310, 305, 100, 104, 98)):
+        _import(_jtl(tmp_path, f"week{i}.jtl", 1_795_000_000 + i * 3600, elapsed), environment, "--plan", plan.name)
+    runs = list(Run.objects.order_by("number"))
+    url = reverse("history:trialset-from-runs", args=[environment.code])
+
+    # when: the first three and the last three become trial sets, from the import page's form
+    page = alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    assert "#1 Smoke" in page and "JMeter · week0.jtl" in page
+    before = alice_client.post(url, {"runs": [r.code for r in runs[:3]], "label": "slow"}, follow=True)
+    after = alice_client.post(url, {"runs": [r.code for r in runs[3:]]}, follow=True)
+
+    # then: two done sets of the plan; comparing them says the second is faster, beyond the noise
+    slow, fast = TrialSet.objects.order_by("id")
+    assert before.redirect_chain[-1][0] == slow.get_absolute_url() and after.status_code == 200
+    assert (slow.status, slow.size, slow.plan, slow.label, fast.size) == ("done", 3, plan, "slow", 3)
+    assert set(slow.runs.all()) == set(runs[:3])
+    compare = alice_client.get(reverse("history:compare", args=[plan.project.code]), {"a": slow.code, "b": fast.code})
+    text = compare.content.decode()
+    assert compare.status_code == 200 and "better" in text and "JMeter · week3.jtl" in text
+    # and: the journey of the plan names each imported run's source
+    journey = alice_client.get(reverse("history:environment-journey", args=[environment.code]), {"plan": plan.code})
+    assert 'is imported: <span class="badge imported">JMeter · week5.jtl</span>' in journey.content.decode()
+
+    # and: a run already in a set, a single run, or a viewer are refused; nothing changes
+    again = alice_client.post(url, {"runs": [runs[0].code, runs[3].code]}, follow=True).content.decode()
+    assert "Already in a trial set: #1, #4." in again
+    client.force_login(bob)
+    assert client.post(url, {"runs": [r.code for r in runs[:2]]}).status_code == 403
+    assert TrialSet.objects.count() == 2
+
+
+def test_a_trial_set_needs_one_configuration(tmp_path, environment, alice):
+    from portal.history.services import TrialSetRefused, trialset_from_runs
+
+    _import(_jtl(tmp_path, "a.jtl", 1_795_000_000, 100), environment)
+    change = history.change_create(
+        environment=environment,
+        user=alice,
+        edits=[{"key": "search.index", "value": "on"}],
+        category=TuningChange.Category.INDEX,
+        title="Index",
+    )
+    history.change_apply(change, user=alice)
+    TuningChange.objects.filter(pk=change.pk).update(applied_at="2026-11-24T17:00:00Z")  # between the two files
+    _import(_jtl(tmp_path, "b.jtl", 1_900_000_000, 100), environment)
+    with pytest.raises(TrialSetRefused, match="different configurations"):
+        trialset_from_runs(runs=list(Run.objects.all()), user=alice)
+    with pytest.raises(TrialSetRefused, match="at least two runs"):
+        trialset_from_runs(runs=[Run.objects.first()], user=alice)
