@@ -19,7 +19,10 @@ PostgreSQL), not a package this machine can install from PyPI, Debian or npm, so
 measured here; its documented failure on a 1.1 GB file is quoted in the README.
 
 ``--sizes 100,300,1000`` (MB, the default) sets the files' sizes; files are written to a
-temporary folder and deleted.
+temporary folder and deleted. ``--store`` adds **Plimsoll+DB**: the whole import as
+``manage.py import_results`` runs it (read, then the run's rows written in one transaction and
+finalized) into the database of ``DATABASE_URL``, under a throwaway team deleted afterwards; its
+wall time includes the database's work (its CPU time does not: PostgreSQL is another process).
 """
 
 from __future__ import annotations
@@ -87,6 +90,29 @@ def measure_plimsoll(path: str) -> None:
     results.discard()
 
 
+def measure_store(path: str) -> None:
+    """In a fresh process: the whole import (read, then store the run and finalize it) into DATABASE_URL.
+
+    A throwaway team, project and environment hold the run; they are deleted afterwards.
+    """
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    django.setup()
+    from portal.accounts.models import Team
+    from portal.projects.models import Environment, Project
+    from portal.runs import services
+
+    team = Team.objects.create(name="bench.import_jtl (deleted after the run)")
+    try:
+        project = Project.objects.create(team=team, name="bench")
+        environment = Environment.objects.create(project=project, name="bench", base_url="http://127.0.0.1:8001")
+        run, _ = services.run_import(environment=environment, user=None, path=Path(path), file_name=Path(path).name)
+        print(json.dumps({"samples": run.summary["whole_run"]["hits"], "status": run.status}))
+    finally:
+        team.delete()
+
+
 def ensure_parse_jtl() -> Path | None:
     index = NPM_DIR / "package" / "src" / "index.js"
     if index.exists():
@@ -132,11 +158,14 @@ def run_measured(argv: list[str], cwd: Path) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100,300,1000", help="file sizes in MB, comma-separated")
+    parser.add_argument(
+        "--store", action="store_true", help="also time the whole import into DATABASE_URL (read, store, finalize)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     peer = ensure_parse_jtl()
     print(
-        f"{'MB':>6} {'samples':>11} {'tool':<10} {'wall s':>7} {'CPU s':>6} {'MB/CPU s':>8} {'samples/CPU s':>13} "
+        f"{'MB':>6} {'samples':>11} {'tool':<11} {'wall s':>7} {'CPU s':>6} {'MB/CPU s':>8} {'samples/CPU s':>13} "
         f"{'peak RSS MB':>11}"
     )
     with tempfile.TemporaryDirectory(prefix="plimsoll-bench-jtl-") as folder:
@@ -145,6 +174,9 @@ def main() -> None:
             samples = write(path, megabytes)
             real_mb = path.stat().st_size / 1e6
             tools = [("Plimsoll", [sys.executable, "-m", "bench.import_jtl", "--measure", str(path)], ROOT)]
+            if args.store:
+                argv = [sys.executable, "-m", "bench.import_jtl", "--measure-store", str(path)]
+                tools.append(("Plimsoll+DB", argv, ROOT))
             if peer is not None:
                 tools.append(("parse-jtl", ["node", "-e", NODE_SCRIPT, str(peer), str(path)], Path("/")))
             for name, argv, cwd in tools:
@@ -152,16 +184,18 @@ def main() -> None:
                 if m["ok"]:
                     assert m["samples"] == samples, (name, m, samples)  # noqa: S101 (both read every sample)
                     print(
-                        f"{real_mb:>6.0f} {samples:>11,} {name:<10} {m['wall_s']:>7.1f} {m['cpu_s']:>6.1f} "
+                        f"{real_mb:>6.0f} {samples:>11,} {name:<11} {m['wall_s']:>7.1f} {m['cpu_s']:>6.1f} "
                         f"{real_mb / m['cpu_s']:>8.1f} {samples / m['cpu_s']:>13,.0f} {m['peak_mb']:>11.0f}"
                     )
                 else:
-                    print(f"{real_mb:>6.0f} {samples:>11,} {name:<10} fails after {m['wall_s']:.1f} s: {m['error']}")
+                    print(f"{real_mb:>6.0f} {samples:>11,} {name:<11} fails after {m['wall_s']:.1f} s: {m['error']}")
             path.unlink()
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--measure"]:
         measure_plimsoll(sys.argv[2])
+    elif sys.argv[1:2] == ["--measure-store"]:
+        measure_store(sys.argv[2])
     else:
         main()
