@@ -75,6 +75,7 @@ def _run_jmeter(jmeter, demo_target, out: Path, *properties: str) -> dict:
         capture_output=True,
         text=True,
         timeout=180,
+        cwd=out.parent,  # JMeter writes files of its own in its working folder
     )
     assert done.returncode == 0 and out.exists(), done.stdout[-2000:] + done.stderr[-2000:]
     return demo_target.counters()
