@@ -402,8 +402,9 @@ LOGGING = {
 PLIMSOLL_HAR_UPLOAD_TTL_S = envint("PLIMSOLL_HAR_UPLOAD_TTL_S", "3600", minimum=60)
 # The largest HAR file accepted, in MB.
 PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
-# The largest result file (k6 JSON lines …) accepted by the environment page's upload, in MB.
-PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "200", minimum=1)
+# The largest result file (k6, JMeter, Locust, Gatling; gzipped or not) accepted by upload (page and API), in MB.
+# Uploads are imported by a background task (result_import_task) in bounded memory, whatever their size.
+PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "2048", minimum=1)
 
 # i12-schedules: where notification webhooks may go (portal/notifications/services.py). Default:
 # the load-target allowlist; set it to your chat or CI host names/networks to reach them.

@@ -54,10 +54,13 @@ def send_mail_task(template: str, to: list[str], context: dict) -> None:
 
 @shared_task(ignore_result=True)
 def har_uploads_sweep_task() -> None:
-    """Deletes HAR recordings whose import preview was abandoned (older than PLIMSOLL_HAR_UPLOAD_TTL_S)."""
+    """Deletes HAR recordings whose import preview was abandoned (older than PLIMSOLL_HAR_UPLOAD_TTL_S),
+    and the uploads of result imports whose worker was lost."""
     from portal.projects.services import har_uploads_sweep
+    from portal.runs.services import result_imports_sweep
 
     har_uploads_sweep()
+    result_imports_sweep()
 
 
 # i12-schedules: one tick asks the database what is due; safe with two beats (see portal.schedules.services).
@@ -110,3 +113,11 @@ def delivery_send_task(delivery_id: int) -> None:
     delay = delivery_attempt(delivery_id=delivery_id)
     if delay:
         _enqueue(delivery_id, countdown=delay)
+
+
+@shared_task(ignore_result=True)
+def result_import_task(import_id: int) -> None:
+    """An uploaded result file into an imported run (issue 18), on the default queue; safe to run twice."""
+    from portal.runs.services import result_import_process
+
+    result_import_process(import_id)

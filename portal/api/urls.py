@@ -12,7 +12,9 @@ from portal.history.api.views import (
     TrialSetViewSet,
     TuningChangeViewSet,
 )
+from portal.projects.api.har import ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, TestCaseViewSet
+from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
 from portal.sharing.api import ShareLinkViewSet
 
@@ -24,6 +26,7 @@ router.register("environments", EnvironmentViewSet, basename="environment")
 router.register("test-cases", TestCaseViewSet, basename="test-case")
 router.register("plans", PlanViewSet, basename="plan")
 router.register("runs", RunViewSet, basename="run")
+router.register("result-imports", ResultImportViewSet, basename="result-import")
 router.register("tuning-changes", TuningChangeViewSet, basename="tuning-change")
 router.register("measurements", MeasurementViewSet, basename="measurement")
 router.register("trial-sets", TrialSetViewSet, basename="trial-set")
@@ -49,6 +52,17 @@ urlpatterns = [
     # The split view serves its start-up script as a file: no inline script, ready for a strict CSP.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("plans/<str:code>/runs/", PlanRunViewSet.as_view({"post": "create"}), name="plan-runs"),
+    # Issue 18: imports. A result file becomes a run (in the background); a HAR becomes a test case.
+    path(
+        "environments/<str:code>/result-imports/",
+        EnvironmentResultImportViewSet.as_view({"post": "create"}),
+        name="environment-result-imports",
+    ),
+    path(
+        "projects/<str:code>/har-import/",
+        ProjectHarImportViewSet.as_view({"post": "create"}),
+        name="project-har-import",
+    ),
     path("plans/<str:code>/trials/", PlanTrialsViewSet.as_view({"post": "create"}), name="plan-trials"),
     *files,
     path("", include(router.urls)),

@@ -15,6 +15,36 @@ from .models import MAX_TRIALS, Experiment, TuningChange
 CHANGE_PREFIX = "change"
 
 
+class RunChoiceField(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, run):
+        started = (run.start_at or run.created_at).strftime("%Y-%m-%d %H:%M")
+        source = f" — {run.source_label}" if run.source_label else ""
+        taken = " (already in a trial set)" if run.trial_set_id else ""
+        return f"#{run.number} {run.plan_name}, {started}{source}{taken}"
+
+
+class TrialSetFromRunsForm(forms.Form):
+    """Runs that already exist (imported ones above all) gathered into a trial set (issue 18)."""
+
+    runs = RunChoiceField(
+        queryset=None,
+        to_field_name="code",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Finished runs of this environment, measured under one configuration, in no other trial set.",
+    )
+    label = forms.CharField(
+        max_length=200, required=False, help_text="Optional: what this set measures, e.g. “last quarter, JMeter”."
+    )
+
+    def __init__(self, *args, environment, **kwargs):
+        from portal.runs.models import Run
+
+        super().__init__(*args, **kwargs)
+        self.fields["runs"].queryset = (
+            Run.objects.filter(environment=environment).exclude(status__in=Run.ACTIVE).order_by("-number")
+        )
+
+
 class TrialSetForm(forms.Form):
     """N runs of a plan in a row: the number, and an optional label to find the set again."""
 

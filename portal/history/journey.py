@@ -121,6 +121,8 @@ def run_point(run: Run, seq: int) -> dict:
         "at": start,
         "number": run.number,
         "code": str(run.code),
+        # Issue 18: an imported run's tool and file, shown beside it ("" for a run Plimsoll made).
+        "source": run.source_label,
         "url": run.get_absolute_url(),
         "status": run.status,
         "status_display": run.get_status_display(),

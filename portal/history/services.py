@@ -20,7 +20,7 @@ from portal.projects.models import Environment, Plan
 from portal.runs.models import Run
 from portal.runs.services import EnvironmentBusy, RunError, active_run_on, run_cancel, run_create
 
-from .models import Experiment, ExternalMeasurement, TrialSet, TuningChange, apply_edits
+from .models import MAX_TRIALS, Experiment, ExternalMeasurement, TrialSet, TuningChange, apply_edits
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +192,56 @@ def trialset_start(
         api_token=token,
     )
     transaction.on_commit(lambda: trialset_advance(trial_set.id))
+    return trial_set
+
+
+class TrialSetRefused(ValueError):
+    """These runs cannot be one trial set; the message says why."""
+
+
+@transaction.atomic
+def trialset_from_runs(*, runs: list[Run], user, label: str = "") -> TrialSet:
+    """A finished trial set made of runs that already exist: imported ones, or native ones (issue 18).
+
+    A trial set is N runs of one plan on one configuration, so the runs must be finished, of one
+    environment, under one configuration (the same tuning change in effect) and in no other trial
+    set; if they all stand for the same plan, the set is that plan's. It is *done* at once: it
+    compares, joins experiments' sides and the ledger like a set whose trials Plimsoll ran.
+    """
+    runs = sorted(runs, key=lambda run: (run.start_at or run.created_at, run.number))
+    if len(runs) < 2:
+        raise TrialSetRefused("Pick at least two runs: a trial set measures the spread between its trials.")
+    if len(runs) > MAX_TRIALS:
+        raise TrialSetRefused(f"A trial set holds at most {MAX_TRIALS} runs.")
+    if any(run.is_active for run in runs):
+        raise TrialSetRefused("Every run must have finished.")
+    if len({run.environment_id for run in runs}) > 1 or runs[0].environment_id is None:
+        raise TrialSetRefused("The runs must all be of one environment.")
+    if len({run.tuning_change_id for run in runs}) > 1:
+        raise TrialSetRefused(
+            "The runs were measured under different configurations (a tuning change came between them): "
+            "a trial set is N runs on one configuration."
+        )
+    locked = list(Run.objects.select_for_update().filter(id__in=[run.id for run in runs]))
+    taken = sorted(f"#{run.number}" for run in locked if run.trial_set_id is not None)
+    if taken:
+        raise TrialSetRefused(f"Already in a trial set: {', '.join(taken)}.")
+    plans = {run.plan_id for run in runs}
+    plan = runs[0].plan if len(plans) == 1 else None
+    tools = sorted({(run.source or {}).get("tool", "") for run in runs if run.kind == Run.Kind.IMPORTED})
+    default_name = f"Imported {' and '.join(filter(None, tools))} runs" if tools else "Runs"
+    trial_set = TrialSet.objects.create(
+        project=runs[0].project,
+        environment=runs[0].environment,
+        plan=plan,
+        plan_name=(plan.name if plan is not None else label or default_name)[:100],
+        size=len(runs),
+        label=label[:200],
+        created_by=user,
+        status=TrialSet.Status.DONE,
+        finished_at=timezone.now(),
+    )
+    Run.objects.filter(id__in=[run.id for run in runs]).update(trial_set=trial_set)
     return trial_set
 
 

@@ -15,6 +15,12 @@ urlpatterns = [
     # Trial sets and experiments (views/experiments.py)
     path("plans/<uuid:code>/trials/", experiments.trialset_new, name="trialset-new"),
     path("trialsets/<uuid:code>/", experiments.trialset_detail, name="trialset"),
+    # Issue 18: a trial set of runs that exist already (imported ones), from the environment's import page.
+    path(
+        "environments/<uuid:code>/trialsets/from-runs/",
+        experiments.trialset_from_runs,
+        name="trialset-from-runs",
+    ),
     path("trialsets/<uuid:code>/stop/", experiments.trialset_stop, name="trialset-stop"),
     path("projects/<uuid:code>/experiments/", experiments.experiment_list, name="experiments"),
     path("projects/<uuid:code>/experiments/new/", experiments.experiment_new, name="experiment-new"),

@@ -15,7 +15,7 @@ class MultipleFileField(forms.FileField):
     """Django's documented recipe for a field that takes several files."""
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault("widget", MultipleFileInput(attrs={"accept": ".json,.csv,.gz"}))
+        kwargs.setdefault("widget", MultipleFileInput(attrs={"accept": ".json,.csv,.jtl,.xml,.log,.gz"}))
         super().__init__(*args, **kwargs)
 
     def clean(self, data, initial=None):
@@ -26,9 +26,11 @@ class MultipleFileField(forms.FileField):
 class ResultUploadForm(forms.Form):
     files = MultipleFileField(
         label="Result files",
-        help_text="k6 JSON lines (<code>k6 run --out json=results.json</code>) or CSV "
-        "(<code>--out csv=results.csv</code>), gzipped too; one run per file, "
-        f"at most {settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB} MB each.",
+        help_text="k6 JSON lines (<code>--out json=results.json</code>) or CSV (<code>--out csv=results.csv</code>); "
+        "JMeter JTL, CSV or XML (<code>jmeter -n -t plan.jmx -l results.jtl</code>); Locust's "
+        "<code>PREFIX_stats_history.csv</code> (<code>--csv PREFIX --csv-full-history</code>); Gatling's text "
+        "<code>simulation.log</code> (3.0 to 3.9). Gzipped too; one run per file, "
+        f"at most {settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB} MB each, read in the background.",
     )
     format = forms.ChoiceField(
         label="Format",

@@ -100,6 +100,15 @@ class Run(TimeStamped):
             models.Index(fields=["status"], name="run_status_idx"),
         ]
 
+    @property
+    def source_label(self) -> str:
+        """An imported run's source in words (tool and version, file name), "" for a native run."""
+        if self.kind != self.Kind.IMPORTED or not self.source:
+            return ""
+        tool = " ".join(filter(None, (self.source.get("tool"), self.source.get("version"))))
+        approximate = " (approximate: from percentiles)" if self.source.get("approximate") else ""
+        return f"{tool} · {self.source.get('file_name', '')}{approximate}"
+
     def __str__(self):
         return f"Run #{self.number} of {self.plan_name}"
 
@@ -373,3 +382,52 @@ class PageRollup(models.Model):
 
     def __str__(self):
         return f"{self.label} @ {self.second}+{self.span_s} s (run {self.run_id})"
+
+
+class ResultImport(TimeStamped):
+    """One uploaded result file on its way to an imported run (issue 18): a background task reads it.
+
+    The upload is kept under ``VAR_DIR/result-uploads`` (owner-only) until the task has read it,
+    then deleted whatever the outcome. ``bytes_read`` / ``bytes_total`` are the progress the
+    environment's page polls; ``error`` the reader's message (it names the bad line).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        READING = "reading", "Reading"
+        STORING = "storing", "Storing"
+        DONE = "done", "Imported"
+        FAILED = "failed", "Failed"
+
+    ACTIVE = (Status.QUEUED, Status.READING, Status.STORING)
+    team_path = "environment__project__team"
+
+    code = models.UUIDField(default=new_code, unique=True, editable=False)
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="result_imports")
+    plan = models.ForeignKey(Plan, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    file_name = models.CharField(max_length=255)
+    format = models.CharField(max_length=16, blank=True, default="")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    bytes_read = models.BigIntegerField(default=0)
+    bytes_total = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    run = models.ForeignKey(Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    already_imported = models.BooleanField(default=False, help_text="the same file had been imported before")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return f"{self.file_name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.DONE:
+            return 100
+        return int(100 * self.bytes_read / self.bytes_total) if self.bytes_total else 0

@@ -1,7 +1,7 @@
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from .models import PageInterval, Run, ShardInterval
+from .models import PageInterval, ResultImport, Run, ShardInterval
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
 LIVE_WINDOW_S = 5
@@ -86,3 +86,10 @@ def run_series(run: Run, *, since: int | None = None) -> dict:
         }
     )
     return data
+
+
+def result_imports(environment):
+    """An environment's result imports (issue 18), newest first, with their runs."""
+    return (
+        ResultImport.objects.filter(environment=environment).select_related("run", "created_by").order_by("-created_at")
+    )

@@ -1,6 +1,3 @@
-import tempfile
-from pathlib import Path
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -13,7 +10,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for, scoped
 from portal.projects.models import Environment, Plan, Project
 
-from . import result_files, selectors, services
+from . import selectors, services
 from .forms import ResultUploadForm, RunFilterForm
 from .models import Run
 
@@ -145,34 +142,39 @@ def run_stop(request, code):
 
 @login_required
 def results_import(request, code):
-    """Result files of other tools into imported runs of an environment: one run per file (issue 18)."""
+    """Result files of other tools into imported runs of an environment: one run per file (issue 18).
+
+    A POST keeps each file and queues its import (a background task reads it, in bounded memory);
+    the page then lists the environment's imports with their progress, polled by HTMX while one
+    is under way, and each one's run or error.
+    """
     environment = get_for_user(request.user, Environment.objects.select_related("project__team"), code=code, write=True)
     form = ResultUploadForm(request.POST or None, request.FILES or None, environment=environment)
     if request.method == "POST" and form.is_valid():
         for upload in form.cleaned_data["files"]:
-            _import_upload(request, environment, upload, form.cleaned_data["format"] or None, form.cleaned_data["plan"])
-        return redirect(environment)
-    context = {"form": form, "environment": environment, "project": environment.project, "nav": "projects"}
-    return render(request, "runs/results_import.html", context, status=400 if form.errors else 200)
-
-
-def _import_upload(request, environment, upload, format_: str | None, plan) -> None:
-    """Imports one uploaded file through a temporary copy, deleted afterwards; says what became of it."""
-    with tempfile.NamedTemporaryFile(suffix=".upload") as copy:
-        for chunk in upload.chunks():
-            copy.write(chunk)
-        copy.flush()
-        try:
-            run, created = services.run_import(
+            services.result_import_create(
                 environment=environment,
                 user=request.user,
-                path=Path(copy.name),
+                chunks=upload.chunks(),
                 file_name=upload.name,
-                format=format_,
-                plan=plan,
+                format=form.cleaned_data["format"],
+                plan=form.cleaned_data["plan"],
             )
-        except result_files.ResultFileError as refusal:
-            messages.error(request, f"{upload.name}: {refusal}")
-            return
-    verb = "imported as" if created else "was already imported as"
-    messages.success(request, f"{upload.name} {verb} run #{run.number}.")
+        count = len(form.cleaned_data["files"])
+        messages.info(request, f"{count} file{'s' if count > 1 else ''} queued for import: progress below.")
+        return redirect("runs:import", code=environment.code)
+    from portal.history.experiment_forms import TrialSetFromRunsForm
+
+    imports = list(selectors.result_imports(environment)[:20])
+    context = {
+        "form": form,
+        "environment": environment,
+        "project": environment.project,
+        "nav": "projects",
+        "imports": imports,
+        "polling": any(i.is_active for i in imports),
+        "trial_form": TrialSetFromRunsForm(environment=environment),
+    }
+    if request.htmx and request.method == "GET":
+        return render(request, "runs/results_import.html#imports", context)
+    return render(request, "runs/results_import.html", context, status=400 if form.errors else 200)

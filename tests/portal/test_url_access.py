@@ -40,6 +40,7 @@ teams/<uuid:code>/members/<int:user_id>/remove/ tokens/ tokens/<int:token_id>/re
 projects/<uuid:code>/shared-links/ projects/<uuid:code>/shared-links/new/ projects/<uuid:code>/shared-links/setting/
 shared-links/<uuid:code>/revoke/ projects/<uuid:code>/testcases/import-har/
 projects/<uuid:code>/testcases/import-har/<str:token>/ environments/<uuid:code>/import-results/
+environments/<uuid:code>/trialsets/from-runs/
 teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<int:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
@@ -73,6 +74,8 @@ api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
 api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invitations/(?P<invitation_id>[^/]+)/$
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$
+api/v1/environments/<str:code>/result-imports/ api/v1/projects/<str:code>/har-import/
+api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$
 """
 
 ROUTES = {

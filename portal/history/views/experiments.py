@@ -27,7 +27,7 @@ from portal.runs.selectors import run_live_figures
 from portal.runs.services import RunError, active_run_on
 
 from .. import comparison, services
-from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm
+from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm, TrialSetFromRunsForm
 from ..models import Experiment, TrialSet, TuningChange
 
 # The figures of a trial's summary shown per run, and pooled (± sd between trials) for the set.
@@ -157,6 +157,30 @@ def _trialset_context(request, trial_set: TrialSet) -> dict:
 # --------------------------------------------------------------------------------------
 # Trial sets
 # --------------------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def trialset_from_runs(request, code):
+    """A trial set of runs that already exist, imported ones above all (POST from the import page; issue 18)."""
+    from portal.projects.models import Environment
+
+    environment = get_for_user(request.user, Environment.objects.select_related("project__team"), code=code, write=True)
+    form = TrialSetFromRunsForm(request.POST, environment=environment)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, f"No trial set was made: {error}")
+        return redirect("runs:import", code=environment.code)
+    try:
+        trial_set = services.trialset_from_runs(
+            runs=list(form.cleaned_data["runs"]), user=request.user, label=form.cleaned_data["label"]
+        )
+    except services.TrialSetRefused as exc:
+        messages.error(request, f"No trial set was made: {exc}")
+        return redirect("runs:import", code=environment.code)
+    messages.success(request, f"A trial set of {trial_set.size} runs: compare it with another set or run.")
+    return redirect(trial_set)
 
 
 @login_required

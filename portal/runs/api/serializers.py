@@ -89,6 +89,8 @@ class RunSerializer(serializers.ModelSerializer):
             "created_at",
             "start_at",
             "finished_at",
+            "kind",
+            "source",
         )
         read_only_fields = fields
 

@@ -7,8 +7,9 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from portal.history import services as history
-from portal.history.models import TuningChange
-from portal.runs.models import Run, ShardInterval
+from portal.history.models import TrialSet, TuningChange
+from portal.runs import services
+from portal.runs.models import ResultImport, Run, ShardInterval
 from tests.portal.runs.test_result_files import METRIC, point, request
 
 pytestmark = pytest.mark.django_db
@@ -106,6 +107,7 @@ def test_the_pages_that_read_runs_read_an_imported_one(k6_json, environment, cli
         reverse("history:compare", args=[environment.project.code]), {"a": run.code, "b": run.code}
     )
     assert compare.status_code == 200
+    assert "k6 · results.json" in compare.content.decode()  # the source beside the run
     journey = alice_client.get(reverse("history:environment-journey", args=[environment.code]))
     assert journey.status_code == 200
     client.force_login(charlie)
@@ -121,7 +123,20 @@ def _upload(client, environment, *paths, **data):
     return client.post(reverse("runs:import", args=[environment.code]), {"files": files, **data}, follow=True)
 
 
-def test_several_files_on_the_environment_page_one_run_each(k6_json, tmp_path, environment, alice_client):
+@pytest.fixture
+def tasks_at_commit(django_capture_on_commit_callbacks):
+    """Runs a block's on_commit callbacks with Celery tasks in this process: the task's code runs as in a worker."""
+    from workers.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield lambda: django_capture_on_commit_callbacks(execute=True)
+    app.conf.task_always_eager = before
+
+
+def test_several_files_on_the_environment_page_one_run_each(
+    k6_json, tmp_path, environment, alice_client, tasks_at_commit, settings
+):
     other = tmp_path / "second.json"
     other.write_text(k6_json.read_text().replace("17:44:", "17:50:"))
     bad = tmp_path / "notes.txt"
@@ -129,17 +144,90 @@ def test_several_files_on_the_environment_page_one_run_each(k6_json, tmp_path, e
     page = alice_client.get(environment.get_absolute_url()).content.decode()
     assert reverse("runs:import", args=[environment.code]) in page
 
-    response = _upload(alice_client, environment, k6_json, other, bad)
+    # when: three files uploaded; their imports run as background tasks after the request's commit
+    with tasks_at_commit():
+        response = _upload(alice_client, environment, k6_json, other, bad)
 
-    text = response.content.decode()
-    assert response.redirect_chain[-1][0] == environment.get_absolute_url()
+    # then: one run per good file, the bad one's reason on the page, every upload deleted
+    assert response.redirect_chain[-1][0] == reverse("runs:import", args=[environment.code])
+    assert "3 files queued for import" in response.content.decode()
     runs = list(Run.objects.order_by("number"))
     assert [r.source["file_name"] for r in runs] == ["results.json", "second.json"]
-    assert "results.json imported as run #1." in text and "second.json imported as run #2." in text
-    assert "notes.txt: This is not a result file Plimsoll reads" in text
     assert all(r.created_by.username == "alice" for r in runs)
-    again = _upload(alice_client, environment, k6_json).content.decode()
-    assert "results.json was already imported as run #1." in again and Run.objects.count() == 2
+    imports = {i.file_name: i for i in ResultImport.objects.all()}
+    assert {n: i.status for n, i in imports.items()} == {
+        "results.json": "done",
+        "second.json": "done",
+        "notes.txt": "failed",
+    }
+    assert imports["results.json"].bytes_read == imports["results.json"].bytes_total == k6_json.stat().st_size
+    assert not any(services.result_upload_path(i).exists() for i in imports.values())
+    text = alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    assert runs[0].get_absolute_url() in text and runs[1].get_absolute_url() in text
+    assert "This is not a result file Plimsoll reads" in text
+    assert 'hx-trigger="every 1s"' not in text  # nothing under way: the page stops polling
+
+    # and: the same file again finds its run
+    with tasks_at_commit():
+        _upload(alice_client, environment, k6_json)
+    assert Run.objects.count() == 2
+    assert ResultImport.objects.filter(run=runs[0], already_imported=True).count() == 1
+
+
+def test_an_import_under_way_is_polled_with_its_progress(k6_json, environment, alice_client, settings):
+    # given: a file queued (no worker has taken it yet), then read halfway
+    response = _upload(alice_client, environment, k6_json)
+    item = ResultImport.objects.get()
+    stored = settings.VAR_DIR / "result-uploads" / f"{item.code}.upload"
+    assert stored.read_bytes() == k6_json.read_bytes() and stored.stat().st_mode & 0o777 == 0o600
+    ResultImport.objects.filter(id=item.id).update(status="reading", bytes_read=item.bytes_total // 2)
+
+    # when: the page polls
+    part = alice_client.get(reverse("runs:import", args=[environment.code]), headers={"HX-Request": "true"})
+
+    # then: the list alone, still polling, with the bytes read
+    text = part.content.decode()
+    assert text.lstrip().startswith('<section id="imports"') and 'hx-trigger="every 1s"' in text
+    assert 'aria-valuenow="49"' in text or 'aria-valuenow="50"' in text
+    assert "Reading" in text and response.status_code == 200
+
+    # and: the worker's task finishes it and deletes the upload
+    ResultImport.objects.filter(id=item.id).update(status="queued")
+    services.result_import_process(item.id)
+    item.refresh_from_db()
+    assert item.status == "done" and item.run is not None and not stored.exists()
+    services.result_import_process(item.id)  # a second delivery of the task does nothing
+    assert Run.objects.count() == 1
+
+
+def test_a_malformed_line_fails_the_import_with_its_number_and_nothing_imported(
+    tmp_path, environment, alice_client, tasks_at_commit
+):
+    path = tmp_path / "results.jtl"
+    path.write_text("timeStamp,elapsed,label,success\n1795543128000,5,Home,true\n1795543128100,five,Home,true\n")
+    with tasks_at_commit():
+        _upload(alice_client, environment, path)
+    item = ResultImport.objects.get()
+    assert item.status == "failed" and item.error.startswith("Line 3 is not a JMeter JTL line")
+    assert not Run.objects.exists() and not ShardInterval.objects.exists()
+    assert (
+        "Line 3 is not a JMeter JTL line"
+        in alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    )
+
+
+def test_an_import_whose_worker_was_lost_is_failed_by_the_sweep(k6_json, environment, alice_client, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    _upload(alice_client, environment, k6_json)
+    item = ResultImport.objects.get()
+    ResultImport.objects.filter(id=item.id).update(status="reading", updated_at=timezone.now() - timedelta(hours=1))
+    assert services.result_imports_sweep() == 1
+    item.refresh_from_db()
+    assert item.status == "failed" and "worker reading it was lost" in item.error
+    assert not (settings.VAR_DIR / "result-uploads" / f"{item.code}.upload").exists()
 
 
 def test_a_file_over_the_limit_is_refused_and_nothing_imported(k6_json, environment, alice_client, settings):
@@ -178,10 +266,11 @@ def test_an_import_for_a_plan_joins_its_journey_and_is_judged_by_its_thresholds(
         _import(k6_json, plan.environment, "--plan", "Nope")
 
 
-def test_the_upload_form_offers_the_projects_plans(k6_json, plan, alice_client):
+def test_the_upload_form_offers_the_projects_plans(k6_json, plan, alice_client, tasks_at_commit):
     page = alice_client.get(reverse("runs:import", args=[plan.environment.code])).content.decode()
     assert f'<option value="{plan.code}">Smoke</option>' in page
-    _upload(alice_client, plan.environment, k6_json, plan=str(plan.code))
+    with tasks_at_commit():
+        _upload(alice_client, plan.environment, k6_json, plan=str(plan.code))
     assert Run.objects.get().plan == plan
 
 
@@ -201,3 +290,65 @@ def test_an_import_whose_process_dies_before_finalize_is_finished_by_the_watchdo
 
     run.refresh_from_db()
     assert run.status == Run.Status.PASSED and run.summary["whole_run"]["hits"] == 13
+
+
+def _jtl(tmp_path, name: str, start_s: int, elapsed_ms: int):
+    rows = ["timeStamp,elapsed,label,responseCode,success"]
+    rows += [f"{(start_s + i // 10) * 1000 + i % 10 * 90},{elapsed_ms + i % 7},Home,200,true" for i in range(60)]
+    path = tmp_path / name
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_imported_runs_make_trial_sets_that_compare_and_show_their_source(tmp_path, plan, alice_client, bob, client):
+    # given: six JMeter results of the plan on one configuration, three slow and three fast
+    environment = plan.environment
+    for i, elapsed in enumerate((300, 310, 305, 100, 104, 98)):
+        _import(_jtl(tmp_path, f"week{i}.jtl", 1_795_000_000 + i * 3600, elapsed), environment, "--plan", plan.name)
+    runs = list(Run.objects.order_by("number"))
+    url = reverse("history:trialset-from-runs", args=[environment.code])
+
+    # when: the first three and the last three become trial sets, from the import page's form
+    page = alice_client.get(reverse("runs:import", args=[environment.code])).content.decode()
+    assert "#1 Smoke" in page and "JMeter · week0.jtl" in page
+    before = alice_client.post(url, {"runs": [r.code for r in runs[:3]], "label": "slow"}, follow=True)
+    after = alice_client.post(url, {"runs": [r.code for r in runs[3:]]}, follow=True)
+
+    # then: two done sets of the plan; comparing them says the second is faster, beyond the noise
+    slow, fast = TrialSet.objects.order_by("id")
+    assert before.redirect_chain[-1][0] == slow.get_absolute_url() and after.status_code == 200
+    assert (slow.status, slow.size, slow.plan, slow.label, fast.size) == ("done", 3, plan, "slow", 3)
+    assert set(slow.runs.all()) == set(runs[:3])
+    compare = alice_client.get(reverse("history:compare", args=[plan.project.code]), {"a": slow.code, "b": fast.code})
+    text = compare.content.decode()
+    assert compare.status_code == 200 and "better" in text and "JMeter · week3.jtl" in text
+    # and: the journey of the plan names each imported run's source
+    journey = alice_client.get(reverse("history:environment-journey", args=[environment.code]), {"plan": plan.code})
+    assert 'is imported: <span class="badge imported">JMeter · week5.jtl</span>' in journey.content.decode()
+
+    # and: a run already in a set, a single run, or a viewer are refused; nothing changes
+    again = alice_client.post(url, {"runs": [runs[0].code, runs[3].code]}, follow=True).content.decode()
+    assert "Already in a trial set: #1, #4." in again
+    client.force_login(bob)
+    assert client.post(url, {"runs": [r.code for r in runs[:2]]}).status_code == 403
+    assert TrialSet.objects.count() == 2
+
+
+def test_a_trial_set_needs_one_configuration(tmp_path, environment, alice):
+    from portal.history.services import TrialSetRefused, trialset_from_runs
+
+    _import(_jtl(tmp_path, "a.jtl", 1_795_000_000, 100), environment)
+    change = history.change_create(
+        environment=environment,
+        user=alice,
+        edits=[{"key": "search.index", "value": "on"}],
+        category=TuningChange.Category.INDEX,
+        title="Index",
+    )
+    history.change_apply(change, user=alice)
+    TuningChange.objects.filter(pk=change.pk).update(applied_at="2026-11-24T17:00:00Z")  # between the two files
+    _import(_jtl(tmp_path, "b.jtl", 1_900_000_000, 100), environment)
+    with pytest.raises(TrialSetRefused, match="different configurations"):
+        trialset_from_runs(runs=list(Run.objects.all()), user=alice)
+    with pytest.raises(TrialSetRefused, match="at least two runs"):
+        trialset_from_runs(runs=[Run.objects.first()], user=alice)

@@ -15,7 +15,10 @@ from portal.runs import result_files, services
 
 
 class Command(BaseCommand):
-    help = "Import result files (k6 JSON lines or CSV, gzipped too) as runs of an environment; prints each run's URL."
+    help = (
+        "Import result files (k6 JSON or CSV, JMeter JTL CSV or XML, Locust _stats_history.csv, Gatling "
+        "simulation.log; gzipped too) as runs of an environment, in the foreground; prints each run's URL."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("files", nargs="+", metavar="FILE")

@@ -1,0 +1,157 @@
+"""Imports through the API (issue 18): result files become runs in the background; a HAR becomes a test case."""
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from portal.projects.models import TestCase
+from portal.runs.models import ResultImport, Run
+from tests.portal.api.conftest import PERSONAS, UNAUTHENTICATED, session
+from tests.portal.projects.test_har import har_bytes, login_journey
+
+pytestmark = pytest.mark.django_db
+
+WRITERS = ("owner", "editor")
+JTL = (
+    b"timeStamp,elapsed,label,responseCode,success,bytes,allThreads\n"
+    b"1795543128000,120,Home,200,true,5000,2\n"
+    b"1795543128500,80,Search,200,true,3000,2\n"
+    b"1795543129200,40,Home,500,false,200,2\n"
+)
+
+
+def _status(name: str, ok: int) -> int:
+    if name in WRITERS:
+        return ok
+    if name == "outsider":
+        return 404
+    if name in UNAUTHENTICATED:
+        return 401
+    return 403  # viewers, read and run tokens: an import writes to the history
+
+
+@pytest.fixture
+def tasks_at_commit(django_capture_on_commit_callbacks):
+    from workers.celery import app
+
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield lambda: django_capture_on_commit_callbacks(execute=True)
+    app.conf.task_always_eager = before
+
+
+def _upload(client, environment, content=JTL, name="results.jtl", **data):
+    return client.post(
+        f"/api/v1/environments/{environment.code}/result-imports/",
+        {"file": SimpleUploadedFile(name, content), **data},
+        format="multipart",
+    )
+
+
+@pytest.mark.parametrize("persona", PERSONAS, indirect=True)
+def test_only_editors_upload_result_files(persona, request, environment):
+    response = _upload(persona, environment)
+
+    name = request.node.callspec.params["persona"]
+    assert response.status_code == _status(name, 202), response.content
+    assert ResultImport.objects.count() == (1 if name in WRITERS else 0)
+
+
+def test_an_upload_is_imported_in_the_background_and_polled_to_its_run(alice, environment, tasks_at_commit):
+    client = session(alice)
+
+    # when: a write token uploads, and the import task runs after the commit
+    with tasks_at_commit():
+        response = _upload(client, environment)
+
+    # then: 202 with the import to poll; polling finds it done, with its run
+    assert response.status_code == 202 and response["Location"] == response.json()["url"]
+    polled = client.get(response.json()["url"]).json()
+    assert (polled["status"], polled["percent"], polled["bytes_read"]) == ("done", 100, len(JTL))
+    run = client.get(polled["run_url"]).json()
+    assert run["kind"] == "imported" and run["source"]["tool"] == "JMeter"
+    assert run["source"]["file_name"] == "results.jtl" and run["status"] == "passed"
+    assert Run.objects.get().summary["whole_run"]["hits"] == 3
+
+
+def test_a_bad_file_fails_with_its_line_and_imports_nothing(alice, environment, tasks_at_commit):
+    with tasks_at_commit():
+        response = _upload(session(alice), environment, JTL + b"1795543130000,five,Home,200,true,1,2\n")
+    polled = session(alice).get(response.json()["url"]).json()
+    assert polled["status"] == "failed" and polled["error"].startswith("Line 5 is not a JMeter JTL line")
+    assert polled["run"] is None and not Run.objects.exists()
+
+
+def test_a_bad_format_or_plan_or_size_is_refused_at_once(alice, environment, settings):
+    client = session(alice)
+    assert _upload(client, environment, format="jtl").status_code == 400
+    response = _upload(client, environment, plan="6f1c0d52-0000-4000-8000-000000000000")
+    assert response.status_code == 400 and "No such plan" in response.content.decode()
+    settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB = 1
+    response = _upload(client, environment, JTL + b" " * (1024 * 1024))
+    assert response.status_code == 400 and "Over the 1 MB limit" in response.content.decode()
+    assert not ResultImport.objects.exists()
+
+
+def test_the_import_list_and_detail_hold_only_the_callers_teams(alice, charlie, environment):
+    created = _upload(session(alice), environment).json()
+    assert [i["code"] for i in session(alice).get("/api/v1/result-imports/").json()["results"]] == [created["code"]]
+    assert session(charlie).get("/api/v1/result-imports/").json()["results"] == []
+    assert session(charlie).get(created["url"]).status_code == 404
+
+
+def test_a_write_token_uploads_and_a_run_token_cannot(environment, token_secret):
+    from tests.portal.api.conftest import bearer
+
+    assert _upload(bearer(token_secret("write")), environment).status_code == 202
+    response = _upload(bearer(token_secret("run")), environment)
+    assert response.status_code == 403 and "needs a write token" in response.content.decode()
+
+
+def _har(client, project, content=None, **data):
+    content = har_bytes(*login_journey()) if content is None else content
+    return client.post(
+        f"/api/v1/projects/{project.code}/har-import/",
+        {"file": SimpleUploadedFile("login.har", content), **data},
+        format="multipart",
+    )
+
+
+@pytest.mark.parametrize("persona", PERSONAS, indirect=True)
+def test_only_editors_import_a_har(persona, request, project):
+    response = _har(persona, project)
+    name = request.node.callspec.params["persona"]
+    assert response.status_code == _status(name, 201), response.content
+    assert TestCase.objects.filter(name="login").count() == (1 if name in WRITERS else 0)
+
+
+def test_a_har_becomes_a_test_case_with_its_correlation_and_no_password(alice, project):
+    # when: a dry run, then the import
+    dry = _har(session(alice), project, dry_run="true")
+    response = _har(session(alice), project, name="Login journey")
+
+    # then: the preview both times; the test case only the second
+    assert dry.status_code == 200 and dry.json()["created"] is False and dry.json()["test_case"] is None
+    body = response.json()
+    assert response.status_code == 201 and body["created"] is True
+    assert body["correlations"] == [
+        {
+            "name": "csrfmiddlewaretoken",
+            "kind": body["correlations"][0]["kind"],
+            "step": 1,
+            "uses": [2],
+            "accepted": True,
+        }
+    ]
+    assert body["variables_needed"] == ["password"]
+    test_case = TestCase.objects.get(code=body["test_case"])
+    assert test_case.name == "Login journey" and body["test_case_url"].endswith(f"/test-cases/{test_case.code}/")
+    post = test_case.steps.order_by("position")[1]
+    assert "{{csrfmiddlewaretoken}}" in post.body and "s3cret" not in post.body
+
+
+def test_a_rejected_correlation_and_bad_files_are_honoured(alice, project):
+    rejected = _har(session(alice), project, reject=["csrfmiddlewaretoken"], dry_run="true").json()
+    assert rejected["correlations"][0]["accepted"] is False
+    response = _har(session(alice), project, content=b"not json")
+    assert response.status_code == 400 and "file" in response.json().get("fields", response.json())
+    assert not TestCase.objects.filter(name="login").exists()
