@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from django.db.models import Max
 
+from portal import formatting
 from portal.common import human_duration
 from portal.history import analysis as history_analysis
 from portal.history import changepoint, scalability
@@ -558,21 +559,19 @@ def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, 
 
 
 def _fmt_ms(value: float) -> str:
-    """412 ms, 1 s, 1.42 s: short enough for a sentence."""
-    if value >= 1000:
-        return f"{value / 1000:.3g} s"
-    return f"{value:.3g} ms"
+    """412 ms, 1.00 s, 1.42 s: as every page writes a duration (portal.formatting)."""
+    return formatting.duration_ms(value)
 
 
 def _fmt_rate(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return formatting.rate(value)
 
 
 def _fmt_limit(key: str, value: float) -> str:
     if key in ("apd_ms", "p95_ms"):
         return _fmt_ms(value)
     if key == "error_rate_pct":
-        return f"{value:g} %"
+        return formatting.percent(value)
     return f"{_fmt_rate(value)} pages/s"
 
 
