@@ -261,8 +261,26 @@ class _Series:
         self._open: int | None = None
         self._hist = Histogram()
         self.last: int | None = None
+        # Each bucket's extremes over its seconds (issue 15: a stall of one second must survive
+        # the downsampling): the highest per-second APD and the lowest per-second pages.
+        self.apd_max: dict[int, float | None] = {}
+        self.pages_min: dict[int, tuple[int, int]] = {}  # bucket → (lowest pages in a second, seconds seen)
+        self._second: list | None = None  # [second, pages, µs, count] of the second being read
+
+    def _close_second(self) -> None:
+        sec = self._second
+        if sec is None:
+            return
+        start = self.first + (sec[0] - self.first) // self.bucket * self.bucket
+        if sec[3]:
+            apd = round(sec[2] / sec[3] / 1000, 2)
+            self.apd_max[start] = max(self.apd_max.get(start) or 0.0, apd)
+        low, seen = self.pages_min.get(start, (sec[1], 0))
+        self.pages_min[start] = (min(low, sec[1]), seen + 1)
+        self._second = None
 
     def _close(self) -> None:
+        self._close_second()
         if self._open is not None:
             h = self._hist
             self.apd[self._open] = round(h.mean / 1000, 2) if h.count else None
@@ -274,6 +292,12 @@ class _Series:
         if start != self._open:
             self._close()
             self._open = start
+        if self._second is None or self._second[0] != row.second:
+            self._close_second()
+            self._second = [row.second, 0, 0, 0]
+        self._second[1] += row.pages
+        self._second[2] += row.hist.sum
+        self._second[3] += row.hist.count
         self.last = row.second if self.last is None else max(self.last, row.second)
         self.pages[start] += row.pages
         self.hits[start] += row.hits
@@ -302,7 +326,8 @@ class _Series:
                 e[2] += s.latency_sum_us
                 e[3] += s.latency_count
         keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms")
-        out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in keys}, "bytes_per_s": []}
+        extremes = ("apd_max_ms", "pages_per_s_min")
+        out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in (*keys, *extremes)}, "bytes_per_s": []}
         for start in range(self.first if totals_from is None else totals_from, last + 1, self.bucket):
             span = range(start, min(start + self.bucket, last + 1))
             n = len(span)
@@ -314,9 +339,12 @@ class _Series:
                 out["pages_per_s"].append(round(pages / n, 2))
                 out["errors_per_s"].append(round(errors / n, 2))
                 out["apd_ms"].append(round(total_us / count / 1000, 2) if count else None)
-                for key in ("hits_per_s", "bytes_per_s", "p95_ms"):
+                for key in ("hits_per_s", "bytes_per_s", "p95_ms", *extremes):
                     out[key].append(None)
                 continue
+            low, seen = self.pages_min.get(start, (0, 0))
+            out["apd_max_ms"].append(self.apd_max.get(start))
+            out["pages_per_s_min"].append(low if seen >= n else 0)  # a second without rows had no page
             out["pages_per_s"].append(round(self.pages[start] / n, 2))
             out["hits_per_s"].append(round(self.hits[start] / n, 2))
             out["errors_per_s"].append(round(self.errs[start] / n, 2))
