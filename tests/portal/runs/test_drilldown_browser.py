@@ -35,9 +35,8 @@ def _finished_run(run):
 
 
 def _figures(page, box: str) -> dict:
-    return page.evaluate(
-        f"Object.fromEntries([...document.querySelectorAll('{box} .stat')].map(s => [s.dataset.figure, s.dataset.value]))"
-    )
+    stats = f"[...document.querySelectorAll('{box} .stat')]"
+    return page.evaluate(f"Object.fromEntries({stats}.map(s => [s.dataset.figure, s.dataset.value]))")
 
 
 @pytest.mark.browser
