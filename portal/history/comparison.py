@@ -300,6 +300,14 @@ class Row:
         return "±" + format_figure(c.noise, self.unit, scale=scale, spread=True)
 
     @property
+    def change_pct(self) -> float | None:
+        """The signed change in % of before ((after − before) / before), for sorting; None without both."""
+        before, after = self._before, self._after
+        if before is None or after is None or before == 0:
+            return None
+        return round(100.0 * (after - before) / abs(before), 3)
+
+    @property
     def verdict(self) -> str:
         return self.comparison.verdict if self.comparison else ""
 
@@ -345,6 +353,16 @@ class Report:
     @property
     def capacity(self) -> Row | None:
         return next((r for r in self.total if r.figure == CAPACITY.name), None)
+
+    @property
+    def pages_by_change(self) -> list[tuple[str, list[Row]]]:
+        """Every page, the one whose APD grew most first (pages without a change last, by name)."""
+
+        def worst_first(item):
+            change = item[1][0].change_pct if item[1] else None
+            return (change is None, -(change or 0.0), item[0])
+
+        return sorted(self.pages, key=worst_first)
 
     @property
     def rows(self) -> list[Row]:
