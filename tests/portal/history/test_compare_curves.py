@@ -143,3 +143,32 @@ def test_the_overlaid_curves_are_each_runs_own_series(browser, live_server, alic
     context.close()
     assert first == "Home" and last == "Home"
     assert problems == []
+
+
+@pytest.mark.django_db
+def test_a_steps_runs_curves_give_pages_per_s_and_apd_against_users(plan, alice):
+    from portal.history import curves
+    from tests.portal.runs.test_capacity_degradation import fill_levels, steps_run
+
+    run = Run.objects.create(
+        project=plan.project,
+        number=1,
+        plan=plan,
+        environment=plan.environment,
+        plan_name=plan.name,
+        environment_name=plan.environment.name,
+        plan_snapshot=plan.to_engine_dict(),
+        created_by=alice,
+    )
+    run = steps_run(run, [10, 20, 40], thresholds={"apd_ms": 1000})
+    fill_levels(run, [(50, 20.0), (100, 22.0), (150, 60.0)])
+    Run.objects.filter(id=run.id).update(status=Run.Status.PASSED, summary=analysis.summarize(run))
+    run = Run.objects.get(id=run.id)
+
+    data = curves.run_curves(run)
+
+    assert [lv["users"] for lv in data["levels"]] == [10, 20, 40]
+    assert [lv["pages_per_s"] for lv in data["levels"]] == pytest.approx([50, 100, 150])
+    assert [lv["apd_ms"] for lv in data["levels"]] == pytest.approx([20.0, 22.0, 60.0])
+    # the series starts at the first window's start, shifted to 0
+    assert data["series"]["t"][0] == 0 and data["series"]["window_start"] == run.summary["window"]["start"]
