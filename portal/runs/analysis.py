@@ -129,6 +129,20 @@ def _latency(h: Histogram) -> dict:
     }
 
 
+DISTRIBUTION_PERCENTILES = (
+    50, 60, 70, 75, 80, 85, 90, 92.5, 95, 96, 97, 97.5, 98, 98.5, 99, 99.25, 99.5, 99.75, 99.9, 99.95, 99.99,
+)  # fmt: skip
+"""The percentile curve's points: denser towards the tail, where distributions differ."""
+
+
+def distribution_of(h: Histogram) -> list[list[float]]:
+    """The percentile curve of a merged histogram: [[percentile, ms], …], p50 to p99.99."""
+    if not h.count:
+        return []
+    values = h.percentiles(DISTRIBUTION_PERCENTILES)
+    return [[q, round(values[q] / 1000, 3)] for q in DISTRIBUTION_PERCENTILES]
+
+
 def _ms(h, q: float | None = None) -> float | None:
     if not h.count:
         return None
@@ -457,6 +471,9 @@ def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
         },
         "windows": windows,
         "totals": totals,
+        # The window's page durations by percentile (issue 15: the report's distribution chart),
+        # from the same merged histogram as the totals: [[percentile, ms], …], p50 to p99.99.
+        "distribution": distribution_of(total.hist),
         "pages": pages,
         "errors": sorted(({**e, "pages": sorted(e["pages"])} for e in errors.values()), key=lambda e: -e["count"]),
         "whole_run": {

@@ -23,16 +23,11 @@ from collections import defaultdict
 from workers.engine.histogram import Histogram
 
 from . import storage
-from .analysis import cut_windows, last_second
+from .analysis import cut_windows, distribution_of, last_second
 from .models import PageInterval, PageRollup, Run
 
 MAX_POINTS = 2000
 """At most this many points per series: a few thousand, whatever the run's (or range's) length."""
-
-DISTRIBUTION_PERCENTILES = (
-    50, 60, 70, 75, 80, 85, 90, 92.5, 95, 96, 97, 97.5, 98, 98.5, 99, 99.25, 99.5, 99.75, 99.9, 99.95, 99.99,
-)  # fmt: skip
-"""The percentile curve's points: denser towards the tail, where distributions differ."""
 
 MAX_LABEL = 210
 
@@ -152,14 +147,6 @@ def figures(acc: _Acc, seconds: int) -> dict:
     }
 
 
-def distribution_of(h: Histogram) -> list[list[float]]:
-    """The percentile curve of a merged histogram: [[percentile, ms], …], p50 to p99.99."""
-    if not h.count:
-        return []
-    values = h.percentiles(DISTRIBUTION_PERCENTILES)
-    return [[q, round(values[q] / 1000, 3)] for q in DISTRIBUTION_PERCENTILES]
-
-
 def bucket_for(span: int, resolution: int = 1) -> int:
     """Seconds per point so that ``span`` seconds make at most MAX_POINTS points (a multiple of ``resolution``)."""
     bucket = max(1, math.ceil(span / MAX_POINTS))
@@ -256,6 +243,18 @@ def parse_range(params) -> tuple[str | None, int | None, int | None]:
     if since is not None and until is not None and until <= since:
         raise RangeError("to must be after from")
     return label or None, since, until
+
+
+def window_distribution(run: Run, label: str | None = None) -> dict:
+    """Only the distribution over the measurement windows (the report's chart on load).
+
+    A finished run's summary keeps the one of all pages (computed at finalize from the same
+    merged histogram as its totals), so opening the report of a 12-hour soak reads no rows for it.
+    """
+    stored = (run.summary or {}).get("distribution") if not run.is_active and label is None else None
+    if stored is None:
+        stored = distribution_of(window_histogram(run, label))
+    return {"page": label, "distribution": stored, "range": {"of": "measurement window"}}
 
 
 def page_detail(run: Run, *, label: str | None = None, since: int | None = None, until: int | None = None) -> dict:

@@ -91,6 +91,8 @@ def run_detail_data(request, code):
         label, since, until = drilldown.parse_range(request.GET)
     except drilldown.RangeError as refusal:
         return JsonResponse({"error": str(refusal)}, status=400)
+    if request.GET.get("only") == "distribution" and since is None and until is None:
+        return JsonResponse(drilldown.window_distribution(run, label))
     return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until))
 
 

@@ -34,6 +34,12 @@ def size(value):
 
 
 @register.filter
+def number(value, unit=""):
+    """A plain figure with its unit: 20 users, 2.45 GB (portal.formatting.number)."""
+    return formatting.number(value, unit or "")
+
+
+@register.filter
 def seconds(value):
     """A length of time: 45 s, 12 min 5 s, 3 h 2 min (portal.formatting.seconds)."""
     return formatting.seconds(value)

@@ -127,7 +127,7 @@
     canvas.dataset.series = String(datasets.length);
   }
 
-  get({}).then((data) => {
+  get({ only: "distribution" }).then((data) => {
     state.overall = data.distribution;
     drawDistribution();
   });

@@ -248,6 +248,7 @@ def summarize(run: Run) -> dict:
         },
         "windows": windows,
         "totals": totals,
+        "distribution": current.distribution_of(total.hist),
         "pages": pages,
         "errors": sorted(({**e, "pages": sorted(e["pages"])} for e in errors.values()), key=lambda e: -e["count"]),
         "whole_run": {

@@ -70,7 +70,11 @@ def test_without_a_range_the_figures_are_the_reports(alice_client, run):
     assert data["range"]["of"] == "measurement window"
     assert data["errors"] == [{"kind": "http_500", "count": page["errors"], "sample": "sample http_500"}]
     # all pages: the report's totals
-    whole = alice_client.get(reverse("runs:detail-data", args=[run.code])).json()["figures"]
+    only = alice_client.get(reverse("runs:detail-data", args=[run.code]), {"only": "distribution"}).json()
+    assert only["distribution"] == summary["distribution"] and len(summary["distribution"]) == 21
+    whole = alice_client.get(reverse("runs:detail-data", args=[run.code])).json()
+    assert whole["distribution"] == summary["distribution"]  # from the rows, equal to what the summary keeps
+    whole = whole["figures"]
     assert (whole["pages"], whole["apd_ms"], whole["p95_ms"]) == (
         summary["totals"]["pages"],
         summary["totals"]["apd_ms"],
