@@ -46,7 +46,7 @@ def run_curves(run: Run) -> dict:
         "code": str(run.code),
         "number": run.number,
         "series": series,
-        "distribution": drilldown.distribution_of(drilldown.window_histogram(run)),
+        "distribution": drilldown.window_distribution(run)["distribution"],
         "levels": levels,
     }
 
