@@ -128,8 +128,11 @@ def main(argv: list[str]) -> int:
     if proc.returncode:
         print(proc.stdout, proc.stderr, sep="\n", file=sys.stderr)
         return proc.returncode
-    print("| run | label rows | one page: points / ms | all pages | 10-min zoom | rolled up: page / all / zoom |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| run | label rows | report's distribution | one page: points / ms | all pages: points / ms "
+        "| 10-min zoom: points / ms | rolled up: page / all / zoom |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for line in proc.stdout.splitlines():
         if not line.startswith("{"):
             continue
