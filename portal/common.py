@@ -18,15 +18,10 @@ def new_code() -> uuid.UUID:
 
 
 def human_duration(seconds: float) -> str:
-    """A length of time as people say it: 45 s, 12 min 5 s, 3 h 2 min."""
-    value = int(round(seconds))
-    if value < 60:
-        return f"{value} s"
-    if value < 3600:
-        m, s = divmod(value, 60)
-        return f"{m} min {s} s" if s else f"{m} min"
-    h, rest = divmod(value, 3600)
-    return f"{h} h {rest // 60} min" if rest // 60 else f"{h} h"
+    """A length of time as people say it: 45 s, 12 min 5 s, 3 h 2 min (portal.formatting.seconds)."""
+    from portal.formatting import seconds as written
+
+    return written(seconds)
 
 
 def plural(count, word: str) -> str:

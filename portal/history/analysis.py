@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from portal import formatting
+
 __all__ = [
     "BETTER",
     "WORSE",
@@ -347,33 +349,24 @@ def batch_means(series: Sequence[float | None], batches: int = 10) -> list[float
 
 def _scale(unit: str, *values: float) -> str:
     """Show milliseconds as seconds when the figures themselves reach a second."""
-    if unit == "ms" and max(abs(v) for v in values) >= 1000:
-        return "s"
+    if unit == "ms":
+        return formatting.duration_scale(*values)
     return unit
 
 
-def _number(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    return f"{value:.3g}"
-
-
 def format_value(value: float, unit: str, *, scale: str | None = None, spread: bool = False) -> str:
-    """A figure as people read it: 412 ms, 11.8 s (ms ≥ 1000 shown in s, 1 decimal).
+    """A figure as people read it, by the rules of ``portal.formatting``: 412 ms, 11.8 s, 12.5 %.
 
     `scale="s"` forces seconds for a value given in ms (so that the noise of 11.8 s
-    figures reads ±0.6 s, not ±600 ms).  `spread=True` is for a "±": whole units from
-    10 up (±32 ms), two significant digits below, and two significant digits for
-    seconds too small for one decimal (±0.023 s rather than ±0.0 s).
+    figures reads ±0.600 s, not ±600 ms). `spread` (a "±" half-width) is written like
+    the figure it qualifies, so both read with the same rules.
     """
     scale = scale if scale is not None else _scale(unit, value)
-    if unit == "ms" and scale == "s":
-        seconds = value / 1000.0
-        if spread and 0 < abs(seconds) < 0.1:
-            return f"{seconds:.2g} s"
-        return f"{seconds:.1f} s"
-    text = f"{value:.0f}" if spread and abs(value) >= 10 else f"{value:.2g}" if spread else _number(value)
-    return f"{text} {unit}" if unit else text
+    if unit == "ms":
+        return formatting.duration_ms(value, "s" if scale == "s" else "ms")
+    if unit == "%":
+        return formatting.percent(value)
+    return formatting.number(value, unit)
 
 
 def _factor(x: float) -> str:

@@ -42,6 +42,7 @@ from django.db.models import Count, Max, Q
 from django.urls import reverse
 from django.utils import timezone
 
+from portal import formatting
 from portal.runs import storage
 from portal.runs.analysis import cut_windows, scalability_model
 from portal.runs.models import PageInterval, Run, RunFigures, ShardInterval
@@ -216,21 +217,20 @@ MISSING = "—"
 
 def _scale(unit: str, *values: float | None) -> str:
     """Milliseconds read as seconds when a figure of the row reaches a second (as analysis does)."""
-    present = [abs(v) for v in values if v is not None]
-    return "s" if unit == "ms" and present and max(present) >= 1000 else unit
+    return formatting.duration_scale(*values) if unit == "ms" else unit
 
 
 def format_figure(value: float | None, unit: str, *, scale: str | None = None, spread: bool = False) -> str:
-    """analysis.format_value, plus "12.3/s" for rates and thousands separators ("2,490 s")."""
+    """A figure of a comparison row, by the rules of ``portal.formatting`` ("12.3/s", "2,490 s", "0.10 %")."""
     if value is None:
         return MISSING
     if unit == "ms":
         return analysis.format_value(value, unit, scale=scale, spread=spread)
     if unit == "/s":
-        return analysis.format_value(value, "", spread=spread) + "/s"
-    if abs(value) >= 1000:
-        return f"{value:,.0f} {unit}".rstrip()
-    return analysis.format_value(value, unit, spread=spread)
+        return formatting.rate(value) + "/s"
+    if unit == "%":
+        return formatting.percent(value)
+    return formatting.number(value, unit)
 
 
 def _pct(value: float) -> str:
@@ -310,6 +310,14 @@ class Row:
         return "±" + format_figure(c.noise, self.unit, scale=scale, spread=True)
 
     @property
+    def change_pct(self) -> float | None:
+        """The signed change in % of before ((after − before) / before), for sorting; None without both."""
+        before, after = self._before, self._after
+        if before is None or after is None or before == 0:
+            return None
+        return round(100.0 * (after - before) / abs(before), 3)
+
+    @property
     def verdict(self) -> str:
         return self.comparison.verdict if self.comparison else ""
 
@@ -355,6 +363,16 @@ class Report:
     @property
     def capacity(self) -> Row | None:
         return next((r for r in self.total if r.figure == CAPACITY.name), None)
+
+    @property
+    def pages_by_change(self) -> list[tuple[str, list[Row]]]:
+        """Every page, the one whose APD grew most first (pages without a change last, by name)."""
+
+        def worst_first(item):
+            change = item[1][0].change_pct if item[1] else None
+            return (change is None, -(change or 0.0), item[0])
+
+        return sorted(self.pages, key=worst_first)
 
     @property
     def rows(self) -> list[Row]:

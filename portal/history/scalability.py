@@ -25,6 +25,8 @@ import numpy as np
 from scipy import stats
 from scipy.optimize import curve_fit
 
+from portal import formatting
+
 MIN_LEVELS = 4
 """Three parameters need at least one level more than that to leave a degree of freedom."""
 MIN_R2 = 0.9
@@ -215,7 +217,8 @@ def curve(model: UslFit, top: float, points: int = 40) -> list[dict]:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    """A throughput as every page writes it (portal.formatting.rate)."""
+    return formatting.rate(value)
 
 
 def _coefficient(value: float) -> str:

@@ -30,6 +30,7 @@ urlpatterns = [
     path("experiments/<uuid:code>/stop/", experiments.experiment_stop, name="experiment-stop"),
     # Comparison of two runs or trial sets (views/comparison.py)
     path("projects/<uuid:code>/compare/", comparison.compare, name="compare"),
+    path("projects/<uuid:code>/compare/curves.json", comparison.compare_curves, name="compare-curves"),
     # The journey (views/journey.py)
     path("environments/<uuid:code>/journey/", journey.environment_journey, name="environment-journey"),
     path("environments/<uuid:code>/journey.json", journey.environment_journey_data, name="environment-journey-data"),

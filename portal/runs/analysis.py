@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from django.db.models import Max
 
+from portal import formatting
 from portal.common import human_duration
 from portal.history import analysis as history_analysis
 from portal.history import changepoint, scalability
@@ -126,6 +127,20 @@ def _latency(h: Histogram) -> dict:
         "max_ms": round(h.max / 1000, 2),
         **{f"p{q}_ms": round(h.percentile(q) / 1000, 2) for q in PERCENTILES},
     }
+
+
+DISTRIBUTION_PERCENTILES = (
+    50, 60, 70, 75, 80, 85, 90, 92.5, 95, 96, 97, 97.5, 98, 98.5, 99, 99.25, 99.5, 99.75, 99.9, 99.95, 99.99,
+)  # fmt: skip
+"""The percentile curve's points: denser towards the tail, where distributions differ."""
+
+
+def distribution_of(h: Histogram) -> list[list[float]]:
+    """The percentile curve of a merged histogram: [[percentile, ms], …], p50 to p99.99."""
+    if not h.count:
+        return []
+    values = h.percentiles(DISTRIBUTION_PERCENTILES)
+    return [[q, round(values[q] / 1000, 3)] for q in DISTRIBUTION_PERCENTILES]
 
 
 def _ms(h, q: float | None = None) -> float | None:
@@ -260,8 +275,26 @@ class _Series:
         self._open: int | None = None
         self._hist = Histogram()
         self.last: int | None = None
+        # Each bucket's extremes over its seconds (issue 15: a stall of one second must survive
+        # the downsampling): the highest per-second APD and the lowest per-second pages.
+        self.apd_max: dict[int, float | None] = {}
+        self.pages_min: dict[int, tuple[int, int]] = {}  # bucket → (lowest pages in a second, seconds seen)
+        self._second: list | None = None  # [second, pages, µs, count] of the second being read
+
+    def _close_second(self) -> None:
+        sec = self._second
+        if sec is None:
+            return
+        start = self.first + (sec[0] - self.first) // self.bucket * self.bucket
+        if sec[3]:
+            apd = round(sec[2] / sec[3] / 1000, 2)
+            self.apd_max[start] = max(self.apd_max.get(start) or 0.0, apd)
+        low, seen = self.pages_min.get(start, (sec[1], 0))
+        self.pages_min[start] = (min(low, sec[1]), seen + 1)
+        self._second = None
 
     def _close(self) -> None:
+        self._close_second()
         if self._open is not None:
             h = self._hist
             self.apd[self._open] = round(h.mean / 1000, 2) if h.count else None
@@ -273,6 +306,12 @@ class _Series:
         if start != self._open:
             self._close()
             self._open = start
+        if self._second is None or self._second[0] != row.second:
+            self._close_second()
+            self._second = [row.second, 0, 0, 0]
+        self._second[1] += row.pages
+        self._second[2] += row.hist.sum
+        self._second[3] += row.hist.count
         self.last = row.second if self.last is None else max(self.last, row.second)
         self.pages[start] += row.pages
         self.hits[start] += row.hits
@@ -301,7 +340,8 @@ class _Series:
                 e[2] += s.latency_sum_us
                 e[3] += s.latency_count
         keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms")
-        out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in keys}, "bytes_per_s": []}
+        extremes = ("apd_max_ms", "pages_per_s_min")
+        out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in (*keys, *extremes)}, "bytes_per_s": []}
         for start in range(self.first if totals_from is None else totals_from, last + 1, self.bucket):
             span = range(start, min(start + self.bucket, last + 1))
             n = len(span)
@@ -313,9 +353,12 @@ class _Series:
                 out["pages_per_s"].append(round(pages / n, 2))
                 out["errors_per_s"].append(round(errors / n, 2))
                 out["apd_ms"].append(round(total_us / count / 1000, 2) if count else None)
-                for key in ("hits_per_s", "bytes_per_s", "p95_ms"):
+                for key in ("hits_per_s", "bytes_per_s", "p95_ms", *extremes):
                     out[key].append(None)
                 continue
+            low, seen = self.pages_min.get(start, (0, 0))
+            out["apd_max_ms"].append(self.apd_max.get(start))
+            out["pages_per_s_min"].append(low if seen >= n else 0)  # a second without rows had no page
             out["pages_per_s"].append(round(self.pages[start] / n, 2))
             out["hits_per_s"].append(round(self.hits[start] / n, 2))
             out["errors_per_s"].append(round(self.errs[start] / n, 2))
@@ -428,6 +471,9 @@ def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
         },
         "windows": windows,
         "totals": totals,
+        # The window's page durations by percentile (issue 15: the report's distribution chart),
+        # from the same merged histogram as the totals: [[percentile, ms], …], p50 to p99.99.
+        "distribution": distribution_of(total.hist),
         "pages": pages,
         "errors": sorted(({**e, "pages": sorted(e["pages"])} for e in errors.values()), key=lambda e: -e["count"]),
         "whole_run": {
@@ -558,21 +604,19 @@ def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, 
 
 
 def _fmt_ms(value: float) -> str:
-    """412 ms, 1 s, 1.42 s: short enough for a sentence."""
-    if value >= 1000:
-        return f"{value / 1000:.3g} s"
-    return f"{value:.3g} ms"
+    """412 ms, 1.00 s, 1.42 s: as every page writes a duration (portal.formatting)."""
+    return formatting.duration_ms(value)
 
 
 def _fmt_rate(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return formatting.rate(value)
 
 
 def _fmt_limit(key: str, value: float) -> str:
     if key in ("apd_ms", "p95_ms"):
         return _fmt_ms(value)
     if key == "error_rate_pct":
-        return f"{value:g} %"
+        return formatting.percent(value)
     return f"{_fmt_rate(value)} pages/s"
 
 

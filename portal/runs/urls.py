@@ -9,6 +9,8 @@ urlpatterns = [
     path("runs/", views.run_list, name="list"),
     path("runs/<uuid:code>/", views.run_detail, name="detail"),
     path("runs/<uuid:code>/series.json", views.run_series, name="series"),
+    # Issue 15: one page's series, a time range's figures, the latency distribution.
+    path("runs/<uuid:code>/detail.json", views.run_detail_data, name="detail-data"),
     path("runs/<uuid:code>/stop/", views.run_stop, name="stop"),
     # /projects/<code>/runs/, /plans/<code>/run/
     path("projects/<uuid:code>/runs/", views.project_runs, name="project"),

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for, scoped
 from portal.projects.models import Environment, Plan, Project
 
-from . import selectors, services
+from . import drilldown, selectors, services
 from .forms import ResultUploadForm, RunFilterForm
 from .models import Run
 
@@ -126,6 +126,22 @@ def run_series(request, code):
             return JsonResponse({"error": "since must be a whole number of seconds (0 or more)"}, status=400)
         since = int(since)
     return JsonResponse(selectors.run_series(run, since=since))
+
+
+@login_required
+def run_detail_data(request, code):
+    """A page's (or all pages') series, figures, distribution and errors, of the run or of a range.
+
+    ``?page=<name>&from=<s>&to=<s>``: the drill-down and the zoom of the run page (portal.runs.drilldown).
+    """
+    run = get_for_user(request.user, Run.objects.all(), code=code)
+    try:
+        label, since, until = drilldown.parse_range(request.GET)
+    except drilldown.RangeError as refusal:
+        return JsonResponse({"error": str(refusal)}, status=400)
+    if request.GET.get("only") == "distribution" and since is None and until is None:
+        return JsonResponse(drilldown.window_distribution(run, label))
+    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until))
 
 
 @login_required

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for
 from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan, Project
-from portal.runs import analysis
+from portal.runs import analysis, drilldown
 from portal.runs.models import Run
 
 from . import content, selectors, services
@@ -239,6 +239,24 @@ def public_series(request, token, run_code):
         }
     )
     return JsonResponse(data)
+
+
+@_public
+def public_detail(request, token, run_code):
+    """The drill-down and zoom data of a shared run (portal.runs.drilldown), as the run page reads it."""
+    link = _link(token)
+    if link is None:
+        return _gone(request)
+    if run_code not in content.allowed_runs(link):
+        return _not_here()
+    run = get_object_or_404(Run, project=link.project, code=run_code)
+    try:
+        label, since, until = drilldown.parse_range(request.GET)
+    except drilldown.RangeError as refusal:
+        return JsonResponse({"error": str(refusal)}, status=400)
+    if request.GET.get("only") == "distribution" and since is None and until is None:
+        return JsonResponse(drilldown.window_distribution(run, label))
+    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until))
 
 
 @_public

@@ -28,7 +28,8 @@ testcases/<uuid:code>/steps/new/ testcases/<uuid:code>/data-set/ testcases/<uuid
 testcases/<uuid:code>/data-set/delete/ steps/<uuid:code>/edit/ steps/<uuid:code>/delete/
 steps/<uuid:code>/move/<str:direction>/ plans/<uuid:code>/ plans/<uuid:code>/edit/ plans/<uuid:code>/delete/
 plans/<uuid:code>/mix/add/ mix/<int:pk>/ mix/<int:pk>/delete/ mix/<int:pk>/move/<str:direction>/ runs/
-runs/<uuid:code>/ runs/<uuid:code>/series.json runs/<uuid:code>/stop/ projects/<uuid:code>/runs/
+runs/<uuid:code>/ runs/<uuid:code>/series.json runs/<uuid:code>/detail.json runs/<uuid:code>/stop/
+projects/<uuid:code>/runs/ projects/<uuid:code>/compare/curves.json
 plans/<uuid:code>/run/ environments/<uuid:code>/changes/new/ changes/<uuid:code>/ changes/<uuid:code>/apply/
 environments/<uuid:code>/measurements/new/ measurements/<uuid:code>/delete/ runs/<uuid:code>/include/
 plans/<uuid:code>/trials/ trialsets/<uuid:code>/ trialsets/<uuid:code>/stop/ projects/<uuid:code>/experiments/
@@ -51,7 +52,8 @@ PUBLIC_PAGES = """
 password-reset/ password-reset/sent/ password-reset/<uidb64>/<token>/ password-reset/done/ signup/
 """
 TOKEN_ROUTES = """
-s/<str:token>/ s/<str:token>/runs/<uuid:run_code>/series.json s/<str:token>/journey.json invitations/<str:token>/
+s/<str:token>/ s/<str:token>/runs/<uuid:run_code>/series.json s/<str:token>/runs/<uuid:run_code>/detail.json
+s/<str:token>/journey.json invitations/<str:token>/
 """
 API_ROUTES = """
 api/v1/^experiments/$ api/v1/^experiments/(?P<code>[^/]+)/$ api/v1/^experiments/(?P<code>[^/]+)/start/$

@@ -181,6 +181,16 @@ class SeriesSerializer(serializers.Serializer):
     apd_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
     p95_ms = serializers.ListField(child=serializers.FloatField(allow_null=True))
     bytes_per_s = serializers.ListField(child=serializers.FloatField())
+    apd_max_ms = serializers.ListField(
+        child=serializers.FloatField(allow_null=True),
+        required=False,
+        help_text="Each point's highest per-second APD: a stall of one second survives the bucket's mean",
+    )
+    pages_per_s_min = serializers.ListField(
+        child=serializers.FloatField(allow_null=True),
+        required=False,
+        help_text="Each point's lowest per-second pages (0 when a second had none)",
+    )
     status = serializers.CharField()
     active = serializers.BooleanField()
     windows = serializers.ListField(child=serializers.ListField(), help_text="[start, end, label] of each window")

@@ -2,57 +2,47 @@
 
 from django import template
 
-from portal.common import human_duration, plural
+from portal import formatting
+from portal.common import plural
 
 register = template.Library()
-MISSING = "—"
-
-
-def _number(value):
-    """The value as a float, or None when there is nothing to show (None, "", a missing key)."""
-    if value is None or value == "":
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+MISSING = formatting.MISSING
 
 
 @register.filter
-def ms(value):
-    """A duration in milliseconds: 0.84 ms, 123 ms, 4.02 s."""
-    value = _number(value)
-    if value is None:
-        return MISSING
-    if value >= 1000:
-        return f"{value / 1000:.2f} s"
-    if value >= 10:
-        return f"{value:.0f} ms"
-    return f"{value:.2f} ms"
+def ms(value, scale=None):
+    """A duration in milliseconds: 0.842 ms, 123 ms, 4.02 s (portal.formatting.duration_ms)."""
+    return formatting.duration_ms(value, scale or None)
 
 
 @register.filter
 def rate(value):
-    """A per-second figure with sensible precision."""
-    value = _number(value)
-    if value is None:
-        return MISSING
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:,.2f}"
+    """A per-second figure: 1,234, 42.5, 4.25 (portal.formatting.rate)."""
+    return formatting.rate(value)
 
 
 @register.filter
 def pct(value):
-    value = _number(value)
-    if value is None:
-        return MISSING
-    return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
+    """A percentage: 0.10 %, 12.5 % (portal.formatting.percent)."""
+    return formatting.percent(value)
+
+
+@register.filter
+def size(value):
+    """A number of bytes: 512 B, 1.50 KB (portal.formatting.size)."""
+    return formatting.size(value)
+
+
+@register.filter
+def number(value, unit=""):
+    """A plain figure with its unit: 20 users, 2.45 GB (portal.formatting.number)."""
+    return formatting.number(value, unit or "")
 
 
 @register.filter
 def seconds(value):
-    """A length of time: 45 s, 12 min 5 s, 3 h 2 min."""
-    value = _number(value)
-    return MISSING if value is None else human_duration(value)
+    """A length of time: 45 s, 12 min 5 s, 3 h 2 min (portal.formatting.seconds)."""
+    return formatting.seconds(value)
 
 
 @register.filter

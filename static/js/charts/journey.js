@@ -22,19 +22,11 @@
   const BLUE = "#1f5fbf", AMBER = "#9a6300", GREEN = "#1c7c3c", RED = "#b3261e", PURPLE = "#6b4fa3";
   const DOUBT = "#8a94a6", MARK = "#d9822b";
 
-  function fmtMs(v) {
-    if (v === null || v === undefined) return "—";
-    if (v >= 1000) return (v / 1000).toFixed(2) + " s";
-    return v >= 10 ? v.toFixed(0) + " ms" : v.toFixed(2) + " ms";
-  }
-  function fmtRate(v) {
-    if (v === null || v === undefined) return "—";
-    return v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v.toFixed(2);
-  }
-  function fmtPct(v) {
-    if (v === null || v === undefined) return "—";
-    return (v < 10 ? v.toFixed(2) : v.toFixed(1)) + " %";
-  }
+  // Figures are written by static/js/format.js, the twin of portal/formatting.py.
+  const F = window.PlimsollFormat;
+  const fmtMs = (v) => F.durationMs(v);
+  const fmtRate = (v) => F.rate(v);
+  const fmtPct = (v) => F.percent(v);
   function fmtDate(ms) {
     return new Date(ms).toLocaleString(undefined, {
       year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });

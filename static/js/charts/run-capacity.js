@@ -7,6 +7,7 @@
   const el = document.getElementById("capacity-data"), canvas = document.getElementById("chart-capacity");
   if (!el || !canvas || !window.Chart) return;
   const c = JSON.parse(el.textContent);
+  const F = window.PlimsollFormat;
   const levels = c.levels;
   const held = levels.map((l) => (l.held ? "#1c7c3c" : "#b3261e"));
   const model = c.model && c.model.fitted ? c.model : null;
@@ -82,11 +83,18 @@
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
       interaction: { mode: "nearest", intersect: false },
-      plugins: { title: { display: true, text: "Throughput and APD against users" }, legend: { position: "bottom" } },
+      plugins: { title: { display: true, text: "Throughput and APD against users" }, legend: { position: "bottom" },
+        // Figures written by format.js, as the report's tables write them (portal/formatting.py).
+        tooltip: { callbacks: {
+          title: (items) => (items.length ? F.number(items[0].parsed.x, "users") : ""),
+          label: (item) => item.dataset.label.replace(" (ms)", "") + ": " +
+            (item.dataset.yAxisID === "y1" ? F.durationMs(item.parsed.y) : F.rate(item.parsed.y) + " pages/s"),
+        } } },
       scales: {
         x: { type: "linear", title: { display: true, text: "users" }, beginAtZero: true },
-        y: { position: "left", beginAtZero: true, title: { display: true, text: "pages/s" } },
-        y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "APD (ms)" } },
+        y: { position: "left", beginAtZero: true, title: { display: true, text: "pages/s" }, ticks: { callback: (v) => F.rate(v) } },
+        y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "APD (ms)" },
+          ticks: { callback: (v) => F.durationMs(v) } },
       },
     },
     plugins: [marks],

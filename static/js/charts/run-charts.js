@@ -8,6 +8,13 @@
   if (!box || !window.Chart) return;
   const url = box.dataset.seriesUrl;
   const charts = {};
+  const F = window.PlimsollFormat;
+  // Drag over any of the four charts to zoom all of them on that range (static/js/charts/zoom.js);
+  // the range goes to run-detail.js, which shows its figures, as an event on the charts' box.
+  const zoom = window.PlimsollZoom
+    ? window.PlimsollZoom.group((from, to) => box.dispatchEvent(new CustomEvent("plimsoll:range", { detail: { from: from, to: to } })))
+    : null;
+  const written = { ms: (v) => F.durationMs(v), rate: (v) => F.rate(v), users: (v) => F.number(v) };
 
   // Shades the measurement windows (one per level for a steps profile), so readers see
   // which seconds the summary uses.
@@ -28,32 +35,47 @@
     },
   };
 
-  function makeChart(id, title, datasets, yTitle) {
+  function makeChart(id, title, datasets, yTitle, unit) {
     const el = document.getElementById(id);
-    return new Chart(el, {
+    const chart = new Chart(el, {
       type: "line",
       data: { datasets: datasets.map((d) => ({ label: d.label, data: [], borderColor: d.color, backgroundColor: d.color,
-        borderWidth: 1.6, pointRadius: 0, tension: 0.15, spanGaps: true })) },
+        borderWidth: d.dashed ? 1 : 1.6, borderDash: d.dashed ? [4, 3] : [], pointRadius: 0, tension: 0.15, spanGaps: true,
+        hidden: !!d.hidden })) },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+        // Hover shows every series at that second.
         interaction: { mode: "index", intersect: false },
-        plugins: { title: { display: true, text: title }, legend: { position: "bottom" }, windowBand: {} },
+        plugins: { title: { display: true, text: title }, legend: { position: "bottom" }, windowBand: {},
+          tooltip: { callbacks: {
+            title: (items) => (items.length ? "second " + items[0].parsed.x : ""),
+            label: (item) => item.dataset.label + ": " + written[unit](item.parsed.y),
+          } } },
         scales: {
           x: { type: "linear", title: { display: true, text: "seconds since start" }, min: 0 },
           y: { beginAtZero: true, title: { display: true, text: yTitle } },
         },
       },
-      plugins: [windowBand],
+      plugins: window.PlimsollZoom ? [windowBand, window.PlimsollZoom.plugin] : [windowBand],
     });
+    if (zoom) zoom.add(chart);
+    return chart;
   }
 
-  charts.users = makeChart("chart-users", "Active users", [{ label: "users", color: "#1f5fbf" }], "users");
+  // A chart point of a long run is a bucket of seconds: besides its mean, the bucket's worst
+  // second (highest APD, lowest pages/s) is drawn dashed, so a one-second stall stays visible.
+  charts.users = makeChart("chart-users", "Active users", [{ label: "users", color: "#1f5fbf" }], "users", "users");
   charts.latency = makeChart("chart-latency", "Page duration", [
-    { label: "APD (ms)", color: "#1c7c3c" }, { label: "p95 (ms)", color: "#9a6300" }], "ms");
+    { label: "APD (ms)", color: "#1c7c3c" }, { label: "p95 (ms)", color: "#9a6300" },
+    { label: "worst second's APD (ms)", color: "#b3261e", dashed: true }], "ms", "ms");
   charts.throughput = makeChart("chart-throughput", "Throughput", [
-    { label: "pages/s", color: "#1f5fbf" }, { label: "hits/s", color: "#7a8aa6" }], "per second");
+    { label: "pages/s", color: "#1f5fbf" }, { label: "hits/s", color: "#7a8aa6" },
+    { label: "slowest second's pages/s", color: "#b3261e", dashed: true }], "per second", "rate");
   charts.errors = makeChart("chart-errors", "Errors and dropped iterations", [
-    { label: "errors/s", color: "#b3261e" }, { label: "dropped/s", color: "#9a6300" }], "per second");
+    { label: "errors/s", color: "#b3261e" }, { label: "dropped/s", color: "#9a6300" }], "per second", "rate");
+  const resetButton = document.getElementById("zoom-reset");
+  if (resetButton && zoom) resetButton.addEventListener("click", () => zoom.reset());
+  window.PlimsollRunCharts = { charts: charts, zoom: zoom };
 
   function points(t, ys) {
     return t.map((x, i) => ({ x: x, y: ys[i] }));
@@ -88,15 +110,17 @@
   function update(data) {
     const fill = {
       users: [data.users],
-      latency: [data.apd_ms, data.p95_ms],
-      throughput: [data.pages_per_s, data.hits_per_s],
+      latency: [data.apd_ms, data.p95_ms, data.bucket_s > 1 ? data.apd_max_ms || [] : []],
+      throughput: [data.pages_per_s, data.hits_per_s, data.bucket_s > 1 ? data.pages_per_s_min || [] : []],
       errors: [data.errors_per_s, data.dropped_per_s],
     };
     for (const [name, series] of Object.entries(fill)) {
       const chart = charts[name];
-      series.forEach((ys, i) => { chart.data.datasets[i].data = points(data.t, ys); });
+      series.forEach((ys, i) => { chart.data.datasets[i].data = ys.length ? points(data.t, ys) : []; });
       chart.options.plugins.windowBand.windows = data.windows;
-      chart.options.scales.x.max = Math.max(data.duration_s, data.t.length ? data.t[data.t.length - 1] + data.bucket_s : 0);
+      const max = Math.max(data.duration_s, data.t.length ? data.t[data.t.length - 1] + data.bucket_s : 0);
+      if (zoom) zoom.extent(chart, 0, max);
+      else chart.options.scales.x.max = max;
       chart.update("none");
     }
     box.dataset.points = String(data.t.length);

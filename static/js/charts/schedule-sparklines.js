@@ -5,6 +5,7 @@
   const source = document.getElementById("schedule-sparklines");
   if (!source || typeof Chart === "undefined") return;
   const data = JSON.parse(source.textContent);
+  const F = window.PlimsollFormat; // figures as every page writes them (static/js/format.js)
   document.querySelectorAll("canvas.schedule-sparkline").forEach((canvas) => {
     const points = data[canvas.dataset.schedule] || [];
     if (!points.length) {
@@ -23,11 +24,13 @@
       options: {
         animation: false,
         maintainAspectRatio: false,
-        plugins: { legend: { display: true, position: "right", labels: { boxWidth: 10 } } },
+        plugins: { legend: { display: true, position: "right", labels: { boxWidth: 10 } },
+          tooltip: { callbacks: { label: (item) => item.dataset.label.replace(" (ms)", "") + ": " +
+            (item.dataset.yAxisID === "apd" ? F.durationMs(item.parsed.y) : F.rate(item.parsed.y)) } } },
         scales: {
           x: { display: false },
-          apd: { position: "left", beginAtZero: true, ticks: { maxTicksLimit: 3 } },
-          rate: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, ticks: { maxTicksLimit: 3 } },
+          apd: { position: "left", beginAtZero: true, ticks: { maxTicksLimit: 3, callback: (v) => F.durationMs(v) } },
+          rate: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, ticks: { maxTicksLimit: 3, callback: (v) => F.rate(v) } },
         },
       },
     });

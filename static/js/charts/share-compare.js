@@ -12,7 +12,8 @@
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
       interaction: { mode: "nearest", intersect: false },
-      plugins: { title: { display: true, text: "Average page duration (APD) over the run" }, legend: { position: "bottom" } },
+      plugins: { title: { display: true, text: "Average page duration (APD) over the run" }, legend: { position: "bottom" },
+        tooltip: { callbacks: { label: (item) => item.dataset.label + ": " + window.PlimsollFormat.durationMs(item.parsed.y) } } },
       scales: {
         x: { type: "linear", min: 0, title: { display: true, text: "seconds since start" } },
         y: { beginAtZero: true, title: { display: true, text: "ms" } },

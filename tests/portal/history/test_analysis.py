@@ -76,7 +76,7 @@ def test_compare_tfs_trials_is_better_with_welch_interval():
     assert c.ci_low < c.ci_high < 0
     assert c.ci_high - c.ci_low == pytest.approx(2 * c.noise)
     assert c.verdict == BETTER and c.improved
-    assert c.basis == "3 trials each; the difference is 1.5× the spread between trials (±5.3 s at 95 %)"
+    assert c.basis == "3 trials each; the difference is 1.5× the spread between trials (±5.31 s at 95 %)"
 
 
 def test_compare_reduction_pct_and_speedup_for_lower_is_better():
@@ -202,14 +202,14 @@ def test_batch_means_feed_compare_for_two_single_runs():
 def test_headline_well_beyond_noise():
     c = compare([11200.0, 11800.0, 12400.0], [3900.0, 4000.0, 4100.0], unit="ms")
     assert headline("Enable -T1118", "APD", c, "ms") == (
-        "Enable -T1118: APD 11.8 s → 4.0 s (2.95× faster), well beyond the noise between trials (±1.4 s)"
+        "Enable -T1118: APD 11.8 s → 4 s (2.95× faster), well beyond the noise between trials (±1.44 s)"
     )
 
 
 def test_headline_beyond_noise_for_tfs():
     c = compare(TFS_OFF_MS, TFS_ON_MS)
     assert headline("Field index on", "APD", c, "ms") == (
-        "Field index on: APD 11.8 s → 4.0 s (2.93× faster), beyond the noise between trials (±5.3 s)"
+        "Field index on: APD 11.8 s → 4.02 s (2.93× faster), beyond the noise between trials (±5.31 s)"
     )
 
 
@@ -217,21 +217,21 @@ def test_headline_within_noise():
     c = compare([400.0, 425.0, 411.0], [390.0, 420.0, 405.0])
     assert (
         headline("Add index", "APD", c, "ms")
-        == "Add index: APD 412 ms → 405 ms, within the noise between trials (±32 ms)"
+        == "Add index: APD 412 ms → 405 ms, within the noise between trials (±31.7 ms)"
     )
 
 
 def test_headline_worse_says_slower():
     c = compare([1000.0, 1010.0, 990.0], [1400.0, 1410.0, 1390.0])
     text = headline("New ORM", "APD", c, "ms")
-    assert text == "New ORM: APD 1.0 s → 1.4 s (1.4× slower), well beyond the noise between trials (±0.023 s)"
+    assert text == "New ORM: APD 1 s → 1.4 s (1.4× slower), well beyond the noise between trials (±0.0227 s)"
 
 
 def test_headline_throughput_says_higher():
     c = compare([40.0, 41.0, 39.0], [52.0, 53.0, 51.0], lower_is_better=False)
     assert headline("Web garden", "throughput", c, "pages/s") == (
         "Web garden: throughput 40 pages/s → 52 pages/s (1.3× higher), "
-        "well beyond the noise between trials (±2.3 pages/s)"
+        "well beyond the noise between trials (±2.27 pages/s)"
     )
 
 

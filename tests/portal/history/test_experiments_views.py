@@ -128,7 +128,7 @@ def test_the_trial_set_table_gives_mean_and_spread_of_counting_trials(
 
     words = text(response)
     # pooled (as many pages in each trial) 150 ms, sample sd of (100, 200) = 70.7 ms
-    assert "All 2 counting trials pooled ± sd 150 ms ± 71 ms" in words
+    assert "All 2 counting trials pooled ± sd 150 ms ± 70.7 ms" in words
     assert "left out it was cancelled" in words
     assert "The trials stopped. Trial 3 (run #3) was stopped." in words
     assert 'class="alert error" id="stopped-reason"' in response.content.decode()

@@ -22,6 +22,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from portal import formatting
 from portal.common import human_duration
 from portal.history import analysis as history_analysis
 from portal.projects.models import Plan
@@ -247,6 +248,7 @@ def summarize(run: Run) -> dict:
         },
         "windows": windows,
         "totals": totals,
+        "distribution": current.distribution_of(total.hist),
         "pages": pages,
         "errors": sorted(({**e, "pages": sorted(e["pages"])} for e in errors.values()), key=lambda e: -e["count"]),
         "whole_run": {
@@ -374,21 +376,19 @@ def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows: 
 
 
 def _fmt_ms(value: float) -> str:
-    """412 ms, 1 s, 1.42 s: short enough for a sentence."""
-    if value >= 1000:
-        return f"{value / 1000:.3g} s"
-    return f"{value:.3g} ms"
+    """412 ms, 1 s, 1.42 s: as every page writes a duration (portal.formatting)."""
+    return formatting.duration_ms(value)
 
 
 def _fmt_rate(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+    return formatting.rate(value)
 
 
 def _fmt_limit(key: str, value: float) -> str:
     if key in ("apd_ms", "p95_ms"):
         return _fmt_ms(value)
     if key == "error_rate_pct":
-        return f"{value:g} %"
+        return formatting.percent(value)
     return f"{_fmt_rate(value)} pages/s"
 
 
@@ -701,6 +701,7 @@ def series(run: Run) -> dict:
         bytes_in[second] += b
         hists[second].merge(_hist2(hist_bin, hist))
     keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms", "bytes_per_s")
+    keys += ("apd_max_ms", "pages_per_s_min")  # each bucket's worst second (issue 15)
     out = {"bucket_s": 1, "t": [], **{k: [] for k in keys}}
     if not seconds:
         return out
@@ -722,4 +723,7 @@ def series(run: Run) -> dict:
         out["bytes_per_s"].append(round(sum(bytes_in[s] for s in span) / n, 1))
         out["apd_ms"].append(round(merged.mean / 1000, 2) if merged.count else None)
         out["p95_ms"].append(round(merged.percentile(95) / 1000, 2) if merged.count else None)
+        apds = [round(hists[s].mean / 1000, 2) for s in span if s in hists and hists[s].count]
+        out["apd_max_ms"].append(max(apds) if apds else None)
+        out["pages_per_s_min"].append(min(pages[s] for s in span))
     return out

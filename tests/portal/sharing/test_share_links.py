@@ -139,6 +139,23 @@ def test_the_run_series_answers_for_the_shared_run_only(alice_client, plan):
     assert ShareLink.objects.get(run=a).open_count == 0
 
 
+def test_the_drill_down_data_answers_for_the_shared_run_only(alice_client, plan):
+    a, b = make_run(plan, 40), make_run(plan, 20)
+    _, token = share(alice_client, plan.project, kind="run", run=a.code)
+    page = a.summary["pages"][0]
+
+    own = public(token, f"runs/{a.code}/detail.json?page={page['label']}")
+    ranged = public(token, f"runs/{a.code}/detail.json?from=0&to=2")
+    other = public(token, f"runs/{b.code}/detail.json")
+
+    assert own.status_code == 200
+    assert (own.json()["figures"]["apd_ms"], own.json()["figures"]["pages"]) == (page["apd_ms"], page["pages"])
+    assert ranged.status_code == 200 and ranged.json()["range"] == {"from": 0, "to": 2, "of": "range"}
+    assert other.status_code == 404 and other.content == b"Not found.\n"
+    assert public(token, f"runs/{a.code}/detail.json?from=x").status_code == 400
+    assert ShareLink.objects.get(run=a).open_count == 0
+
+
 def test_revoked_expired_tampered_and_sharing_off_all_answer_the_same_plain_410(alice_client, plan, alice):
     run = make_run(plan, 40)
     _, token = share(alice_client, plan.project, kind="run", run=run.code)
