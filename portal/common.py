@@ -13,6 +13,19 @@ class TimeStamped(models.Model):
         abstract = True
 
 
+class Invalid(Exception):
+    """A service refused its input: ``errors`` maps fields to messages.
+
+    A nested list's field (a plan's ``levels`` or ``mix``, an environment's ``servers``) holds one
+    dict per item, ``{}`` for the items that are fine. Forms show these beside their fields; the API
+    answers 400 with them (portal.api.errors).
+    """
+
+    def __init__(self, errors: dict):
+        self.errors = errors
+        super().__init__("; ".join(f"{name}: {messages}" for name, messages in errors.items()))
+
+
 def new_code() -> uuid.UUID:
     return uuid.uuid4()
 

@@ -351,6 +351,14 @@ class Plan(TimeStamped):
         ProfileKind.ARRIVAL_RATE: ("rate", "rate_start", "ramp_up", "hold", "max_users"),
     }
     OPTIONAL_PROFILE_FIELDS = ("rate_start",)
+    # Every kind's fields, in the order the form shows them; and the degradation settings.
+    PROFILE_INPUTS = ("users", "rate", "rate_start", "ramp_up", "hold", "ramp_down", "pacing", "max_users")
+    DEGRADATION_INPUTS = (
+        "degradation_drop_pct",
+        "degradation_rise_pct",
+        "degradation_sustain_s",
+        "degradation_steady_s",
+    )
 
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="plans")

@@ -18,20 +18,15 @@ from portal.api.errors import error_responses
 from portal.projects import services
 from portal.projects.forms import (
     DataSetUploadForm,
-    EnvironmentForm,
-    PlanForm,
     ProjectForm,
-    ServerFormSet,
     StepForm,
     TestCaseForm,
-    format_configuration,
     format_extractions,
     format_headers,
 )
 from portal.projects.models import DataSet, Environment, Plan, Project, TestCase
 
 from .serializers import (
-    PLAN_FIELDS,
     ConfigurationItemSerializer,
     DataSetInfoSerializer,
     EnvironmentSerializer,
@@ -267,6 +262,12 @@ class ServerWriteSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     role = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     hardware = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    metrics_url = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, default="", help_text="A Prometheus text endpoint"
+    )
+    counter_set = serializers.CharField(
+        max_length=20, required=False, allow_blank=True, default="", help_text="Needed with a metrics endpoint"
+    )
 
 
 class EnvironmentWriteSerializer(StrictSerializer):
@@ -274,6 +275,9 @@ class EnvironmentWriteSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     base_url = serializers.CharField(max_length=500, help_text="Scheme, host and port of the system under test")
     description = serializers.CharField(required=False, allow_blank=True, default="")
+    metrics_interval_s = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Seconds between scrapes of the servers' metrics (default 5)"
+    )
     configuration = ConfigurationItemSerializer(
         many=True, required=False, help_text="The initial configuration (on create only; then tuning changes)"
     )
@@ -320,41 +324,21 @@ class EnvironmentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
         serializer = EnvironmentWriteSerializer(data=self.request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        if environment is not None:
-            if data["project"] != environment.project.code:
-                raise serializers.ValidationError({"project": ["An environment stays in its project."]})
-            if "configuration" in data:
-                raise serializers.ValidationError(
-                    {
-                        "configuration": [
-                            "The configuration changes only through tuning changes (/api/v1/tuning-changes/)."
-                        ]
-                    }
-                )
+        if environment is not None and data["project"] != environment.project.code:
+            raise serializers.ValidationError({"project": ["An environment stays in its project."]})
         project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
-        form_data = {k: data[k] for k in ("name", "base_url", "description")}
-        if environment is None:
-            form_data["configuration_text"] = format_configuration([dict(i) for i in data.get("configuration", [])])
-        # The servers are replaced as a whole: the old rows are deleted, the document's added in order.
-        old = list(environment.servers.all()) if environment is not None else []
-        form_data.update(
-            {"servers-TOTAL_FORMS": str(len(old) + len(data["servers"])), "servers-INITIAL_FORMS": str(len(old))}
+        configuration = data.get("configuration")
+        environment = services.environment_save(
+            project=project,
+            environment=environment,
+            name=data["name"],
+            base_url=data["base_url"],
+            description=data["description"],
+            metrics_interval_s=data.get("metrics_interval_s"),
+            configuration=None if configuration is None else [dict(item) for item in configuration],
+            # The servers are replaced as a whole: the document's rows, in order.
+            servers=[services.ServerSpec(**server) for server in data["servers"]],
         )
-        for i, server in enumerate(old):
-            form_data.update(
-                {f"servers-{i}-id": str(server.pk), f"servers-{i}-name": server.name, f"servers-{i}-DELETE": "on"}
-            )
-        for i, server in enumerate(data["servers"], start=len(old)):
-            form_data.update({f"servers-{i}-{k}": v for k, v in server.items()})
-        form = EnvironmentForm(form_data, instance=environment, project=project)
-        servers = ServerFormSet(form_data, instance=form.instance, prefix="servers")
-        if not (form.is_valid() and servers.is_valid()):
-            errors = _form_errors(form)
-            server_errors = [_form_errors(f) for f in servers.forms[len(old) :]]
-            if any(server_errors):
-                errors["servers"] = server_errors
-            raise serializers.ValidationError(errors)
-        environment = services.environment_save(form=form, servers=servers)
         return EnvironmentSerializer(self.safely_get_queryset().get(pk=environment.pk)).data
 
     def destroy(self, request, *args, **kwargs):
@@ -525,44 +509,17 @@ class PlanViewSet(_ProjectDocumentViewSet):
             .order_by("name", "id")
         )
 
-    @transaction.atomic
     def save_document(self, project, plan, data) -> Plan:
-        if plan is not None:
-            plan.levels.all().delete()  # the document's levels replace them
-        form_data = {
-            "name": data["name"],
-            "description": data["description"],
-            "environment": str(data["environment"]),
-            **{name: _blank(data.get(name)) for name in PLAN_FIELDS},
-            "levels-TOTAL_FORMS": str(len(data["levels"])),
-            "levels-INITIAL_FORMS": "0",
-        }
-        for i, level in enumerate(data["levels"]):
-            form_data.update({f"levels-{i}-{k}": _blank(v) for k, v in level.items()})
-        form = PlanForm(form_data, instance=plan, project=project)
-        if not form.is_valid():
-            errors = _form_errors(form)
-            if form.kind == Plan.ProfileKind.STEPS and not form.levels.is_valid():
-                errors["levels"] = [_form_errors(f) for f in form.levels.forms] or list(form.levels.non_form_errors())
-                if form.levels.non_form_errors():
-                    errors.setdefault("non_field_errors", []).extend(form.levels.non_form_errors())
-            raise serializers.ValidationError(errors)
-        plan = services.plan_save(form=form)
-        plan.mix.all().delete()
-        test_cases = {tc.code: tc for tc in project.test_cases.all()}
-        mix_errors, seen = [], set()
-        for item in data["mix"]:
-            tc = test_cases.get(item["test_case"])
-            if tc is None:
-                mix_errors.append({"test_case": ["Not a test case of this plan's project."]})
-            elif tc.pk in seen:
-                mix_errors.append({"test_case": ["This test case is already in the mix."]})
-            else:
-                seen.add(tc.pk)
-                services.mix_entry_add(plan=plan, test_case=tc, weight=item["weight"])
-                mix_errors.append({})
-        if any(mix_errors):
-            raise serializers.ValidationError({"mix": mix_errors})
+        plan = services.plan_save(
+            project=project,
+            plan=plan,
+            name=data["name"],
+            environment=str(data["environment"]),
+            # Absent fields are None: the kind's fields are then required, as in the form.
+            values={name: data.get(name) for name in services.PLAN_VALUES},
+            levels=[services.LevelSpec(**level) for level in data["levels"]],
+            mix=[(str(item["test_case"]), item["weight"]) for item in data["mix"]],
+        )
         return self.safely_get_queryset().get(pk=plan.pk)
 
     def destroy(self, request, *args, **kwargs):
