@@ -27,7 +27,7 @@ from portal.accounts import access
 from portal.accounts.models import Membership
 from portal.common import Invalid, plural
 from portal.history.models import TuningChange
-from portal.history.views.changes import environment_history
+from portal.history.selectors import environment_history
 
 from . import har, selectors, services
 from .forms import (

@@ -11,7 +11,6 @@ viewer's attempt to change something a 403.
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
@@ -24,67 +23,7 @@ from portal.runs.models import Run
 from .. import services
 from ..forms import ChangeForm, MeasurementForm, revert_prefill
 from ..journey import change_models
-from ..models import ExternalMeasurement, TuningChange, apply_edits, config_dict
-
-INITIAL = "initial"  # ?at=initial: the configuration before the first change
-
-
-# --------------------------------------------------------------------------------------
-# Selectors: what the environment page shows of the history
-# --------------------------------------------------------------------------------------
-
-
-def ledger(environment: Environment) -> list[TuningChange]:
-    """Every change of the environment, newest first: applied ones by when they took effect, failed
-    and planned ones by when they were written down (a failed attempt stays where it happened)."""
-    changes = list(environment.changes.select_related("made_by", "experiment").annotate(run_count=Count("runs")).all())
-    for change in changes:
-        change.environment = environment  # a planned change's diff reads the current configuration
-    return sorted(changes, key=lambda c: (c.applied_at or c.created_at, c.number or 0), reverse=True)
-
-
-def initial_configuration(environment: Environment) -> list[dict]:
-    """The configuration before the first applied change (the current one when there is none)."""
-    first = environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("number").first()
-    return first.config_before if first else list(environment.configuration)
-
-
-def configuration_at(environment: Environment, at: str | None) -> dict | None:
-    """The configuration after the change ``at`` (a change's code, or "initial"), beside today's.
-
-    Returns None when the environment has no applied change (then there is no past to
-    show). ``rows`` are [{key, then, now, same}], ``then``/``now`` None where the key was
-    not set; keys set only today come last.
-    """
-    applied = list(environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("-number"))
-    if not applied:
-        return None
-    change = None
-    if at and at != INITIAL:
-        change = next((c for c in applied if str(c.code) == at), None)
-    configuration = change.config_after if change else applied[-1].config_before
-    now = config_dict(environment.configuration)
-    then = config_dict(configuration)
-    rows = [{"key": k, "then": v, "now": now.get(k), "same": now.get(k) == v} for k, v in then.items()]
-    rows += [{"key": k, "then": None, "now": v, "same": False} for k, v in now.items() if k not in then]
-    return {
-        "changes": applied,
-        "change": change,
-        "selected": str(change.code) if change else INITIAL,
-        "rows": rows,
-        "differs": any(not row["same"] for row in rows),
-        "latest": change is not None and change.id == applied[0].id,
-    }
-
-
-def environment_history(environment: Environment, *, at: str | None = None) -> dict:
-    """The environment page's history part: ledger, configuration at a past change, measurements."""
-    return {
-        "ledger": ledger(environment),
-        "config_at": configuration_at(environment, at),
-        "measurements": environment.measurements.select_related("tuning_change", "run", "created_by"),
-    }
-
+from ..models import ExternalMeasurement, TuningChange, apply_edits
 
 # --------------------------------------------------------------------------------------
 # Views
