@@ -168,6 +168,27 @@ def measurement_record(*, environment: Environment, user, **fields) -> ExternalM
     return measurement
 
 
+def measurement_delete(*, measurement: ExternalMeasurement) -> None:
+    """Deletes a measurement recorded by mistake; the environment's other history stays."""
+    measurement.delete()
+
+
+class RunNotFinished(Exception):
+    """A run still running cannot be judged, so it cannot be included nor left out yet."""
+
+
+def run_include(*, run, include: bool | None = None):
+    """Counts a doubtful run in trends, baselines and verdicts anyway (``include``), or leaves it out again.
+
+    ``include=None`` flips the choice. The run's doubts stay on its report either way.
+    """
+    if run.is_active:
+        raise RunNotFinished("The run has not finished: its figures cannot be judged yet.")
+    run.include_anyway = (not run.include_anyway) if include is None else include
+    run.save(update_fields=["include_anyway", "updated_at"])
+    return run
+
+
 # --------------------------------------------------------------------------------------
 # Trial sets
 # --------------------------------------------------------------------------------------

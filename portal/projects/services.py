@@ -223,6 +223,20 @@ def step_move(*, step: Step, direction: str) -> list[Step]:
 
 
 @transaction.atomic
+def step_move_to(*, step: Step, position: int) -> list[Step]:
+    """Puts ``step`` at ``position`` (0 is first; beyond the end is last) and renumbers the others densely.
+
+    As the page's up and down arrows, a move that leaves a ``{{name}}`` before its extraction is
+    allowed: the test case then lists the problem (TestCase.placeholder_problems) until it is fixed.
+    """
+    rows = list(Step.objects.filter(test_case_id=step.test_case_id).select_for_update().order_by("position", "id"))
+    moved = next(row for row in rows if row.pk == step.pk)
+    rows.remove(moved)
+    rows.insert(max(0, min(position, len(rows))), moved)
+    return _renumber(rows)
+
+
+@transaction.atomic
 def data_set_save(
     *, test_case: TestCase, file_name: str, columns: list[str], rows: list[list[str]], mode: str
 ) -> DataSet:
@@ -231,6 +245,16 @@ def data_set_save(
         test_case=test_case,
         defaults={"file_name": file_name[:255], "columns": columns, "rows": rows, "row_count": len(rows), "mode": mode},
     )
+    return data_set
+
+
+@transaction.atomic
+def data_set_mode_set(*, data_set: DataSet, mode: str) -> DataSet:
+    """How the rows are taken (sequential, random, unique); the rows stay."""
+    if mode not in DataSet.Mode.values:
+        raise Invalid({"mode": [rules.NOT_A_CHOICE]})
+    data_set.mode = mode
+    data_set.save(update_fields=["mode"])
     return data_set
 
 

@@ -71,6 +71,8 @@ api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^ru
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
 api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^teams/$
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
+api/v1/test-cases/<str:code>/steps/ api/v1/test-cases/<str:code>/steps/<str:step>/
+api/v1/test-cases/<str:code>/steps/<str:step>/move/ api/v1/runs/<str:code>/include/
 """
 
 ROUTES = {

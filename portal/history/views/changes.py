@@ -181,7 +181,7 @@ def measurement_delete(request, code):
         code=code,
         write=True,
     )
-    measurement.delete()
+    services.measurement_delete(measurement=measurement)
     messages.success(request, f"Measurement “{measurement}” of {measurement.measured_at:%Y-%m-%d %H:%M} deleted.")
     return redirect(measurement.environment.get_absolute_url() + "#measurements")
 
@@ -195,12 +195,12 @@ def run_include(request, code):
     without it the choice flips.
     """
     run = get_for_user(request.user, Run.objects.select_related("project__team"), code=code, write=True)
-    if run.is_active:
-        messages.error(request, "The run has not finished: its figures cannot be judged yet.")
-        return redirect(run)
     wanted = request.POST.get("include")
-    run.include_anyway = wanted == "1" if wanted in ("0", "1") else not run.include_anyway
-    run.save(update_fields=["include_anyway", "updated_at"])
+    try:
+        services.run_include(run=run, include={"1": True, "0": False}.get(wanted))
+    except services.RunNotFinished as exc:
+        messages.error(request, str(exc))
+        return redirect(run)
     if run.include_anyway:
         doubts = "; ".join(run.doubts) or "nothing is in doubt"
         messages.success(request, f"Run #{run.number} now counts in trends and verdicts, although {doubts}.")
