@@ -287,7 +287,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.JSONParser",
         "rest_framework.parsers.MultiPartParser",  # data-set uploads
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
     # Per token (per user for the browser): a pipeline that loops on ?wait= needs a call a minute.
@@ -312,6 +312,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "portal.runs.models.Run.Status",
         "ShardStatusEnum": "portal.runs.models.RunShard.Status",
+        "TuningChangeStatusEnum": "portal.history.models.TuningChange.Status",
+        "ExperimentStatusEnum": "portal.history.models.Experiment.Status",
     },
 }
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.

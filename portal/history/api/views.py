@@ -383,18 +383,12 @@ class PlanTrialsViewSet(TeamScopedViewSet):
         return Response(self.get_serializer(trial_set).data, status=status.HTTP_201_CREATED)
 
 
-class ChangeDocumentSerializer(StrictSerializer):
-    """The experiment's tuning change, as ``/tuning-changes/`` takes it (never applied here: the experiment does)."""
+class ChangeDocumentSerializer(TuningChangeSerializer):
+    """The experiment's tuning change, as ``/tuning-changes/`` takes and shows it (never applied here: the
+    experiment applies it in its turn; its environment is the plan's)."""
 
-    category = serializers.ChoiceField(choices=TuningChange.Category.choices, default=TuningChange.Category.OTHER)
-    title = serializers.CharField(max_length=200)
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
-    reference = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_method = serializers.ChoiceField(choices=TuningChange.HookMethod.choices, default="POST")
-    hook_url = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_body = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_content_type = serializers.CharField(required=False, allow_blank=True, default="application/json")
-    configuration = ConfigurationItemSerializer(many=True, help_text="The whole configuration after the change")
+    environment = serializers.UUIDField(read_only=True)
+    apply = None
 
 
 class ExperimentSerializer(StrictSerializer):

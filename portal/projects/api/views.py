@@ -548,7 +548,8 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
         responses={200: PlanSerializer, **error_responses(400, 403, 404)},
     ),
     destroy=extend_schema(
-        summary="Delete a plan (its runs stay in the history)", responses={204: None, **error_responses(403, 404)}
+        summary="Delete a plan (its runs stay in the history); refused while an experiment keeps it",
+        responses={204: None, **error_responses(403, 404, 409)},
     ),
 )
 class PlanViewSet(_ProjectDocumentViewSet):
@@ -576,7 +577,7 @@ class PlanViewSet(_ProjectDocumentViewSet):
         return self.safely_get_queryset().get(pk=plan.pk)
 
     def destroy(self, request, *args, **kwargs):
-        self.get_object().delete()
+        services.plan_delete(plan=self.get_object())  # 409 while an experiment keeps it
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
