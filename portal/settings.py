@@ -339,6 +339,32 @@ if CELERY_BROKER_URL.startswith("filesystem"):
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: expected redis://… or filesystem://")
 
+# The cache that every web process shares: the API's rate limits (portal.api.throttling) count a
+# token's requests across all of them, not per process. Redis beside the broker on the real stack
+# (its keys carry the prefix, so they never meet Celery's; PLIMSOLL_CACHE_URL puts them elsewhere),
+# files under var/ on the embedded default (one machine, so every process sees the same files).
+PLIMSOLL_CACHE_URL = os.environ.get(
+    "PLIMSOLL_CACHE_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+if PLIMSOLL_CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PLIMSOLL_CACHE_URL,
+            "KEY_PREFIX": os.environ.get("PLIMSOLL_CACHE_PREFIX", "plimsoll"),
+        }
+    }
+elif PLIMSOLL_CACHE_URL:
+    raise ImproperlyConfigured(f"PLIMSOLL_CACHE_URL={PLIMSOLL_CACHE_URL!r}: expected redis://…")
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "KEY_PREFIX": os.environ.get("PLIMSOLL_CACHE_PREFIX", "plimsoll"),
+        }
+    }
+
 # Load generation.
 # Hosts and networks a run may send load to; the engine re-checks each resolved address on connect.
 PLIMSOLL_ALLOWED_TARGETS = os.environ.get("PLIMSOLL_ALLOWED_TARGETS", "127.0.0.0/8,::1/128,localhost")
