@@ -38,9 +38,9 @@ from django.utils import timezone
 from portal.runs import storage
 from portal.runs.analysis import cut_windows, scalability_model
 from portal.runs.models import PageInterval, Run, RunFigures, ShardInterval
+from portal.stats import analysis, scalability
 from workers.engine.histogram import Histogram
 
-from . import analysis, scalability
 from .models import ExternalMeasurement, TrialSet
 
 BATCHES = 10

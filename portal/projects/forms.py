@@ -628,7 +628,7 @@ LevelFormSet = inlineformset_factory(
 )
 
 
-# The plan's degradation settings (portal.history.analysis.degradation), in the order the form shows them.
+# The plan's degradation settings (portal.stats.analysis.degradation), in the order the form shows them.
 DEGRADATION_INPUTS = Plan.DEGRADATION_INPUTS
 THRESHOLD_MAXIMA = rules.THRESHOLD_MAXIMA
 

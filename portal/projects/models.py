@@ -418,7 +418,7 @@ class Plan(TimeStamped):
         help_text="For a steps profile: the run ends done with the capacity found (the last level that held "
         "every threshold) instead of failed when its upper levels break; it fails only if the first level breaks",
     )
-    # Degradation in long runs (see portal.history.analysis.degradation): against the steady
+    # Degradation in long runs (see portal.stats.analysis.degradation): against the steady
     # state after ramp-up, a sustained throughput drop or APD rise beyond these limits.
     degradation_drop_pct = models.FloatField(
         "throughput drop (%)",

@@ -9,9 +9,9 @@ night that is 4 % slower is not worth a morning mail.
 
 import logging
 
-from portal.history import analysis
 from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
 from portal.runs.models import Run
+from portal.stats import analysis
 
 from .models import Baseline, RunVerdict
 
