@@ -26,6 +26,23 @@ class Invalid(Exception):
         super().__init__("; ".join(f"{name}: {messages}" for name, messages in errors.items()))
 
 
+def task(name: str):
+    """The Celery task ``workers.tasks.<name>``, found by its name, as Celery addresses tasks.
+
+    Services enqueue work this way rather than by importing ``workers.tasks``: that module runs
+    every app's services, so importing it would make each app depend on all the others (the
+    import contracts in pyproject.toml keep the apps layered). The module is loaded on first use.
+    """
+    import importlib
+
+    from celery import current_app
+
+    full = f"workers.tasks.{name}"
+    if full not in current_app.tasks:
+        importlib.import_module("workers.tasks")
+    return current_app.tasks[full]
+
+
 def new_code() -> uuid.UUID:
     return uuid.uuid4()
 

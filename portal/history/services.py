@@ -148,11 +148,7 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
 
 def change_in_effect(environment: Environment, at) -> TuningChange | None:
     """The environment's last change applied at or before ``at`` (None: the initial configuration)."""
-    return (
-        environment.changes.filter(status=TuningChange.Status.APPLIED, applied_at__lte=at)
-        .order_by("-applied_at", "-number")
-        .first()
-    )
+    return environment.change_in_effect(at)
 
 
 def measurement_record(*, environment: Environment, user, **fields) -> ExternalMeasurement:

@@ -78,6 +78,19 @@ class Environment(TimeStamped):
     def get_absolute_url(self):
         return reverse("projects:environment", args=[self.code])
 
+    def change_in_effect(self, at):
+        """The last tuning change (portal.history) applied at or before ``at``; None: the initial configuration.
+
+        Reached through the reverse relation, so that runs (an imported run's configuration) can ask
+        without importing the results history, which sits above them.
+        """
+        TuningChange = self.changes.model
+        return (
+            self.changes.filter(status=TuningChange.Status.APPLIED, applied_at__lte=at)
+            .order_by("-applied_at", "-number")
+            .first()
+        )
+
 
 class Server(models.Model):
     """One machine of an environment (web, database, …), for the record and later for monitoring."""
