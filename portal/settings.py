@@ -288,6 +288,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.MultiPartParser",  # data-set uploads
     ],
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "portal.api.negotiation.JsonWhateverAccept",
     "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
     # Per token (per user for the browser): a pipeline that loops on ?wait= needs a call a minute.

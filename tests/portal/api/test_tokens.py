@@ -12,7 +12,7 @@ from django.utils import timezone
 from portal.accounts.models import ApiToken
 from portal.accounts.services import token_create, token_hash
 
-from .conftest import bearer
+from .conftest import bearer, session
 
 pytestmark = pytest.mark.django_db
 
@@ -227,3 +227,15 @@ def test_the_secret_appears_in_no_log(alice, team, plan, caplog, token_secret):
     # then
     assert caplog.records  # the refused calls were logged
     assert secret not in caplog.text
+
+
+def test_an_accept_header_the_api_cannot_serve_still_gets_json(alice):
+    # given: a pipeline tool that asks for HTML, and one whose header is garbage
+    client = session(alice)
+    for accept in ("text/html", "dWe$sl"):
+        # when
+        response = client.get("/api/v1/teams/", HTTP_ACCEPT=accept)
+        # then: JSON, as its Content-Type says, rather than 406
+        assert response.status_code == 200, accept
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["results"][0]["name"] == "alice's team"
