@@ -13,6 +13,36 @@ class TimeStamped(models.Model):
         abstract = True
 
 
+class Invalid(Exception):
+    """A service refused its input: ``errors`` maps fields to messages.
+
+    A nested list's field (a plan's ``levels`` or ``mix``, an environment's ``servers``) holds one
+    dict per item, ``{}`` for the items that are fine. Forms show these beside their fields; the API
+    answers 400 with them (portal.api.errors).
+    """
+
+    def __init__(self, errors: dict):
+        self.errors = errors
+        super().__init__("; ".join(f"{name}: {messages}" for name, messages in errors.items()))
+
+
+def task(name: str):
+    """The Celery task ``workers.tasks.<name>``, found by its name, as Celery addresses tasks.
+
+    Services enqueue work this way rather than by importing ``workers.tasks``: that module runs
+    every app's services, so importing it would make each app depend on all the others (the
+    import contracts in pyproject.toml keep the apps layered). The module is loaded on first use.
+    """
+    import importlib
+
+    from celery import current_app
+
+    full = f"workers.tasks.{name}"
+    if full not in current_app.tasks:
+        importlib.import_module("workers.tasks")
+    return current_app.tasks[full]
+
+
 def new_code() -> uuid.UUID:
     return uuid.uuid4()
 

@@ -287,7 +287,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.JSONParser",
         "rest_framework.parsers.MultiPartParser",  # data-set uploads
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "portal.api.negotiation.JsonWhateverAccept",
     "EXCEPTION_HANDLER": "portal.api.errors.api_exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.TokenRateThrottle"],
     # Per token (per user for the browser): a pipeline that loops on ?wait= needs a call a minute.
@@ -315,6 +316,10 @@ SPECTACULAR_SETTINGS = {
         "TrialSetStatusEnum": "portal.history.models.TrialSet.Status",
         "BaselineVerdictEnum": "portal.schedules.models.RunVerdict.Verdict",
         "VerdictRowVerdictEnum": "portal.schedules.models.ROW_VERDICTS",
+        "TuningChangeStatusEnum": "portal.history.models.TuningChange.Status",
+        "ExperimentStatusEnum": "portal.history.models.Experiment.Status",
+        "RunKindEnum": "portal.runs.models.Run.Kind",
+        "ShareLinkKindEnum": "portal.sharing.models.ShareLink.Kind",
     },
 }
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.
@@ -339,6 +344,32 @@ if CELERY_BROKER_URL.startswith("filesystem"):
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: expected redis://… or filesystem://")
+
+# The cache that every web process shares: the API's rate limits (portal.api.throttling) count a
+# token's requests across all of them, not per process. Redis beside the broker on the real stack
+# (its keys carry the prefix, so they never meet Celery's; PLIMSOLL_CACHE_URL puts them elsewhere),
+# files under var/ on the embedded default (one machine, so every process sees the same files).
+PLIMSOLL_CACHE_URL = os.environ.get(
+    "PLIMSOLL_CACHE_URL", CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+if PLIMSOLL_CACHE_URL.startswith(("redis://", "rediss://")):
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PLIMSOLL_CACHE_URL,
+            "KEY_PREFIX": os.environ.get("PLIMSOLL_CACHE_PREFIX", "plimsoll"),
+        }
+    }
+elif PLIMSOLL_CACHE_URL:
+    raise ImproperlyConfigured(f"PLIMSOLL_CACHE_URL={PLIMSOLL_CACHE_URL!r}: expected redis://…")
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(VAR_DIR / "cache"),
+            "KEY_PREFIX": os.environ.get("PLIMSOLL_CACHE_PREFIX", "plimsoll"),
+        }
+    }
 
 # Load generation.
 # Hosts and networks a run may send load to; the engine re-checks each resolved address on connect.

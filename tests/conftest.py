@@ -22,6 +22,24 @@ CHROMIUM_ARGS = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_keys():
+    """The cache is shared by every process (Redis or files: the API's rate limits): this run's keys are its own,
+    so counts left by an earlier run, or by another checkout on the same Redis, cannot throttle this one."""
+    import uuid
+
+    from django.conf import settings
+    from django.test import override_settings
+
+    tag = uuid.uuid4().hex[:12]
+    caches = {
+        alias: {**conf, "KEY_PREFIX": f"{conf.get('KEY_PREFIX', '')}-test-{tag}"}
+        for alias, conf in settings.CACHES.items()
+    }
+    with override_settings(CACHES=caches):
+        yield
+
+
 # Module scope: Playwright's sync API keeps an event loop running in this thread while it lives,
 # and later tests that call asyncio.run() need it gone.
 @pytest.fixture(scope="module")

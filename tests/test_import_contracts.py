@@ -1,5 +1,6 @@
 """The architecture contracts in pyproject.toml ([tool.importlinter]) hold: the engine imports no
-Django, Celery or portal, and the CI client only the standard library."""
+Django, Celery or portal, the CI client only the standard library, plain statistics no Django, and
+the apps' domains are layered (sharing and schedules > history > runs > projects > accounts > stats)."""
 
 import subprocess
 import sys
@@ -13,3 +14,22 @@ def test_import_contracts_are_kept():
     result = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+    for contract in ("The engine is a plain library", "Apps are layered", "Plain statistics: no Django"):
+        assert contract in result.stdout, f"the contract “{contract}” is no longer checked"
+
+
+def test_the_layers_contract_catches_an_upward_import(tmp_path):
+    """A runs module importing the results history breaks the layers contract (so the check can fail)."""
+    import shutil
+
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "portal", copy / "portal", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "workers", copy / "workers", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "demo", copy / "demo", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
+    storage = copy / "portal" / "runs" / "storage.py"
+    storage.write_text(storage.read_text() + "\nfrom portal.history import services  # noqa: E402,F401\n")
+    lint_imports = Path(sys.executable).parent / "lint-imports"
+    result = subprocess.run([str(lint_imports), "--no-cache"], cwd=copy, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "portal.runs is not allowed to import portal.history" in result.stdout

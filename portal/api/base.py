@@ -95,6 +95,31 @@ class TeamScopedViewSet(viewsets.GenericViewSet):
         return response
 
 
+class PartialUpdateMixin:
+    """PATCH: the body's fields over the object's current document, then the PUT's path and rules.
+
+    A PATCH cannot bypass a rule: it is the PUT a client would have sent with the fields it did not
+    name left as they are. ``patch_base(obj)`` gives the current document (its writable fields).
+    """
+
+    def patch_base(self, obj) -> dict:
+        raise NotImplementedError
+
+    def partial_update(self, request, *args, **kwargs):
+        self._patch_base = self.patch_base(self.get_object())
+        return self.update(request, *args, **kwargs)
+
+    def document(self):
+        """The request's document: its body, merged over the current document on a PATCH."""
+        data = self.request.data
+        base = getattr(self, "_patch_base", None)
+        if base is None:
+            return data
+        if not isinstance(data, dict):
+            raise serializers.ValidationError({"non_field_errors": ["Send a JSON object of the fields to change."]})
+        return {**base, **data}
+
+
 class StrictSerializer(serializers.Serializer):
     """Refuses fields it does not know, instead of silently ignoring a typo."""
 

@@ -13,6 +13,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
+from portal.common import Invalid
 from portal.projects.services import InUse
 from portal.runs.services import EnvironmentBusy, RunError
 
@@ -45,6 +46,8 @@ def _body(status_code: int, code: str, detail: str, **extra) -> dict:
 
 
 def api_exception_handler(exc, context):
+    if isinstance(exc, Invalid):  # a service's refusal: the same messages as the forms show
+        exc = exceptions.ValidationError(exc.errors)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
     if isinstance(exc, EnvironmentBusy):

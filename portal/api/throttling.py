@@ -2,7 +2,12 @@ from rest_framework.throttling import SimpleRateThrottle
 
 
 class TokenRateThrottle(SimpleRateThrottle):
-    """Requests per token (the browser's session counts per user); DRF answers 429 with Retry-After."""
+    """Requests per token (the browser's session counts per user); DRF answers 429 with Retry-After.
+
+    The counts live in Django's default cache, which settings.CACHES makes one for all web processes
+    (Redis, or files on the embedded default), so a token's budget is the same however many
+    gunicorn workers answer it.
+    """
 
     scope = "token"
 

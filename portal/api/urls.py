@@ -9,11 +9,12 @@ from portal.history.api.views import (
     ExperimentViewSet,
     MeasurementViewSet,
     PlanTrialsViewSet,
+    RunIncludeViewSet,
     TrialSetViewSet,
     TuningChangeViewSet,
 )
 from portal.projects.api.har import ProjectHarImportViewSet
-from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, TestCaseViewSet
+from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
 from portal.sharing.api import ShareLinkViewSet
@@ -51,6 +52,13 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves its start-up script as a file: no inline script, ready for a strict CSP.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    path("test-cases/<str:code>/steps/", StepViewSet.as_view({"get": "list", "post": "create"}), name="steps"),
+    path(
+        "test-cases/<str:code>/steps/<str:step>/",
+        StepViewSet.as_view({"get": "retrieve", "put": "update", "patch": "partial_update", "delete": "destroy"}),
+        name="step",
+    ),
+    path("test-cases/<str:code>/steps/<str:step>/move/", StepViewSet.as_view({"post": "move"}), name="step-move"),
     path("plans/<str:code>/runs/", PlanRunViewSet.as_view({"post": "create"}), name="plan-runs"),
     # Issue 18: imports. A result file becomes a run (in the background); a HAR becomes a test case.
     path(
@@ -64,6 +72,7 @@ urlpatterns = [
         name="project-har-import",
     ),
     path("plans/<str:code>/trials/", PlanTrialsViewSet.as_view({"post": "create"}), name="plan-trials"),
+    path("runs/<str:code>/include/", RunIncludeViewSet.as_view({"post": "create"}), name="run-include"),
     *files,
     path("", include(router.urls)),
 ]

@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from portal import outbound
+from portal.common import task
 from portal.projects.models import Environment, Plan
 from portal.runs.models import Run
 from portal.runs.services import EnvironmentBusy, RunError, active_run_on, run_cancel, run_create
@@ -148,11 +149,7 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
 
 def change_in_effect(environment: Environment, at) -> TuningChange | None:
     """The environment's last change applied at or before ``at`` (None: the initial configuration)."""
-    return (
-        environment.changes.filter(status=TuningChange.Status.APPLIED, applied_at__lte=at)
-        .order_by("-applied_at", "-number")
-        .first()
-    )
+    return environment.change_in_effect(at)
 
 
 def measurement_record(*, environment: Environment, user, **fields) -> ExternalMeasurement:
@@ -166,6 +163,27 @@ def measurement_record(*, environment: Environment, user, **fields) -> ExternalM
             measurement.tuning_change = change_in_effect(environment, measurement.measured_at)
     measurement.save()
     return measurement
+
+
+def measurement_delete(*, measurement: ExternalMeasurement) -> None:
+    """Deletes a measurement recorded by mistake; the environment's other history stays."""
+    measurement.delete()
+
+
+class RunNotFinished(Exception):
+    """A run still running cannot be judged, so it cannot be included nor left out yet."""
+
+
+def run_include(*, run, include: bool | None = None):
+    """Counts a doubtful run in trends, baselines and verdicts anyway (``include``), or leaves it out again.
+
+    ``include=None`` flips the choice. The run's doubts stay on its report either way.
+    """
+    if run.is_active:
+        raise RunNotFinished("The run has not finished: its figures cannot be judged yet.")
+    run.include_anyway = (not run.include_anyway) if include is None else include
+    run.save(update_fields=["include_anyway", "updated_at"])
+    return run
 
 
 # --------------------------------------------------------------------------------------
@@ -368,10 +386,8 @@ def _experiment_end(
 
 
 def _enqueue_experiment_notification(experiment_id: int) -> None:
-    from workers.tasks import experiment_notify_task
-
     try:
-        experiment_notify_task.delay(experiment_id)
+        task("experiment_notify_task").delay(experiment_id)
     except Exception:  # the broker is down: the experiment's page still says it ended
         log.exception("experiment %s: could not enqueue its notification", experiment_id)
 

@@ -1,6 +1,6 @@
 """Bottleneck hints: what the servers' figures say about where the limit was, in plain words.
 
-Plain functions over plain numbers (no Django), like ``portal/history/analysis.py``. Each
+Plain functions over plain numbers (no Django), like ``portal/stats/analysis.py``. Each
 hint carries the evidence that triggered it, and each rule is as narrow as its story, so
 that a healthy run gets no hint at all:
 

@@ -19,6 +19,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from portal.common import task
 from portal.runs.models import Run
 
 from .countersets import COUNTER_SETS
@@ -75,7 +76,7 @@ def collection_start(*, run_id: int) -> MetricCollection | None:
 
 
 def _enqueue(run_id: int, tick: int, eta) -> None:
-    from workers.tasks import collect_metrics_task
+    collect_metrics_task = task("collect_metrics_task")
 
     collect_metrics_task.apply_async((run_id, tick), eta=max(eta, timezone.now()))
 

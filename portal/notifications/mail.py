@@ -14,6 +14,8 @@ from django.core.mail import EmailMultiAlternatives
 from django.db import transaction
 from django.template.loader import render_to_string
 
+from portal.common import task
+
 
 @dataclass(frozen=True)
 class RenderedMail:
@@ -47,6 +49,6 @@ def mail_enqueue(*, template: str, to: list[str], context: dict) -> None:
     ``context`` crosses the broker, so it holds plain JSON values (strings, numbers),
     never model instances.
     """
-    from workers.tasks import send_mail_task
+    send_mail_task = task("send_mail_task")
 
     transaction.on_commit(lambda: send_mail_task.delay(template, list(to), context))

@@ -19,6 +19,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from portal.common import task
+
 from .models import Channel, Delivery, Event
 
 log = logging.getLogger(__name__)
@@ -319,7 +321,7 @@ def _deliver(project, events: list[str], key: str, payload_of) -> list[Delivery]
 
 
 def _enqueue(delivery_id: int, countdown: float = 0) -> None:
-    from workers.tasks import delivery_send_task
+    delivery_send_task = task("delivery_send_task")
 
     try:
         delivery_send_task.apply_async((delivery_id,), countdown=countdown)

@@ -7,7 +7,6 @@ ModelForms validate a UniqueConstraint only when every field in it is on the for
 import csv
 import io
 import re
-from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -15,11 +14,9 @@ from django.core.validators import MaxValueValidator
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
-from portal.common import human_duration
 from workers.engine import variables
-from workers.engine.targets import BadTargetURL, parse_target_url
 
-from . import har
+from . import har, rules
 from .models import (
     DataSet,
     Environment,
@@ -43,7 +40,7 @@ MAX_RESOURCES = 100
 MAX_DATA_SET_BYTES = 5 * 1024 * 1024
 MAX_DATA_SET_ROWS = 100_000
 MAX_DATA_SET_COLUMNS = 100
-MAX_LEVELS = 100
+MAX_LEVELS = rules.MAX_LEVELS
 
 
 def parse_configuration(text: str) -> list[dict]:
@@ -286,8 +283,10 @@ class ProjectScopedForm(forms.ModelForm):
     def clean_name(self):
         name = self.cleaned_data["name"].strip()
         model = self._meta.model
-        if model.objects.filter(project=self.project, name__iexact=name).exclude(pk=self.instance.pk).exists():
-            raise forms.ValidationError(self.name_taken.format(name=name))
+        if messages := rules.name_taken(
+            model, project=self.project, name=name, exclude_pk=self.instance.pk, message=self.name_taken
+        ):
+            raise forms.ValidationError(messages)
         return name
 
 
@@ -328,24 +327,10 @@ class EnvironmentForm(ProjectScopedForm):
             self.fields["configuration_text"].initial = format_configuration(self.instance.configuration or [])
 
     def clean_base_url(self):
-        url = self.cleaned_data["base_url"]
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https"):
-            raise forms.ValidationError("Use an http:// or https:// URL.")
-        if not parts.hostname:
-            raise forms.ValidationError("Give a host name, e.g. http://127.0.0.1:8001")
-        if parts.username or parts.password:
-            raise forms.ValidationError("Leave credentials out of the URL; put them in a step's headers.")
-        if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise forms.ValidationError(
-                "Give only scheme, host and port (e.g. http://shop.test:8080); paths belong in the test cases' steps."
-            )
-        try:
-            # The strict parser that the allowlist check and the engine's connections read it with.
-            parse_target_url(url)
-        except BadTargetURL as exc:
-            raise forms.ValidationError(str(exc)) from None
-        return f"{parts.scheme}://{parts.netloc}"
+        url, messages = rules.clean_base_url(self.cleaned_data["base_url"])
+        if messages:
+            raise forms.ValidationError(messages)
+        return url
 
     def clean_metrics_interval_s(self):
         # Optional in the form (older clients and the API post none): empty keeps the current value.
@@ -355,10 +340,13 @@ class EnvironmentForm(ProjectScopedForm):
     def clean_configuration_text(self):
         return parse_configuration(self.cleaned_data["configuration_text"])
 
-    def save(self, commit=True):
+    def service_values(self) -> dict:
+        """The cleaned form as services.environment_save's keyword arguments (without servers)."""
+        data = self.cleaned_data
+        values = {k: data[k] for k in ("name", "base_url", "description", "metrics_interval_s")}
         if "configuration_text" in self.fields:
-            self.instance.configuration = self.cleaned_data["configuration_text"]
-        return super().save(commit=commit)
+            values["configuration"] = data["configuration_text"]
+        return values
 
 
 class ServerForm(forms.ModelForm):
@@ -372,22 +360,32 @@ class ServerForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["counter_set"].choices = [("", "—"), *CHOICES]
 
-    def clean_metrics_url(self):
-        from portal.metrics.scrape import check_metrics_url
-
-        url = self.cleaned_data["metrics_url"].strip()
-        if not url:
-            return ""
-        try:
-            return check_metrics_url(url)
-        except ValueError as exc:
-            raise forms.ValidationError(f"This metrics endpoint cannot be scraped: {exc}") from None
-
     def clean(self):
         data = super().clean()
-        if data.get("metrics_url") and not data.get("counter_set"):
-            self.add_error("counter_set", "Choose the counter set that matches the endpoint's exporter.")
+        if "metrics_url" in data:
+            url, errors = rules.server_errors(metrics_url=data["metrics_url"], counter_set=data.get("counter_set", ""))
+            data["metrics_url"] = url
+            for field, messages in errors.items():
+                self.add_error(field, messages)
         return data
+
+
+def server_specs(formset) -> list:
+    """The formset's rows that are servers, in order, as services.ServerSpec (existing rows keep their id)."""
+    from .services import ServerSpec
+
+    return [
+        ServerSpec(
+            name=f.cleaned_data["name"],
+            role=f.cleaned_data.get("role", ""),
+            hardware=f.cleaned_data.get("hardware", ""),
+            metrics_url=f.cleaned_data.get("metrics_url", ""),
+            counter_set=f.cleaned_data.get("counter_set", ""),
+            id=f.instance.pk,
+        )
+        for f in formset.forms
+        if f.cleaned_data and not formset._should_delete_form(f)
+    ]
 
 
 ServerFormSet = inlineformset_factory(
@@ -614,17 +612,8 @@ class BaseLevelFormSet(BaseInlineFormSet):
         super().clean()
         if any(self.errors):
             return
-        levels = [f.instance for f in self.live_forms()]
-        if not levels:
-            raise forms.ValidationError("Add at least one level.")
-        # As Plan.duration: the run ends when the last level has ramped down, before its quiet time.
-        total = sum(level.duration for level in levels) - levels[-1].quiet
-        limit = settings.PLIMSOLL_MAX_RUN_SECONDS
-        if total > limit:
-            raise forms.ValidationError(
-                f"The {len(levels)} levels add up to {human_duration(total)}; "
-                f"the longest run allowed is {human_duration(limit)}."
-            )
+        if message := rules.levels_error([f.instance for f in self.live_forms()]):
+            raise forms.ValidationError(message)
 
 
 LevelFormSet = inlineformset_factory(
@@ -639,13 +628,9 @@ LevelFormSet = inlineformset_factory(
 )
 
 
-# The plan's degradation settings (portal.history.analysis.degradation), in the order the form shows them.
-DEGRADATION_INPUTS = ("degradation_drop_pct", "degradation_rise_pct", "degradation_sustain_s", "degradation_steady_s")
-
-
-# A page slower than the longest request timeout (600 s) cannot be measured; no system we load
-# serves a million pages a second.
-THRESHOLD_MAXIMA = {"threshold_apd_ms": 600_000, "threshold_p95_ms": 600_000, "threshold_min_pages_per_s": 1_000_000}
+# The plan's degradation settings (portal.stats.analysis.degradation), in the order the form shows them.
+DEGRADATION_INPUTS = Plan.DEGRADATION_INPUTS
+THRESHOLD_MAXIMA = rules.THRESHOLD_MAXIMA
 
 
 class PlanForm(ProjectScopedForm):
@@ -653,7 +638,7 @@ class PlanForm(ProjectScopedForm):
 
     name_taken = "This project already has a plan called “{name}”."
     # In the order the page shows them; each kind shows its own (Plan.PROFILE_FIELDS).
-    PROFILE_INPUTS = ("users", "rate", "rate_start", "ramp_up", "hold", "ramp_down", "pacing", "max_users")
+    PROFILE_INPUTS = Plan.PROFILE_INPUTS
     LEVELS_NEED_FIXING = "Some levels of the profile need fixing (see below)."
 
     class Meta:
@@ -757,22 +742,26 @@ class PlanForm(ProjectScopedForm):
         return cleaned
 
     def _check_duration(self, kind: str, cleaned: dict) -> None:
-        names = {
-            Plan.ProfileKind.CONSTANT: ("hold",),
-            Plan.ProfileKind.ARRIVAL_RATE: ("ramp_up", "hold"),
-        }.get(kind, ("ramp_up", "hold", "ramp_down"))
-        parts = [cleaned.get(name) for name in names]
-        if any(p is None for p in parts):
-            return
-        total, limit = sum(parts), settings.PLIMSOLL_MAX_RUN_SECONDS
-        if total > limit:
-            what = {
-                ("hold",): "The hold lasts",
-                ("ramp_up", "hold"): "Ramp-up and hold add up to",
-            }.get(names, "Ramp-up, hold and ramp-down add up to")
-            self.add_error(
-                "hold", f"{what} {human_duration(total)}; the longest run allowed is {human_duration(limit)}."
-            )
+        if message := rules.profile_duration_error(kind, cleaned):
+            self.add_error("hold", message)
+
+    def service_values(self) -> dict:
+        """The cleaned form as services.plan_save's keyword arguments."""
+        from .services import PLAN_VALUES, LevelSpec
+
+        data = self.cleaned_data
+        levels = None
+        if data["profile_kind"] == Plan.ProfileKind.STEPS:
+            levels = [
+                LevelSpec(**{k: f.cleaned_data[k] for k in ("users", "ramp_up", "hold", "ramp_down", "quiet")})
+                for f in self.levels.live_forms()
+            ]
+        return {
+            "name": data["name"],
+            "environment": data["environment"],
+            "values": {k: data[k] for k in PLAN_VALUES},
+            "levels": levels,
+        }
 
     def profile_errors(self) -> dict[str, list[str]]:
         """The errors that concern the load profile (the preview ignores the name, thresholds, …)."""

@@ -78,6 +78,19 @@ class Environment(TimeStamped):
     def get_absolute_url(self):
         return reverse("projects:environment", args=[self.code])
 
+    def change_in_effect(self, at):
+        """The last tuning change (portal.history) applied at or before ``at``; None: the initial configuration.
+
+        Reached through the reverse relation, so that runs (an imported run's configuration) can ask
+        without importing the results history, which sits above them.
+        """
+        TuningChange = self.changes.model
+        return (
+            self.changes.filter(status=TuningChange.Status.APPLIED, applied_at__lte=at)
+            .order_by("-applied_at", "-number")
+            .first()
+        )
+
 
 class Server(models.Model):
     """One machine of an environment (web, database, …), for the record and later for monitoring."""
@@ -351,6 +364,14 @@ class Plan(TimeStamped):
         ProfileKind.ARRIVAL_RATE: ("rate", "rate_start", "ramp_up", "hold", "max_users"),
     }
     OPTIONAL_PROFILE_FIELDS = ("rate_start",)
+    # Every kind's fields, in the order the form shows them; and the degradation settings.
+    PROFILE_INPUTS = ("users", "rate", "rate_start", "ramp_up", "hold", "ramp_down", "pacing", "max_users")
+    DEGRADATION_INPUTS = (
+        "degradation_drop_pct",
+        "degradation_rise_pct",
+        "degradation_sustain_s",
+        "degradation_steady_s",
+    )
 
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="plans")
@@ -410,7 +431,7 @@ class Plan(TimeStamped):
         help_text="For a steps profile: the run ends done with the capacity found (the last level that held "
         "every threshold) instead of failed when its upper levels break; it fails only if the first level breaks",
     )
-    # Degradation in long runs (see portal.history.analysis.degradation): against the steady
+    # Degradation in long runs (see portal.stats.analysis.degradation): against the steady
     # state after ramp-up, a sustained throughput drop or APD rise beyond these limits.
     degradation_drop_pct = models.FloatField(
         "throughput drop (%)",

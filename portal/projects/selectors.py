@@ -5,7 +5,6 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from portal.accounts.access import scoped
-from portal.runs.models import Run
 
 from .models import DataSet, Environment, MixEntry, Plan, Project, TestCase
 
@@ -44,6 +43,8 @@ def _count(model, field: str = "project") -> Coalesce:
 
 def project_list(*, user) -> QuerySet[Project]:
     """The user's projects across their teams, with counts and their last run's status."""
+    # Runs sit above projects: their model is reached through the reverse relation, not imported.
+    Run = Project._meta.get_field("runs").related_model
     last_run = Run.objects.filter(project=OuterRef("pk")).order_by("-number")
     return (
         scoped(Project.objects.select_related("team"), user)

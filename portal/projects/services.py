@@ -4,16 +4,19 @@ import os
 import re
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 
 from portal.accounts.models import Team
+from portal.common import Invalid
 
-from . import har
-from .models import DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
+from . import har, rules
+from .models import DataSet, Environment, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
 
 
 class InUse(Exception):
@@ -68,15 +71,95 @@ def project_delete(*, project: Project) -> None:
     project.delete()
 
 
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server row of an environment, in the order given; ``id`` names an existing row to edit in place."""
+
+    name: str
+    role: str = ""
+    hardware: str = ""
+    metrics_url: str = ""
+    counter_set: str = ""
+    id: int | None = None
+
+
+ENVIRONMENT_NAME_TAKEN = "This project already has an environment called “{name}”."
+
+
 @transaction.atomic
-def environment_save(*, form, servers) -> Environment:
-    """Saves a validated EnvironmentForm and its ServerFormSet; servers keep the order of the rows."""
-    environment = form.save()
-    servers.instance = environment
-    servers.save()
-    deleted = set(servers.deleted_forms)
-    _renumber([f.instance for f in servers.forms if f.instance.pk and f not in deleted])
-    return environment
+def environment_save(
+    *,
+    project: Project,
+    environment: Environment | None = None,
+    name: str,
+    base_url: str,
+    description: str = "",
+    metrics_interval_s: int | None = None,
+    configuration: list[dict] | None = None,
+    servers: list[ServerSpec] | None = None,
+) -> Environment:
+    """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
+
+    The configuration is given at creation only: afterwards it changes through tuning changes
+    (portal.history), so that every run can name the configuration it measured. Servers with an
+    ``id`` keep their row (their metrics stay attached); rows left out are deleted. Raises Invalid.
+    """
+    errors: dict = {}
+    env = environment if environment is not None else Environment(project=project)
+    if env.project_id != project.pk:
+        errors["project"] = ["An environment stays in its project."]
+    name = (name or "").strip()
+    if messages := rules.name_taken(
+        Environment, project=project, name=name, exclude_pk=env.pk, message=ENVIRONMENT_NAME_TAKEN
+    ):
+        errors["name"] = messages
+    base_url, messages = rules.clean_base_url(base_url)
+    if messages:
+        errors["base_url"] = messages
+    if configuration is not None:
+        if environment is not None:
+            errors["configuration"] = [
+                "The configuration changes only through tuning changes (/api/v1/tuning-changes/)."
+            ]
+        elif messages := rules.configuration_errors(configuration):
+            errors["configuration"] = messages
+    env.name, env.base_url, env.description = name, base_url, description or ""
+    env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
+    if environment is None:
+        env.configuration = [
+            {"key": str(i["key"]).strip(), "value": str(i.get("value", ""))} for i in configuration or []
+        ]
+    for field, messages in rules.model_field_errors(env, exclude=["project", "configuration"]).items():
+        errors.setdefault(field, messages)
+    rows = []
+    if servers is not None:
+        existing = {s.pk: s for s in env.servers.all()} if env.pk else {}
+        server_errors = []
+        for spec in servers:
+            row = existing.get(spec.id) if spec.id is not None else Server(environment=env)
+            problems = {}
+            if row is None:
+                row, problems = Server(environment=env), {"id": ["Not a server of this environment."]}
+            metrics_url, more = rules.server_errors(metrics_url=spec.metrics_url, counter_set=spec.counter_set)
+            row.name, row.role, row.hardware = spec.name.strip(), spec.role, spec.hardware
+            row.metrics_url, row.counter_set = metrics_url, spec.counter_set
+            problems.update(more)
+            for field, messages in rules.model_field_errors(row, exclude=["environment"]).items():
+                problems.setdefault(field, messages)
+            server_errors.append(problems)
+            rows.append(row)
+        if any(server_errors):
+            errors["servers"] = server_errors
+    if errors:
+        raise Invalid(errors)
+    env.save()
+    if servers is not None:
+        kept = {row.pk for row in rows if row.pk}
+        env.servers.exclude(pk__in=kept).delete()
+        for position, row in enumerate(rows):
+            row.environment, row.position = env, position
+            row.save()
+    return env
 
 
 @transaction.atomic
@@ -140,6 +223,20 @@ def step_move(*, step: Step, direction: str) -> list[Step]:
 
 
 @transaction.atomic
+def step_move_to(*, step: Step, position: int) -> list[Step]:
+    """Puts ``step`` at ``position`` (0 is first; beyond the end is last) and renumbers the others densely.
+
+    As the page's up and down arrows, a move that leaves a ``{{name}}`` before its extraction is
+    allowed: the test case then lists the problem (TestCase.placeholder_problems) until it is fixed.
+    """
+    rows = list(Step.objects.filter(test_case_id=step.test_case_id).select_for_update().order_by("position", "id"))
+    moved = next(row for row in rows if row.pk == step.pk)
+    rows.remove(moved)
+    rows.insert(max(0, min(position, len(rows))), moved)
+    return _renumber(rows)
+
+
+@transaction.atomic
 def data_set_save(
     *, test_case: TestCase, file_name: str, columns: list[str], rows: list[list[str]], mode: str
 ) -> DataSet:
@@ -152,25 +249,161 @@ def data_set_save(
 
 
 @transaction.atomic
+def data_set_mode_set(*, data_set: DataSet, mode: str) -> DataSet:
+    """How the rows are taken (sequential, random, unique); the rows stay."""
+    if mode not in DataSet.Mode.values:
+        raise Invalid({"mode": [rules.NOT_A_CHOICE]})
+    data_set.mode = mode
+    data_set.save(update_fields=["mode"])
+    return data_set
+
+
+@transaction.atomic
 def data_set_delete(*, data_set: DataSet) -> None:
     data_set.delete()
 
 
+# A plan's own values besides its name and environment (PlanForm's fields, the API document's).
+PLAN_VALUES = (
+    "description",
+    "profile_kind",
+    *Plan.PROFILE_INPUTS,
+    "think_time_mode",
+    "request_timeout",
+    "threshold_apd_ms",
+    "threshold_p95_ms",
+    "threshold_error_rate_pct",
+    "threshold_min_pages_per_s",
+    "capacity_search",
+    *Plan.DEGRADATION_INPUTS,
+)
+PLAN_NAME_TAKEN = "This project already has a plan called “{name}”."
+
+
+@dataclass(frozen=True)
+class LevelSpec:
+    """One level of a steps profile."""
+
+    users: int
+    hold: float
+    ramp_up: float = 0
+    ramp_down: float = 0
+    quiet: float = 0
+
+
+def _plan_environment(project: Project, environment) -> Environment | None:
+    if isinstance(environment, Environment):
+        return environment if environment.project_id == project.pk else None
+    try:
+        return project.environments.filter(code=environment).first()
+    except (ValueError, TypeError, ValidationError):
+        return None
+
+
 @transaction.atomic
-def plan_save(*, form) -> Plan:
-    """Saves a validated PlanForm; with a steps profile, also its levels in the order of the rows."""
-    plan = form.save()
-    if plan.profile_kind == Plan.ProfileKind.STEPS:
-        levels = form.levels
-        for level_form in levels.deleted_forms:
-            if level_form.instance.pk:
-                level_form.instance.delete()
-        for position, level_form in enumerate(levels.live_forms()):
-            level = level_form.instance
-            level.plan, level.position = plan, position
-            level.save()
-    plan._levels = None  # read them again from the database
-    return plan
+def plan_save(
+    *,
+    project: Project,
+    plan: Plan | None = None,
+    name: str,
+    environment: "Environment | str",
+    values: dict,
+    levels: list[LevelSpec] | None = None,
+    mix: list[tuple["TestCase | str", int]] | None = None,
+) -> Plan:
+    """Creates or changes a plan from plain values (PLAN_VALUES; absent ones keep the plan's).
+
+    Only the chosen kind's profile fields are checked and changed, so switching back finds the
+    others as they were; empty degradation settings keep the plan's. ``levels`` (None: unchanged)
+    replace the steps profile's levels; ``mix`` (None: unchanged) replaces the mix, as
+    (test case or its code, weight) in order. Raises Invalid with every problem at once.
+    """
+    errors: dict = {}
+    p = plan if plan is not None else Plan(project=project)
+    if p.project_id != project.pk:
+        errors["project"] = ["A project's objects stay in their project."]
+    name = (name or "").strip()
+    if messages := rules.name_taken(Plan, project=project, name=name, exclude_pk=p.pk, message=PLAN_NAME_TAKEN):
+        errors["name"] = messages
+    p.name = name
+    env = _plan_environment(project, environment)
+    if env is None:
+        errors["environment"] = [rules.NOT_A_CHOICE]
+    else:
+        p.environment = env
+    unknown = sorted(set(values) - set(PLAN_VALUES))
+    if unknown:
+        raise TypeError(f"plan_save: unknown values {unknown}")
+    kind = values.get("profile_kind", p.profile_kind)
+    if kind not in Plan.PROFILE_FIELDS:
+        errors["profile_kind"] = [rules.NOT_A_CHOICE]
+        kind = p.profile_kind
+    used = Plan.PROFILE_FIELDS[kind]
+    for field, value in values.items():
+        if field in Plan.PROFILE_INPUTS and field not in used:
+            continue  # not part of this kind: neither checked nor changed
+        if value is None and field in Plan.DEGRADATION_INPUTS:
+            continue  # empty: keeps the plan's
+        if field == "description":
+            value = value or ""
+        setattr(p, field, value)
+    p.profile_kind = kind
+    for field in used:
+        if getattr(p, field) is None and field not in Plan.OPTIONAL_PROFILE_FIELDS:
+            errors.setdefault(field, [rules.REQUIRED])
+    for field, messages in {
+        **rules.threshold_errors({f: getattr(p, f) for f in rules.THRESHOLD_MAXIMA}),
+        **rules.model_field_errors(p, exclude=["project", "environment", "name"]),
+    }.items():
+        errors.setdefault(field, messages)
+    rows = None
+    if levels is not None:
+        rows = [
+            PlanLevel(users=lv.users, ramp_up=lv.ramp_up, hold=lv.hold, ramp_down=lv.ramp_down, quiet=lv.quiet)
+            for lv in levels
+        ]
+        level_errors = [rules.model_field_errors(row, exclude=["plan"]) for row in rows]
+        if any(level_errors):
+            errors["levels"] = level_errors
+    if kind == Plan.ProfileKind.STEPS:
+        checked = rows if rows is not None else p.get_levels()
+        if "levels" not in errors and (message := rules.levels_error(checked)):
+            errors["levels"] = [message]
+    elif "hold" not in errors and (message := rules.profile_duration_error(kind, {f: getattr(p, f) for f in used})):
+        errors["hold"] = [message]
+    entries = None
+    if mix is not None:
+        by_code = {str(tc.code): tc for tc in project.test_cases.all()}
+        entries, mix_errors, seen = [], [], set()
+        for test_case, weight in mix:
+            tc = by_code.get(str(getattr(test_case, "code", test_case)))
+            entry = MixEntry(test_case=tc, weight=weight)
+            problems = rules.model_field_errors(entry, exclude=["plan", "test_case"])
+            if tc is None:
+                problems["test_case"] = ["Not a test case of this plan's project."]
+            elif tc.pk in seen:
+                problems["test_case"] = ["This test case is already in the mix."]
+            else:
+                seen.add(tc.pk)
+            entries.append(entry)
+            mix_errors.append(problems)
+        if any(mix_errors):
+            errors["mix"] = mix_errors
+    if errors:
+        raise Invalid(errors)
+    p.save()
+    if rows is not None:
+        p.levels.all().delete()
+        for position, row in enumerate(rows):
+            row.plan, row.position = p, position
+        PlanLevel.objects.bulk_create(rows)
+    if entries is not None:
+        p.mix.all().delete()
+        for position, entry in enumerate(entries):
+            entry.plan, entry.position = p, position
+        MixEntry.objects.bulk_create(entries)
+    p._levels = None  # read them again from the database
+    return p
 
 
 @transaction.atomic

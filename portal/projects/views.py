@@ -25,9 +25,9 @@ from django_htmx.http import reswap, retarget
 
 from portal.accounts import access
 from portal.accounts.models import Membership
-from portal.common import plural
+from portal.common import Invalid, plural
 from portal.history.models import TuningChange
-from portal.history.views.changes import environment_history
+from portal.history.selectors import environment_history
 
 from . import har, selectors, services
 from .forms import (
@@ -43,6 +43,7 @@ from .forms import (
     StepForm,
     TestCaseForm,
     har_choices,
+    server_specs,
 )
 from .models import DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
 
@@ -63,13 +64,21 @@ def _can_write(user, project: Project) -> bool:
 
 
 def _save(form, save):
-    """Runs ``save``; a name taken by a concurrent request becomes a form error, not a 500."""
+    """Runs ``save``; a name taken by a concurrent request becomes a form error, not a 500.
+
+    The service checks the values again (the API's path has no form): what it refuses is shown
+    beside the form's fields, as the form's own errors are.
+    """
     try:
         with transaction.atomic():
             return save()
     except IntegrityError:
         form.add_error("name", "That name was taken a moment ago; choose another.")
-        return None
+    except Invalid as exc:
+        for field, messages in exc.errors.items():
+            flat = [m for m in messages if isinstance(m, str)] or ["Some rows need fixing (see below)."]
+            form.add_error(field if field in form.fields else None, flat)
+    return None
 
 
 def _confirm_delete(
@@ -210,7 +219,12 @@ def _environment_form(request, project: Project, environment: Environment | None
     form = EnvironmentForm(request.POST or None, instance=environment, project=project)
     servers = ServerFormSet(request.POST or None, instance=form.instance, prefix="servers")
     if request.method == "POST" and form.is_valid() and servers.is_valid():
-        saved = _save(form, lambda: services.environment_save(form=form, servers=servers))
+        saved = _save(
+            form,
+            lambda: services.environment_save(
+                project=project, environment=environment, **form.service_values(), servers=server_specs(servers)
+            ),
+        )
         if saved:
             messages.success(request, f"Environment “{saved}” saved.")
             if problem := selectors.target_problem(base_url=saved.base_url):
@@ -561,7 +575,7 @@ def plan_detail(request, code):
 def _plan_form(request, project: Project, plan: Plan | None):
     form = PlanForm(request.POST or None, instance=plan, project=project)
     if request.method == "POST" and form.is_valid():
-        saved = _save(form, lambda: services.plan_save(form=form))
+        saved = _save(form, lambda: services.plan_save(project=project, plan=plan, **form.service_values()))
         if saved:
             messages.success(request, f"Plan “{saved}” saved." + ("" if plan else " Now choose its mix of test cases."))
             return redirect(saved)

@@ -7,7 +7,7 @@ for a steps profile); charts show the whole run.
 A steps run also gets its capacity (the highest level within the thresholds, and the
 knee where throughput stops growing); a single-window run gets a degradation analysis
 (did throughput fall or APD rise well away from the steady state after ramp-up, and
-when). The statistics themselves live in ``portal.history.analysis``; this module
+when). The statistics themselves live in ``portal.stats.analysis``; this module
 feeds them a run's figures and words their answers.
 """
 
@@ -19,9 +19,9 @@ from django.db.models import Max
 
 from portal import formatting
 from portal.common import human_duration
-from portal.history import analysis as history_analysis
-from portal.history import changepoint, scalability
 from portal.projects.models import Plan
+from portal.stats import analysis as history_analysis
+from portal.stats import changepoint, scalability
 from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
@@ -567,7 +567,7 @@ def _combined(verdicts: list[str | None]) -> str | None:
 # Capacity (steps runs) and degradation (single-window runs)
 # --------------------------------------------------------------------------------------
 
-# The plan's threshold keys (as in the snapshot) → portal.history.analysis.Thresholds, and
+# The plan's threshold keys (as in the snapshot) → portal.stats.analysis.Thresholds, and
 # the names the report gives them (the same as judge's).
 CAPACITY_THRESHOLDS = {
     "apd_ms": ("max_apd_ms", "APD"),
@@ -959,7 +959,7 @@ def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict
 
 
 def began_of(d: dict, throughput: list, apd: list, *, start: int, end: int, sustain_s: int) -> dict:
-    """When each drift that crossed its limit began (portal.history.changepoint), from the per-second series.
+    """When each drift that crossed its limit began (portal.stats.changepoint), from the per-second series.
 
     The search looks from the window's start up to the second the drift crossed (it began
     by then at the latest), over the seconds up to as long again after it, so the fit sees

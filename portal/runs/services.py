@@ -18,6 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min, Q, Sum
 from django.utils import timezone
 
+from portal.common import task
 from portal.projects.models import Plan
 from workers.engine.histogram import Histogram
 from workers.engine.plan import Plan as EnginePlan
@@ -26,6 +27,7 @@ from workers.engine.runner import HANDOFF
 from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, parse_allowlist, parse_target_url
 
 from . import analysis, result_files, storage
+from .batches import BatchSampler
 from .models import PageInterval, PageRollup, ResultImport, Run, RunFigures, RunShard, ShardInterval, WatchdogView
 from .signals import run_finished
 
@@ -191,7 +193,7 @@ ENQUEUE_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "i
 
 def _enqueue_start(run_id: int) -> None:
     """Sends the start task; a broker that cannot be reached ends the run in error with the reason."""
-    from workers.tasks import start_run_task
+    start_run_task = task("start_run_task")
 
     try:
         start_run_task.apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
@@ -234,7 +236,7 @@ def run_start(run_id: int) -> None:
         )
         start_at = timezone.now() + timedelta(seconds=settings.PLIMSOLL_START_DELAY)
         Run.objects.filter(id=run_id).update(shard_count=shard_count, start_at=start_at)
-        from workers.tasks import run_shard_task
+        run_shard_task = task("run_shard_task")
 
         for n in range(shard_count):
             transaction.on_commit(lambda n=n: run_shard_task.delay(run_id, n))
@@ -374,7 +376,7 @@ def _shard_release(
 
 def _send_shard(run_id: int, shard_no: int) -> None:
     """Queues a shard's task; a broker that cannot be reached now is retried by the watchdog."""
-    from workers.tasks import run_shard_task
+    run_shard_task = task("run_shard_task")
 
     try:
         run_shard_task.apply_async((run_id, shard_no), retry=True, retry_policy=ENQUEUE_RETRY)
@@ -664,8 +666,6 @@ def _finalize_compute(run_id: int) -> None:
     the comparison batches; then, in one transaction, the figures are stored and the status set.
     The per-second label rows stay until ``rollup_due`` rolls them up (PLIMSOLL_ROLLUP_AFTER).
     """
-    from portal.history.comparison import BatchSampler
-
     run = Run.objects.get(id=run_id)
     if run.status != Status.FINISHING:
         return  # finished meanwhile (another attempt won): its rows may already be rolled up
@@ -834,8 +834,6 @@ def run_figures_store(*, run: Run) -> bool:
 
     Afterwards the run's pages read only stored figures, and the roll-up may take its rows.
     """
-    from portal.history.comparison import BatchSampler
-
     if run.is_active or RunFigures.objects.filter(run=run).exists():
         return False
     sampler = BatchSampler(run)
@@ -993,10 +991,9 @@ def run_import(
 
 
 def _store_import(results, environment, user, file_name, sha256, plan, imported) -> tuple[Run, bool]:
-    from portal.history.services import change_in_effect
 
     start = datetime.fromtimestamp(results.first_second, UTC)
-    change = change_in_effect(environment, start)
+    change = environment.change_in_effect(start)
     snapshot = _imported_snapshot(results, environment, plan)
     source = {
         "tool": results.tool,
@@ -1141,7 +1138,7 @@ def _continuation_end(shard: RunShard, why: str) -> None:
 
 def _resend_waiting_tasks(now) -> None:
     """Sends again the tasks of queued runs and pending shards that no worker took (lost with the broker)."""
-    from workers.tasks import run_shard_task, start_run_task
+    run_shard_task, start_run_task = task("run_shard_task"), task("start_run_task")
 
     old = now - RESEND_AFTER
     try:
@@ -1205,9 +1202,7 @@ def result_import_create(*, environment, user, chunks, file_name: str, format: s
 
 
 def _enqueue_result_import(import_id: int) -> None:
-    from workers.tasks import result_import_task
-
-    result_import_task.delay(import_id)
+    task("result_import_task").delay(import_id)
 
 
 def result_import_process(import_id: int) -> None:

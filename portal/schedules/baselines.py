@@ -9,9 +9,10 @@ night that is 4 % slower is not worth a morning mail.
 
 import logging
 
-from portal.history import analysis
+from portal.common import task
 from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
 from portal.runs.models import Run
+from portal.stats import analysis
 
 from . import soak
 from .models import Baseline, RunVerdict
@@ -170,18 +171,16 @@ def on_run_finished(sender, run_id: int, **kwargs) -> None:
 
     Never computed here: the signal is sent by the shard that finalized the run.
     """
-    from workers.tasks import baseline_verdict_task, run_notify_task
-
     from .models import Schedule
 
     plan_id = Run.objects.filter(id=run_id).values_list("plan_id", flat=True).first()
     scheduled = plan_id is not None and Schedule.objects.filter(plan_id=plan_id).exists()
     # A scheduled plan's run is judged first, and notified by the same task with its verdict.
-    task = baseline_verdict_task if scheduled else run_notify_task
+    follow_up = task("baseline_verdict_task" if scheduled else "run_notify_task")
     try:
-        task.delay(run_id)
+        follow_up.delay(run_id)
     except Exception:  # a broker hiccup must not break the run's finish
-        log.exception("run %s: could not enqueue %s", run_id, task.name)
+        log.exception("run %s: could not enqueue %s", run_id, follow_up.name)
 
 
 class BaselineError(ValueError):

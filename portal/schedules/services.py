@@ -16,6 +16,7 @@ from datetime import date, datetime, time
 from django.db import transaction
 from django.utils import timezone
 
+from portal.common import task
 from portal.projects.models import Plan, Project
 from portal.runs.services import EnvironmentBusy, RunError, allowlist, run_create
 from workers.engine.targets import TargetNotAllowed, check_url
@@ -217,7 +218,7 @@ def _notify_fire_later(due_at: datetime, schedule_id: int) -> None:
     """Tells the project's channels about a skipped or missed fire, once the row is committed."""
 
     def send():
-        from workers.tasks import fire_notify_task
+        fire_notify_task = task("fire_notify_task")
 
         fire_id = ScheduleFire.objects.filter(schedule_id=schedule_id, due_at=due_at).values_list("id", flat=True)
         for fid in fire_id:

@@ -12,7 +12,7 @@ from django.urls import reverse
 from portal.history import comparison, journey
 from portal.history.comparison import experiment_report as comparison_report
 from portal.history.models import TrialSet, TuningChange
-from portal.history.views.experiments import experiment_steps
+from portal.history.selectors import experiment_steps
 from portal.runs.models import Run
 from portal.runs.templatetags.plimsoll import ms, pct, rate
 

@@ -54,9 +54,9 @@ CASES = [(name, value) for name in ("duration_ms", "rate", "percent", "size", "n
 
 def test_a_second_reads_the_same_everywhere():
     # given: a duration of exactly a second, shown by a template filter, a sentence and a comparison
-    from portal.history.analysis import format_value
     from portal.history.comparison import format_figure
     from portal.runs.analysis import _fmt_ms
+    from portal.stats.analysis import format_value
 
     # when
     shown = {

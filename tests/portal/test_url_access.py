@@ -78,6 +78,8 @@ api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invita
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$
 api/v1/environments/<str:code>/result-imports/ api/v1/projects/<str:code>/har-import/
 api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$
+api/v1/test-cases/<str:code>/steps/ api/v1/test-cases/<str:code>/steps/<str:step>/
+api/v1/test-cases/<str:code>/steps/<str:step>/move/ api/v1/runs/<str:code>/include/
 """
 
 ROUTES = {

@@ -215,12 +215,16 @@ class TuningChangeViewSet(mixins.CreateModelMixin, _EnvironmentDocumentViewSet):
     retrieve=extend_schema(
         summary="One external measurement", responses={200: MeasurementSerializer, **error_responses(404)}
     ),
+    destroy=extend_schema(
+        summary="Delete an external measurement (one recorded by mistake)",
+        responses={204: None, **error_responses(403, 404)},
+    ),
     create=extend_schema(
         summary="Record an external measurement (a backup script posts its timing here)",
         responses={201: MeasurementSerializer, **error_responses(400, 403, 404)},
     ),
 )
-class MeasurementViewSet(mixins.CreateModelMixin, _EnvironmentDocumentViewSet):
+class MeasurementViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, _EnvironmentDocumentViewSet):
     serializer_class = MeasurementSerializer
 
     def safely_get_queryset(self):
@@ -239,6 +243,51 @@ class MeasurementViewSet(mixins.CreateModelMixin, _EnvironmentDocumentViewSet):
             raise serializers.ValidationError(_form_errors(form))
         measurement = services.measurement_record(environment=environment, user=request.user, **form.measurement_fields)
         return Response(self.get_serializer(measurement).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, *args, **kwargs):
+        services.measurement_delete(measurement=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class RunIncludeSerializer(StrictSerializer):
+    include = serializers.BooleanField(
+        help_text="true: count the doubtful run in trends, baselines and verdicts anyway; false: leave it out again"
+    )
+
+
+class RunInclusionSerializer(serializers.Serializer):
+    run = serializers.UUIDField()
+    include_anyway = serializers.BooleanField()
+    counts = serializers.BooleanField(help_text="Whether the run counts in trends, baselines and verdicts now")
+    doubts = serializers.ListField(child=serializers.CharField(), help_text="Why the run is in doubt (kept either way)")
+
+
+class RunIncludeViewSet(TeamScopedViewSet):
+    """Include anyway: the run page's switch for a run left out of trial sets, comparisons and journeys."""
+
+    serializer_class = RunInclusionSerializer
+
+    def safely_get_queryset(self):
+        from portal.runs.models import Run
+
+        return Run.objects.select_related("project")
+
+    @extend_schema(
+        summary="Count a doubtful run anyway (a saturated generator, a lost shard, …), or leave it out again",
+        request=RunIncludeSerializer,
+        responses={200: RunInclusionSerializer, **error_responses(400, 403, 404)},
+    )
+    def create(self, request, code=None):
+        run = self.get_object()
+        serializer = RunIncludeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            run = services.run_include(run=run, include=serializer.validated_data["include"])
+        except services.RunNotFinished as exc:
+            raise serializers.ValidationError({"include": [str(exc)]}) from None
+        return Response(
+            {"run": str(run.code), "include_anyway": run.include_anyway, "counts": run.counts, "doubts": run.doubts}
+        )
 
 
 class TrialSetStartSerializer(StrictSerializer):
@@ -372,18 +421,12 @@ class PlanTrialsViewSet(TeamScopedViewSet):
         return Response(self.get_serializer(trial_set).data, status=status.HTTP_201_CREATED)
 
 
-class ChangeDocumentSerializer(StrictSerializer):
-    """The experiment's tuning change, as ``/tuning-changes/`` takes it (never applied here: the experiment does)."""
+class ChangeDocumentSerializer(TuningChangeSerializer):
+    """The experiment's tuning change, as ``/tuning-changes/`` takes and shows it (never applied here: the
+    experiment applies it in its turn; its environment is the plan's)."""
 
-    category = serializers.ChoiceField(choices=TuningChange.Category.choices, default=TuningChange.Category.OTHER)
-    title = serializers.CharField(max_length=200)
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
-    reference = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_method = serializers.ChoiceField(choices=TuningChange.HookMethod.choices, default="POST")
-    hook_url = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_body = serializers.CharField(required=False, allow_blank=True, default="")
-    hook_content_type = serializers.CharField(required=False, allow_blank=True, default="application/json")
-    configuration = ConfigurationItemSerializer(many=True, help_text="The whole configuration after the change")
+    environment = serializers.UUIDField(read_only=True)
+    apply = None
 
 
 class ExperimentSerializer(StrictSerializer):

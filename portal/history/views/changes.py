@@ -11,7 +11,6 @@ viewer's attempt to change something a 403.
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
-from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
@@ -24,67 +23,7 @@ from portal.runs.models import Run
 from .. import services
 from ..forms import ChangeForm, MeasurementForm, revert_prefill
 from ..journey import change_models
-from ..models import ExternalMeasurement, TuningChange, apply_edits, config_dict
-
-INITIAL = "initial"  # ?at=initial: the configuration before the first change
-
-
-# --------------------------------------------------------------------------------------
-# Selectors: what the environment page shows of the history
-# --------------------------------------------------------------------------------------
-
-
-def ledger(environment: Environment) -> list[TuningChange]:
-    """Every change of the environment, newest first: applied ones by when they took effect, failed
-    and planned ones by when they were written down (a failed attempt stays where it happened)."""
-    changes = list(environment.changes.select_related("made_by", "experiment").annotate(run_count=Count("runs")).all())
-    for change in changes:
-        change.environment = environment  # a planned change's diff reads the current configuration
-    return sorted(changes, key=lambda c: (c.applied_at or c.created_at, c.number or 0), reverse=True)
-
-
-def initial_configuration(environment: Environment) -> list[dict]:
-    """The configuration before the first applied change (the current one when there is none)."""
-    first = environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("number").first()
-    return first.config_before if first else list(environment.configuration)
-
-
-def configuration_at(environment: Environment, at: str | None) -> dict | None:
-    """The configuration after the change ``at`` (a change's code, or "initial"), beside today's.
-
-    Returns None when the environment has no applied change (then there is no past to
-    show). ``rows`` are [{key, then, now, same}], ``then``/``now`` None where the key was
-    not set; keys set only today come last.
-    """
-    applied = list(environment.changes.filter(status=TuningChange.Status.APPLIED).order_by("-number"))
-    if not applied:
-        return None
-    change = None
-    if at and at != INITIAL:
-        change = next((c for c in applied if str(c.code) == at), None)
-    configuration = change.config_after if change else applied[-1].config_before
-    now = config_dict(environment.configuration)
-    then = config_dict(configuration)
-    rows = [{"key": k, "then": v, "now": now.get(k), "same": now.get(k) == v} for k, v in then.items()]
-    rows += [{"key": k, "then": None, "now": v, "same": False} for k, v in now.items() if k not in then]
-    return {
-        "changes": applied,
-        "change": change,
-        "selected": str(change.code) if change else INITIAL,
-        "rows": rows,
-        "differs": any(not row["same"] for row in rows),
-        "latest": change is not None and change.id == applied[0].id,
-    }
-
-
-def environment_history(environment: Environment, *, at: str | None = None) -> dict:
-    """The environment page's history part: ledger, configuration at a past change, measurements."""
-    return {
-        "ledger": ledger(environment),
-        "config_at": configuration_at(environment, at),
-        "measurements": environment.measurements.select_related("tuning_change", "run", "created_by"),
-    }
-
+from ..models import ExternalMeasurement, TuningChange, apply_edits
 
 # --------------------------------------------------------------------------------------
 # Views
@@ -242,7 +181,7 @@ def measurement_delete(request, code):
         code=code,
         write=True,
     )
-    measurement.delete()
+    services.measurement_delete(measurement=measurement)
     messages.success(request, f"Measurement “{measurement}” of {measurement.measured_at:%Y-%m-%d %H:%M} deleted.")
     return redirect(measurement.environment.get_absolute_url() + "#measurements")
 
@@ -256,12 +195,12 @@ def run_include(request, code):
     without it the choice flips.
     """
     run = get_for_user(request.user, Run.objects.select_related("project__team"), code=code, write=True)
-    if run.is_active:
-        messages.error(request, "The run has not finished: its figures cannot be judged yet.")
-        return redirect(run)
     wanted = request.POST.get("include")
-    run.include_anyway = wanted == "1" if wanted in ("0", "1") else not run.include_anyway
-    run.save(update_fields=["include_anyway", "updated_at"])
+    try:
+        services.run_include(run=run, include={"1": True, "0": False}.get(wanted))
+    except services.RunNotFinished as exc:
+        messages.error(request, str(exc))
+        return redirect(run)
     if run.include_anyway:
         doubts = "; ".join(run.doubts) or "nothing is in doubt"
         messages.success(request, f"Run #{run.number} now counts in trends and verdicts, although {doubts}.")

@@ -10,8 +10,6 @@ Each view's first line fetches its object through ``access.get_for_user``: anoth
 object is a 404, and a viewer's attempt to change it a 403.
 """
 
-import statistics
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
@@ -22,21 +20,13 @@ from django.views.decorators.vary import vary_on_headers
 
 from portal.accounts.access import get_for_user, membership_for
 from portal.projects.models import Plan, Project
-from portal.runs.models import Run
-from portal.runs.selectors import run_live_figures
-from portal.runs.services import RunError, active_run_on
+from portal.runs.services import RunError
 
-from .. import comparison, services
+from .. import comparison, selectors, services
 from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm, TrialSetFromRunsForm
-from ..models import Experiment, TrialSet, TuningChange
+from ..models import Experiment, TrialSet
+from ..selectors import experiment_steps, experiment_waiting_for, spread, trial_rows, trialset_progress
 
-# The figures of a trial's summary shown per run, and pooled (± sd between trials) for the set.
-FIGURES = [
-    ("apd", "apd_ms", "APD"),
-    ("p95", "p95_ms", "p95"),
-    ("pages_per_s", "pages_per_s", "pages/s"),
-    ("error_rate", "error_rate_pct", "error rate"),
-]
 # The reason services.trialset_stop and experiment_stop record.
 STOPPED_BY_USER = "Stopped by a user."
 
@@ -49,83 +39,6 @@ def _fragment(request) -> bool:
 def _can_write(user, project: Project) -> bool:
     membership = membership_for(user, project.team)
     return membership is not None and membership.can_write
-
-
-# --------------------------------------------------------------------------------------
-# What a trial set looks like now
-# --------------------------------------------------------------------------------------
-
-
-def trial_rows(runs: list[Run]) -> list[dict]:
-    """One row per trial: its run, its figures (from the summary's totals) and its doubts."""
-    rows = []
-    for position, run in enumerate(runs, start=1):
-        totals = (run.summary or {}).get("totals") or {}
-        rows.append(
-            {
-                "trial": position,
-                "run": run,
-                **{name: totals.get(key) for name, key, _ in FIGURES},
-                "counts": run.counts,
-                # An active run is not doubtful, only unfinished.
-                "doubts": [] if run.is_active else run.doubts,
-            }
-        )
-    return rows
-
-
-def spread(runs: list[Run]) -> dict:
-    """The set's own figures (``comparison.pooled_figures``: its counting trials pooled, as its
-    comparisons, the journey and the API show them), with the sample standard deviation of
-    the trials' own figures beside them (the spread the comparisons weigh differences against).
-
-    Only counting runs join (``run.counts``): a cancelled trial or one measured by a
-    saturated generator would widen or shift the spread that comparisons weigh
-    differences against.
-    """
-    counting = [run for run in runs if run.counts]
-    pooled = comparison.pooled_figures(counting).get(None) or {}
-    out = {"n": len(counting)}
-    for name, key, label in FIGURES:
-        values = [float(v) for run in counting if (v := ((run.summary or {}).get("totals") or {}).get(key)) is not None]
-        out[name] = {
-            "label": label,
-            "value": pooled.get(key),
-            "sd": statistics.stdev(values) if len(values) >= 2 else None,
-            "n": len(values),
-        }
-    return out
-
-
-def trialset_progress(trial_set: TrialSet, runs: list[Run]) -> dict:
-    """Trials finished of the set's size, the running trial's own progress, and what it waits for.
-
-    The bar counts each finished trial as one part and the running one by its elapsed
-    share of its planned duration, so the set's bar moves while a trial runs. A running
-    set with no active trial is either starting its next trial or waiting for another
-    run to leave the environment (one run per environment): ``waiting_for`` names it.
-    """
-    finished = sum(1 for run in runs if not run.is_active)
-    current = next((run for run in runs if run.is_active), None)
-    current_pct = run_live_figures(current)["progress_pct"] if current and current.start_at else 0.0
-    if trial_set.status == TrialSet.Status.DONE:
-        pct = 100.0
-    else:
-        pct = round(min(100.0, 100 * (finished + current_pct / 100) / max(trial_set.size, 1)), 1)
-    waiting_for = None
-    if trial_set.is_active and current is None and trial_set.environment_id:
-        busy = active_run_on(trial_set.environment_id)
-        if busy is not None and busy.trial_set_id != trial_set.id:
-            waiting_for = busy
-    return {
-        "finished": finished,
-        "size": trial_set.size,
-        "current": current,
-        "current_number": len(runs) if current else None,
-        "current_pct": current_pct,
-        "pct": pct,
-        "waiting_for": waiting_for,
-    }
 
 
 def _trialset_context(request, trial_set: TrialSet) -> dict:
@@ -234,83 +147,6 @@ def trialset_stop(request, code):
     return redirect(trial_set)
 
 
-# --------------------------------------------------------------------------------------
-# What an experiment looks like now
-# --------------------------------------------------------------------------------------
-
-DONE, CURRENT, WAITING, FAILED = "done", "current", "waiting", "failed"
-STEP_MARKS = {DONE: "✓", CURRENT: "●", WAITING: "○", FAILED: "✕"}
-
-
-def _set_state(trial_set: TrialSet | None, *, running_status: str, experiment: Experiment) -> str:
-    if trial_set is None:
-        return WAITING
-    if trial_set.status == TrialSet.Status.DONE:
-        return DONE
-    if trial_set.status == TrialSet.Status.STOPPED:
-        return FAILED
-    return CURRENT if experiment.status == running_status else WAITING
-
-
-def experiment_steps(experiment: Experiment) -> list[dict]:
-    """The four steps with their state (done ✓, current ●, waiting ○, failed or stopped ✕).
-
-    Read from the trial sets and the change themselves rather than from the experiment's
-    status alone, so a stopped experiment shows where it stopped and why.
-    """
-    Status = Experiment.Status
-    change = experiment.change
-    baseline, after = experiment.baseline, experiment.after
-    sets = {}
-    for role, trial_set in (("baseline", baseline), ("after", after)):
-        runs = list(trial_set.runs.order_by("id")) if trial_set else []
-        sets[role] = {"set": trial_set, "finished": sum(1 for r in runs if not r.is_active), "runs": runs}
-
-    baseline_state = _set_state(baseline, running_status=Status.BASELINE, experiment=experiment)
-    if change.status == TuningChange.Status.APPLIED:
-        apply_state = DONE
-    elif change.status == TuningChange.Status.FAILED or (
-        experiment.status in (Status.FAILED, Status.STOPPED) and baseline_state == DONE
-    ):
-        apply_state = FAILED
-    elif experiment.status in (Status.APPLYING, Status.AWAITING):
-        apply_state = CURRENT
-    else:
-        apply_state = WAITING
-    after_state = _set_state(after, running_status=Status.AFTER, experiment=experiment)
-    if experiment.status == Status.DONE:
-        compare_state = DONE
-    elif experiment.status in (Status.FAILED, Status.STOPPED):
-        compare_state = FAILED if after_state == FAILED else WAITING
-    else:
-        compare_state = WAITING
-
-    def progress(role: str) -> dict:
-        info = sets[role]
-        trial_set = info["set"]
-        return trialset_progress(trial_set, info["runs"]) if trial_set else {"finished": 0, "pct": 0}
-
-    steps = [
-        {"key": "baseline", "title": "Baseline trials", "state": baseline_state, "set": baseline},
-        {"key": "apply", "title": "Apply the change", "state": apply_state},
-        {"key": "after", "title": "Trials after the change", "state": after_state, "set": after},
-        {"key": "compare", "title": "Comparison", "state": compare_state},
-    ]
-    for number, step in enumerate(steps, start=1):
-        step["number"] = number
-        step["mark"] = STEP_MARKS[step["state"]]
-        if step["key"] in sets:
-            step["progress"] = progress(step["key"])
-    return steps
-
-
-def experiment_waiting_for(experiment: Experiment) -> Run | None:
-    """The run that keeps a hook from being sent (the change waits for the environment to be free)."""
-    if experiment.status != Experiment.Status.APPLYING:
-        return None
-    return active_run_on(experiment.environment_id)
-
-
 # The badge colour of each experiment status (the run statuses' colours).
 EXPERIMENT_BADGES = {
     Experiment.Status.DRAFT: "",
@@ -339,12 +175,6 @@ def _experiment_context(request, experiment: Experiment) -> dict:
     }
 
 
-def _experiments(queryset):
-    return queryset.select_related("project__team", "plan", "environment", "change", "created_by").prefetch_related(
-        "trial_sets"
-    )
-
-
 # --------------------------------------------------------------------------------------
 # Experiments
 # --------------------------------------------------------------------------------------
@@ -353,7 +183,7 @@ def _experiments(queryset):
 @login_required
 def experiment_list(request, code):
     project = get_for_user(request.user, Project.objects.select_related("team"), code=code)
-    experiments = [_with_badge(e) for e in _experiments(project.experiments.all())]
+    experiments = [_with_badge(e) for e in selectors.experiments_related(project.experiments.all())]
     context = {
         "project": project,
         "experiments": experiments,
@@ -436,7 +266,7 @@ def _experiment_save(request, plan: Plan, form: ExperimentForm, change_form) -> 
 @login_required
 @vary_on_headers("HX-Request")  # a page or its live region, from one URL
 def experiment_detail(request, code):
-    experiment = get_for_user(request.user, _experiments(Experiment.objects.all()), code=code)
+    experiment = get_for_user(request.user, selectors.experiments_related(Experiment.objects.all()), code=code)
     context = _experiment_context(request, experiment)
     if _fragment(request):
         response = render(request, "history/experiment_detail.html#live", context)
@@ -450,7 +280,9 @@ def experiment_detail(request, code):
 @login_required
 @require_POST
 def experiment_start(request, code):
-    experiment = get_for_user(request.user, _experiments(Experiment.objects.all()), code=code, write=True)
+    experiment = get_for_user(
+        request.user, selectors.experiments_related(Experiment.objects.all()), code=code, write=True
+    )
     try:
         services.experiment_start(experiment, user=request.user)
     except (services.ChangeError, RunError) as exc:
@@ -464,7 +296,9 @@ def experiment_start(request, code):
 @require_POST
 def experiment_confirm(request, code):
     """A person says the change has been made by hand: it is recorded and the trials after start."""
-    experiment = get_for_user(request.user, _experiments(Experiment.objects.all()), code=code, write=True)
+    experiment = get_for_user(
+        request.user, selectors.experiments_related(Experiment.objects.all()), code=code, write=True
+    )
     try:
         services.experiment_confirm(experiment, user=request.user)
     except (services.ChangeError, RunError) as exc:
@@ -477,7 +311,9 @@ def experiment_confirm(request, code):
 @login_required
 @require_POST
 def experiment_stop(request, code):
-    experiment = get_for_user(request.user, _experiments(Experiment.objects.all()), code=code, write=True)
+    experiment = get_for_user(
+        request.user, selectors.experiments_related(Experiment.objects.all()), code=code, write=True
+    )
     if experiment.is_active:
         services.experiment_stop(experiment)
         messages.info(request, "Stopped: the running trial ends within a second or two, and nothing else starts.")

@@ -24,7 +24,7 @@ class ProjectSerializer(serializers.ModelSerializer):
 class ServerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Server
-        fields = ("name", "role", "hardware")
+        fields = ("name", "role", "hardware", "metrics_url", "counter_set")
         read_only_fields = fields
 
 
@@ -42,7 +42,16 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Environment
-        fields = ("code", "project", "name", "base_url", "description", "configuration", "servers")
+        fields = (
+            "code",
+            "project",
+            "name",
+            "base_url",
+            "description",
+            "metrics_interval_s",
+            "configuration",
+            "servers",
+        )
         read_only_fields = fields
 
 
@@ -161,6 +170,7 @@ PLAN_FIELDS = (
     "threshold_p95_ms",
     "threshold_error_rate_pct",
     "threshold_min_pages_per_s",
+    "capacity_search",
     "degradation_drop_pct",
     "degradation_rise_pct",
     "degradation_sustain_s",
@@ -191,6 +201,9 @@ class PlanSerializer(StrictSerializer):
     threshold_p95_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_error_rate_pct = serializers.FloatField(required=False, allow_null=True)
     threshold_min_pages_per_s = serializers.FloatField(required=False, allow_null=True)
+    capacity_search = serializers.BooleanField(
+        default=False, help_text="Steps profile: end done with the capacity found instead of failed"
+    )
     degradation_drop_pct = serializers.FloatField(required=False, allow_null=True)
     degradation_rise_pct = serializers.FloatField(required=False, allow_null=True)
     degradation_sustain_s = serializers.IntegerField(required=False, allow_null=True)

@@ -6,38 +6,35 @@ Writes go through the UI's forms and services: the same rules, the same messages
 from django.db import transaction
 from django.http import JsonResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from portal.accounts.models import Team
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 from portal.projects import services
 from portal.projects.forms import (
     DataSetUploadForm,
-    EnvironmentForm,
-    PlanForm,
     ProjectForm,
-    ServerFormSet,
     StepForm,
     TestCaseForm,
-    format_configuration,
     format_extractions,
     format_headers,
 )
-from portal.projects.models import DataSet, Environment, Plan, Project, TestCase
+from portal.projects.models import DataSet, Environment, Plan, Project, Step, TestCase
 
 from .serializers import (
-    PLAN_FIELDS,
     ConfigurationItemSerializer,
     DataSetInfoSerializer,
     EnvironmentSerializer,
     PlanSerializer,
     ProjectSerializer,
+    StepSerializer,
     TestCaseSerializer,
+    step_document,
 )
 
 # The step form's text fields and the API's structured ones.
@@ -56,6 +53,10 @@ class DataSetUploadSerializer(StrictSerializer):
 
     file = serializers.FileField(help_text="CSV, UTF-8, at most 100,000 rows")
     mode = serializers.ChoiceField(choices=DataSet.Mode.choices, default=DataSet.Mode.SEQUENTIAL)
+
+
+class DataSetModeSerializer(StrictSerializer):
+    mode = serializers.ChoiceField(choices=DataSet.Mode.choices)
 
 
 def _in_project(viewset, queryset):
@@ -178,6 +179,11 @@ class ProjectWriteSerializer(StrictSerializer):
         request=ProjectWriteSerializer,
         responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
     ),
+    partial_update=extend_schema(
+        summary="Change some fields of a project; the others stay",
+        request=ProjectWriteSerializer,
+        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
+    ),
     destroy=extend_schema(
         summary="Delete a project with everything in it, its runs included",
         responses={204: None, **error_responses(403, 404)},
@@ -187,15 +193,20 @@ class ProjectWriteSerializer(StrictSerializer):
     ),
     retrieve=extend_schema(summary="One project", responses={200: ProjectSerializer, **error_responses(404)}),
 )
-class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
+class ProjectViewSet(
+    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+):
     serializer_class = ProjectSerializer
-    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return Project.objects.select_related("team").order_by("name", "id")
 
+    def patch_base(self, project) -> dict:
+        return {"name": project.name, "description": project.description}
+
     def _write_data(self) -> dict:
-        serializer = ProjectWriteSerializer(data=self.request.data)
+        serializer = ProjectWriteSerializer(data=self.document())
         serializer.is_valid(raise_exception=True)
         return serializer.validated_data
 
@@ -267,6 +278,12 @@ class ServerWriteSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     role = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
     hardware = serializers.CharField(max_length=300, required=False, allow_blank=True, default="")
+    metrics_url = serializers.CharField(
+        max_length=500, required=False, allow_blank=True, default="", help_text="A Prometheus text endpoint"
+    )
+    counter_set = serializers.CharField(
+        max_length=20, required=False, allow_blank=True, default="", help_text="Needed with a metrics endpoint"
+    )
 
 
 class EnvironmentWriteSerializer(StrictSerializer):
@@ -274,6 +291,9 @@ class EnvironmentWriteSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     base_url = serializers.CharField(max_length=500, help_text="Scheme, host and port of the system under test")
     description = serializers.CharField(required=False, allow_blank=True, default="")
+    metrics_interval_s = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Seconds between scrapes of the servers' metrics (default 5)"
+    )
     configuration = ConfigurationItemSerializer(
         many=True, required=False, help_text="The initial configuration (on create only; then tuning changes)"
     )
@@ -294,13 +314,20 @@ class EnvironmentWriteSerializer(StrictSerializer):
         request=EnvironmentWriteSerializer,
         responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
     ),
+    partial_update=extend_schema(
+        summary="Change some fields of an environment (servers, if given, are replaced as a whole); the others stay",
+        request=EnvironmentWriteSerializer,
+        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
+    ),
     destroy=extend_schema(
         summary="Delete an environment that no plan uses", responses={204: None, **error_responses(403, 404, 409)}
     ),
 )
-class EnvironmentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
+class EnvironmentViewSet(
+    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+):
     serializer_class = EnvironmentSerializer
-    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return Environment.objects.select_related("project").prefetch_related("servers").order_by("name", "id")
@@ -315,46 +342,30 @@ class EnvironmentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
     def update(self, request, *args, **kwargs):
         return Response(self._save(self.get_object()))
 
+    def patch_base(self, environment) -> dict:
+        data = EnvironmentSerializer(environment).data
+        return {k: v for k, v in data.items() if k not in ("code", "configuration")}
+
     @transaction.atomic
     def _save(self, environment) -> dict:
-        serializer = EnvironmentWriteSerializer(data=self.request.data)
+        serializer = EnvironmentWriteSerializer(data=self.document())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        if environment is not None:
-            if data["project"] != environment.project.code:
-                raise serializers.ValidationError({"project": ["An environment stays in its project."]})
-            if "configuration" in data:
-                raise serializers.ValidationError(
-                    {
-                        "configuration": [
-                            "The configuration changes only through tuning changes (/api/v1/tuning-changes/)."
-                        ]
-                    }
-                )
+        if environment is not None and data["project"] != environment.project.code:
+            raise serializers.ValidationError({"project": ["An environment stays in its project."]})
         project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
-        form_data = {k: data[k] for k in ("name", "base_url", "description")}
-        if environment is None:
-            form_data["configuration_text"] = format_configuration([dict(i) for i in data.get("configuration", [])])
-        # The servers are replaced as a whole: the old rows are deleted, the document's added in order.
-        old = list(environment.servers.all()) if environment is not None else []
-        form_data.update(
-            {"servers-TOTAL_FORMS": str(len(old) + len(data["servers"])), "servers-INITIAL_FORMS": str(len(old))}
+        configuration = data.get("configuration")
+        environment = services.environment_save(
+            project=project,
+            environment=environment,
+            name=data["name"],
+            base_url=data["base_url"],
+            description=data["description"],
+            metrics_interval_s=data.get("metrics_interval_s"),
+            configuration=None if configuration is None else [dict(item) for item in configuration],
+            # The servers are replaced as a whole: the document's rows, in order.
+            servers=[services.ServerSpec(**server) for server in data["servers"]],
         )
-        for i, server in enumerate(old):
-            form_data.update(
-                {f"servers-{i}-id": str(server.pk), f"servers-{i}-name": server.name, f"servers-{i}-DELETE": "on"}
-            )
-        for i, server in enumerate(data["servers"], start=len(old)):
-            form_data.update({f"servers-{i}-{k}": v for k, v in server.items()})
-        form = EnvironmentForm(form_data, instance=environment, project=project)
-        servers = ServerFormSet(form_data, instance=form.instance, prefix="servers")
-        if not (form.is_valid() and servers.is_valid()):
-            errors = _form_errors(form)
-            server_errors = [_form_errors(f) for f in servers.forms[len(old) :]]
-            if any(server_errors):
-                errors["servers"] = server_errors
-            raise serializers.ValidationError(errors)
-        environment = services.environment_save(form=form, servers=servers)
         return EnvironmentSerializer(self.safely_get_queryset().get(pk=environment.pk)).data
 
     def destroy(self, request, *args, **kwargs):
@@ -374,20 +385,24 @@ class EnvironmentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixin
 
 
 class _ProjectDocumentViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     def list(self, request, *args, **kwargs):
         page = self.paginate_queryset(_in_project(self, self.get_queryset()))
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def _document(self, instance=None) -> tuple[Project, dict]:
-        serializer = self.get_serializer(data=self.request.data)
+        serializer = self.get_serializer(data=self.document())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         if instance is not None and data["project"] != instance.project.code:
             raise serializers.ValidationError({"project": ["A project's objects stay in their project."]})
         project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
         return project, data
+
+    def patch_base(self, obj) -> dict:
+        data = self.get_serializer(obj).data
+        return {k: v for k, v in data.items() if k not in ("code", "data_set", "duration_s", "problems")}
 
     def create(self, request, *args, **kwargs):
         project, data = self._document()
@@ -412,6 +427,11 @@ class _ProjectDocumentViewSet(
         summary="Replace a test case and all its steps (one document)",
         responses={200: TestCaseSerializer, **error_responses(400, 403, 404, 413)},
     ),
+    partial_update=extend_schema(
+        summary="Change some fields of a test case (steps, if given, replace all its steps); the others stay",
+        request=TestCaseSerializer,
+        responses={200: TestCaseSerializer, **error_responses(400, 403, 404, 413)},
+    ),
     destroy=extend_schema(
         summary="Delete a test case that no plan's mix uses", responses={204: None, **error_responses(403, 404, 409)}
     ),
@@ -419,7 +439,7 @@ class _ProjectDocumentViewSet(
 class TestCaseViewSet(_ProjectDocumentViewSet):
     __test__ = False  # not a pytest test class
     serializer_class = TestCaseSerializer
-    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return TestCase.objects.select_related("project").prefetch_related("steps").order_by("name", "id")
@@ -449,16 +469,7 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
 
     @staticmethod
     def _step_form_data(item: dict) -> dict:
-        return {
-            **{k: _blank(item[k]) for k in ("name", "method", "path", "body_type", "body", "think_time")},
-            **{
-                k: _blank(item[k])
-                for k in ("timeout", "expect_status", "max_duration_ms", "text_present", "text_absent")
-            },
-            "headers_text": format_headers(item["headers"]),
-            "extract_text": format_extractions(item["extract"]),
-            "resources_text": "\n".join(item["resources"]),
-        }
+        return step_form_data(item)
 
     def destroy(self, request, *args, **kwargs):
         services.test_case_delete(test_case=self.get_object())
@@ -469,7 +480,12 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
         request={"multipart/form-data": DataSetUploadSerializer},
         responses={201: DataSetInfoSerializer, **error_responses(400, 403, 404, 413)},
     )
-    @action(detail=True, methods=["post"], url_path="data-set", parser_classes=[MultiPartParser])
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="data-set",
+        parser_classes=[MultiPartParser, JSONParser],
+    )
     def data_set(self, request, code=None):
         test_case = self.get_object()
         DataSetUploadSerializer(data={k: v for k, v in request.data.items()}).is_valid(raise_exception=True)
@@ -484,6 +500,22 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
             mode=form.cleaned_data["mode"],
         )
         return Response(DataSetInfoSerializer(data_set).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        summary="Change how the data set's rows are taken (sequential, random, unique); the rows stay",
+        request=DataSetModeSerializer,
+        responses={200: DataSetInfoSerializer, **error_responses(400, 403, 404)},
+    )
+    @data_set.mapping.patch
+    def data_set_mode(self, request, code=None):
+        test_case = self.get_object()
+        serializer = DataSetModeSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data_set = DataSet.objects.filter(test_case=test_case).first()
+        if data_set is None:
+            raise exceptions.NotFound("This test case has no data set.")
+        data_set = services.data_set_mode_set(data_set=data_set, mode=serializer.validated_data["mode"])
+        return Response(DataSetInfoSerializer(data_set).data)
 
     @extend_schema(
         summary="Remove the test case's data set", request=None, responses={204: None, **error_responses(403, 404)}
@@ -510,13 +542,19 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
         summary="Replace a plan, its levels and its mix (one document)",
         responses={200: PlanSerializer, **error_responses(400, 403, 404)},
     ),
+    partial_update=extend_schema(
+        summary="Change some fields of a plan (levels or mix, if given, replace the old ones); the others stay",
+        request=PlanSerializer,
+        responses={200: PlanSerializer, **error_responses(400, 403, 404)},
+    ),
     destroy=extend_schema(
-        summary="Delete a plan (its runs stay in the history)", responses={204: None, **error_responses(403, 404)}
+        summary="Delete a plan (its runs stay in the history); refused while an experiment keeps it",
+        responses={204: None, **error_responses(403, 404, 409)},
     ),
 )
 class PlanViewSet(_ProjectDocumentViewSet):
     serializer_class = PlanSerializer
-    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return (
@@ -525,46 +563,151 @@ class PlanViewSet(_ProjectDocumentViewSet):
             .order_by("name", "id")
         )
 
-    @transaction.atomic
     def save_document(self, project, plan, data) -> Plan:
-        if plan is not None:
-            plan.levels.all().delete()  # the document's levels replace them
-        form_data = {
-            "name": data["name"],
-            "description": data["description"],
-            "environment": str(data["environment"]),
-            **{name: _blank(data.get(name)) for name in PLAN_FIELDS},
-            "levels-TOTAL_FORMS": str(len(data["levels"])),
-            "levels-INITIAL_FORMS": "0",
-        }
-        for i, level in enumerate(data["levels"]):
-            form_data.update({f"levels-{i}-{k}": _blank(v) for k, v in level.items()})
-        form = PlanForm(form_data, instance=plan, project=project)
-        if not form.is_valid():
-            errors = _form_errors(form)
-            if form.kind == Plan.ProfileKind.STEPS and not form.levels.is_valid():
-                errors["levels"] = [_form_errors(f) for f in form.levels.forms] or list(form.levels.non_form_errors())
-                if form.levels.non_form_errors():
-                    errors.setdefault("non_field_errors", []).extend(form.levels.non_form_errors())
-            raise serializers.ValidationError(errors)
-        plan = services.plan_save(form=form)
-        plan.mix.all().delete()
-        test_cases = {tc.code: tc for tc in project.test_cases.all()}
-        mix_errors, seen = [], set()
-        for item in data["mix"]:
-            tc = test_cases.get(item["test_case"])
-            if tc is None:
-                mix_errors.append({"test_case": ["Not a test case of this plan's project."]})
-            elif tc.pk in seen:
-                mix_errors.append({"test_case": ["This test case is already in the mix."]})
-            else:
-                seen.add(tc.pk)
-                services.mix_entry_add(plan=plan, test_case=tc, weight=item["weight"])
-                mix_errors.append({})
-        if any(mix_errors):
-            raise serializers.ValidationError({"mix": mix_errors})
+        plan = services.plan_save(
+            project=project,
+            plan=plan,
+            name=data["name"],
+            environment=str(data["environment"]),
+            # Absent fields are None: the kind's fields are then required, as in the form.
+            values={name: data.get(name) for name in services.PLAN_VALUES},
+            levels=[services.LevelSpec(**level) for level in data["levels"]],
+            mix=[(str(item["test_case"]), item["weight"]) for item in data["mix"]],
+        )
         return self.safely_get_queryset().get(pk=plan.pk)
 
     def destroy(self, request, *args, **kwargs):
-        self.get_object().delete()
+        services.plan_delete(plan=self.get_object())  # 409 while an experiment keeps it
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def step_form_data(item: dict) -> dict:
+    """A step document (StepSerializer's) as the step form's fields: both go through the same form."""
+    return {
+        **{k: _blank(item[k]) for k in ("name", "method", "path", "body_type", "body", "think_time")},
+        **{k: _blank(item[k]) for k in ("timeout", "expect_status", "max_duration_ms", "text_present", "text_absent")},
+        "headers_text": format_headers(item["headers"]),
+        "extract_text": format_extractions(item["extract"]),
+        "resources_text": "\n".join(item["resources"]),
+    }
+
+
+class StepMoveSerializer(StrictSerializer):
+    position = serializers.IntegerField(min_value=0, help_text="Its new place: 0 is first; beyond the end is last")
+
+
+class StepDocumentSerializer(StepSerializer):
+    code = serializers.UUIDField(read_only=True)
+    position = serializers.IntegerField(read_only=True, help_text="0 is the first step")
+
+    def to_representation(self, step):
+        return {"code": str(step.code), "position": step.position, **step_document(step)}
+
+
+STEP = OpenApiParameter("step", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The step's code")
+TEST_CASE = OpenApiParameter("code", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The test case's code")
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="A test case's steps, in order",
+        parameters=[TEST_CASE],
+        responses={200: StepDocumentSerializer(many=True), **error_responses(404)},
+    ),
+    create=extend_schema(
+        summary="Add a step at the end of a test case",
+        parameters=[TEST_CASE],
+        request=StepSerializer,
+        responses={201: StepDocumentSerializer, **error_responses(400, 403, 404)},
+    ),
+    retrieve=extend_schema(
+        summary="One step",
+        parameters=[TEST_CASE, STEP],
+        responses={200: StepDocumentSerializer, **error_responses(404)},
+    ),
+    update=extend_schema(
+        summary="Replace one step (its place stays)",
+        parameters=[TEST_CASE, STEP],
+        request=StepSerializer,
+        responses={200: StepDocumentSerializer, **error_responses(400, 403, 404)},
+    ),
+    partial_update=extend_schema(
+        summary="Change some fields of one step; the others stay",
+        parameters=[TEST_CASE, STEP],
+        request=StepSerializer,
+        responses={200: StepDocumentSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete one step (the later ones move up)",
+        parameters=[TEST_CASE, STEP],
+        responses={204: None, **error_responses(403, 404)},
+    ),
+)
+class StepViewSet(PartialUpdateMixin, TeamScopedViewSet):
+    """The steps of one test case as rows of their own: the same step form and services as the page's."""
+
+    serializer_class = StepDocumentSerializer
+    pagination_class = None  # a test case's steps are one short, ordered list
+    lookup_field = "step"
+
+    def safely_get_queryset(self):
+        return Step.objects.select_related("test_case__project").order_by("position", "id")
+
+    def _test_case(self, *, write: bool = False) -> TestCase:
+        return self.get_scoped(TestCase.objects.select_related("project__team"), write=write, code=self.kwargs["code"])
+
+    def get_object(self):
+        step = self.get_scoped(self.get_queryset(), code=self.kwargs["step"], test_case__code=self.kwargs["code"])
+        self.check_object_permissions(self.request, step)
+        return step
+
+    def patch_base(self, step) -> dict:
+        return step_document(step)
+
+    def list(self, request, code=None):
+        test_case = self._test_case()
+        return Response(StepDocumentSerializer(test_case.steps.order_by("position", "id"), many=True).data)
+
+    def _validated(self) -> dict:
+        serializer = StepSerializer(data=self.document())
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    def _form_or_400(self, form) -> None:
+        if not form.is_valid():
+            raise serializers.ValidationError(_form_errors(form, STEP_FIELD_NAMES))
+
+    @transaction.atomic
+    def create(self, request, code=None):
+        test_case = self._test_case(write=True)
+        form = StepForm(step_form_data(self._validated()), test_case=test_case)
+        self._form_or_400(form)
+        step = services.step_create(test_case=test_case, step=form.save(commit=False))
+        return Response(StepDocumentSerializer(step).data, status=status.HTTP_201_CREATED)
+
+    def retrieve(self, request, code=None, step=None):
+        return Response(StepDocumentSerializer(self.get_object()).data)
+
+    @transaction.atomic
+    def update(self, request, code=None, step=None):
+        instance = self.get_object()
+        form = StepForm(step_form_data(self._validated()), instance=instance, test_case=instance.test_case)
+        self._form_or_400(form)
+        return Response(StepDocumentSerializer(form.save()).data)
+
+    def destroy(self, request, code=None, step=None):
+        services.step_delete(step=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Move one step to another place; the test case lists any {{name}} now used before it is extracted",
+        parameters=[TEST_CASE, STEP],
+        request=StepMoveSerializer,
+        responses={200: StepDocumentSerializer(many=True), **error_responses(400, 403, 404)},
+    )
+    def move(self, request, code=None, step=None):
+        instance = self.get_object()
+        serializer = StepMoveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        rows = services.step_move_to(step=instance, position=serializer.validated_data["position"])
+        return Response(StepDocumentSerializer(rows, many=True).data)

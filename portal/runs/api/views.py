@@ -29,6 +29,7 @@ from .serializers import (
 MAX_WAIT_S = 60
 POLL_INTERVAL_S = 0.5
 
+# A list's item (a run's detail adds its thresholds, summary and snapshots: portal/api/examples.py).
 RUN_EXAMPLE = OpenApiExample(
     "A passed run",
     value={
@@ -161,11 +162,11 @@ def _file(body: str, content_type: str, name: str) -> HttpResponse:
     return response
 
 
-def _file_schema(media_type: str, description: str):
+def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
     return extend_schema(
         summary=description,
         responses={
-            (200, media_type): OpenApiResponse(OpenApiTypes.STR, description=description),
+            (200, media_type): OpenApiResponse(kind, description=description),
             **error_responses(404),
         },
     )
@@ -288,7 +289,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         body = reports.series_csv(selectors.run_series(run))
         return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-series.csv")
 
-    @_file_schema("application/json", "Status, verdict and the whole summary as one JSON file")
+    @_file_schema("application/json", "Status, verdict and the whole summary as one JSON file", OpenApiTypes.OBJECT)
     def summary_json(self, request, code=None):
         run = self.get_object()
         return _file(reports.summary_json(run), "application/json", f"plimsoll-run-{run.number}-summary.json")
@@ -311,7 +312,6 @@ class PlanRunViewSet(TeamScopedViewSet):
         summary="Start a run of a plan (needs a run or write token); 201 with the run and its URL",
         request=StartRunSerializer,
         responses={201: RunDetailSerializer, **error_responses(400, 403, 404, 409, 422)},
-        examples=[RUN_EXAMPLE],
     )
     def create(self, request, code=None):
         plan = self.get_scoped(self.safely_get_queryset(), write=True, code=code)

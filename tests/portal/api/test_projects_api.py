@@ -172,11 +172,17 @@ def test_a_test_case_in_a_mix_is_409_in_use(alice, plan, test_case):
     assert TestCase.objects.filter(pk=test_case.pk).exists()
 
 
-def test_environments_list_their_configuration_and_refuse_patch(alice, environment):
+def test_environments_list_their_configuration_and_a_patch_cannot_change_it(alice, environment):
     client = session(alice)
     body = client.get(f"/api/v1/environments/?project={environment.project.code}").json()["results"]
     assert body[0]["configuration"] == [{"key": "search.index", "value": "off"}]
-    assert client.patch(f"/api/v1/environments/{environment.code}/", {}, format="json").status_code == 405
+    assert client.patch(f"/api/v1/environments/{environment.code}/", {}, format="json").status_code == 200
+    changed = client.patch(
+        f"/api/v1/environments/{environment.code}/",
+        {"configuration": [{"key": "search.index", "value": "on"}]},
+        format="json",
+    )
+    assert changed.status_code == 400
     assert Environment.objects.get().configuration == [{"key": "search.index", "value": "off"}]
 
 

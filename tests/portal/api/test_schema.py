@@ -37,3 +37,66 @@ def test_the_docs_load_vendored_files_only(client):
     # and no inline script, for the coming Content-Security-Policy
     inline = re.findall(r"<script(?![^>]*\bsrc=)[^>]*>", html)
     assert not inline, inline
+
+
+def _json_schema(node):
+    """OpenAPI 3.0's schema dialect as JSON Schema: ``nullable: true`` becomes "or null"."""
+    if isinstance(node, list):
+        return [_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _json_schema(value) for key, value in node.items() if key != "nullable"}
+    if node.get("nullable"):
+        return {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _operations(schema):
+    for path, operations in schema["paths"].items():
+        for method, op in operations.items():
+            if method in ("get", "post", "put", "patch", "delete"):
+                yield f"{method.upper()} {path}", op
+
+
+def _examples(op):
+    """(where, media type, its schema, example value) of each example of the operation."""
+    bodies = [("request", op.get("requestBody", {}).get("content", {}))]
+    bodies += [(f"response {status}", r.get("content", {})) for status, r in op["responses"].items()]
+    for where, content in bodies:
+        for media_type, body in content.items():
+            for example in body.get("examples", {}).values():
+                yield where, media_type, body.get("schema", {}), example["value"]
+
+
+def test_every_operation_has_an_example_that_matches_its_schema(client):
+    import jsonschema
+
+    schema = client.get("/api/v1/schema/?format=json").json()
+    components = _json_schema(schema["components"])
+    checked = 0
+    for name, op in _operations(schema):
+        examples = list(_examples(op))
+        assert examples, f"{name} has no example (add one to portal/api/examples.py)"
+        for where, media_type, body_schema, value in examples:
+            if media_type != "application/json":
+                assert isinstance(value, str | dict) and value, f"{name} {where}: an empty {media_type} example"
+                continue
+            validator = jsonschema.Draft202012Validator({**_json_schema(body_schema), "components": components})
+            errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(value)]
+            assert not errors, f"{name} {where}: the example does not match the schema: {errors[:3]}"
+            checked += 1
+    assert checked > 60  # every operation's JSON examples were checked, not skipped
+
+
+def test_a_wrong_example_is_caught(client):
+    """The check above can fail: an example with a field of the wrong type does not validate."""
+    import jsonschema
+
+    schema = client.get("/api/v1/schema/?format=json").json()
+    components = _json_schema(schema["components"])
+    op = schema["paths"]["/api/v1/projects/{code}/"]["get"]
+    body = op["responses"]["200"]["content"]["application/json"]
+    good = next(iter(body["examples"].values()))["value"]
+    validator = jsonschema.Draft202012Validator({**_json_schema(body["schema"]), "components": components})
+    assert validator.is_valid(good)
+    assert not validator.is_valid({**good, "name": 42})

@@ -12,7 +12,7 @@ from django.utils import timezone
 from portal.accounts.models import ApiToken
 from portal.accounts.services import token_create, token_hash
 
-from .conftest import bearer
+from .conftest import bearer, session
 
 pytestmark = pytest.mark.django_db
 
@@ -174,7 +174,8 @@ def test_throttling_is_per_token_with_retry_after(alice, team, token_secret):
         TokenRateThrottle.THROTTLE_RATES = original
         from django.core.cache import cache
 
-        cache.clear()
+        # Only this test's counts: the cache is shared (on the real stack, with the broker's Redis).
+        cache.delete_many([f"throttle_token_token-{pk}" for pk in ApiToken.objects.values_list("pk", flat=True)])
 
 
 # Members through the API (teams): owners manage, everybody else is refused and nothing changes.
@@ -226,3 +227,15 @@ def test_the_secret_appears_in_no_log(alice, team, plan, caplog, token_secret):
     # then
     assert caplog.records  # the refused calls were logged
     assert secret not in caplog.text
+
+
+def test_an_accept_header_the_api_cannot_serve_still_gets_json(alice):
+    # given: a pipeline tool that asks for HTML, and one whose header is garbage
+    client = session(alice)
+    for accept in ("text/html", "dWe$sl"):
+        # when
+        response = client.get("/api/v1/teams/", HTTP_ACCEPT=accept)
+        # then: JSON, as its Content-Type says, rather than 406
+        assert response.status_code == 200, accept
+        assert response["Content-Type"] == "application/json"
+        assert response.json()["results"][0]["name"] == "alice's team"

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from portal.history.analysis import (
+from portal.stats.analysis import (
     BETTER,
     WITHIN_NOISE,
     WORSE,

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from portal.history import changepoint
+from portal.stats import changepoint
 
 N, BREAK = 300, 150
 

@@ -17,7 +17,7 @@ from django.utils.html import escape
 from portal.history import services
 from portal.history.forms import ChangeForm, MeasurementForm
 from portal.history.models import Experiment, ExternalMeasurement, TuningChange
-from portal.history.views.changes import configuration_at
+from portal.history.selectors import configuration_at
 from portal.projects.models import Environment
 from portal.runs.models import Run
 

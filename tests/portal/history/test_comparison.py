@@ -13,7 +13,6 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.history import analysis
 from portal.history.comparison import (
     batch_bounds,
     compare_sides,
@@ -27,6 +26,7 @@ from portal.history.models import ExternalMeasurement, TrialSet, TuningChange
 from portal.projects.models import Project
 from portal.runs.analysis import summarize
 from portal.runs.models import Run
+from portal.stats import analysis
 from tests.portal.runs.factories import add_second
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,9 @@ from django.utils import timezone
 from portal.history import services
 from portal.history.comparison import compare_sides, side_for_run, side_for_runs
 from portal.history.journey import change_models, environment_journey
-from portal.history.scalability import usl
 from portal.runs.analysis import summarize
 from portal.runs.models import Run
+from portal.stats.scalability import usl
 from tests.portal.runs.factories import add_second
 
 pytestmark = pytest.mark.django_db

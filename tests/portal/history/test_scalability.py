@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from portal.history import scalability
+from portal.stats import scalability
 
 USERS = [1, 5, 10, 20, 40, 60, 80, 100]
 

@@ -13,7 +13,7 @@ for a steps profile); charts show the whole run.
 A steps run also gets its capacity (the highest level within the thresholds, and the
 knee where throughput stops growing); a single-window run gets a degradation analysis
 (did throughput fall or APD rise well away from the steady state after ramp-up, and
-when). The statistics themselves live in ``portal.history.analysis``; this module
+when). The statistics themselves live in ``portal.stats.analysis``; this module
 feeds them a run's figures and words their answers.
 """
 
@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 from portal import formatting
 from portal.common import human_duration
-from portal.history import analysis as history_analysis
 from portal.projects.models import Plan
 from portal.runs import analysis as current
 from portal.runs import storage
 from portal.runs.models import PageInterval, Run, ShardInterval
+from portal.stats import analysis as history_analysis
 from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
@@ -340,7 +340,7 @@ def _combined(verdicts: list[str | None]) -> str | None:
 # Capacity (steps runs) and degradation (single-window runs)
 # --------------------------------------------------------------------------------------
 
-# The plan's threshold keys (as in the snapshot) → portal.history.analysis.Thresholds, and
+# The plan's threshold keys (as in the snapshot) → portal.stats.analysis.Thresholds, and
 # the names the report gives them (the same as judge's).
 CAPACITY_THRESHOLDS = {
     "apd_ms": ("max_apd_ms", "APD"),

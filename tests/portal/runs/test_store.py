@@ -13,10 +13,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.history import analysis as history_analysis
 from portal.history.comparison import compute_batches, run_batches
 from portal.runs import analysis, selectors, services
 from portal.runs.models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
+from portal.stats import analysis as history_analysis
 from tests.portal.runs import reference_analysis
 from tests.portal.runs.factories import add_second
 from workers.engine.histogram import Histogram

@@ -1,0 +1,161 @@
+"""A run's measurement window cut into batches (the method of batch means), per page and in total.
+
+Finalize stores them (``RunFigures.batches``) from its one pass over the rows; the results
+history's comparisons weigh a difference between two runs against the spread of their batches.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+from dataclasses import dataclass, field
+
+from django.db.models import Max
+
+from workers.engine.histogram import Histogram
+
+from . import storage
+from .analysis import cut_windows
+from .models import PageInterval, Run, RunFigures, ShardInterval
+
+BATCHES = 10
+# The figures of each batch (portal.history.comparison.FIGURES, in its order).
+BATCH_FIGURES = ("apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
+# The key of a batch result's whole-window totals (pages, errors, seconds, merged histogram).
+WINDOW = "window"
+
+
+def _window_seconds(run: Run) -> list[int]:
+    """The seconds of the run's measurement windows, cut to what ran, in order."""
+    last = [
+        PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
+        ShardInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
+    ]
+    last = [s for s in last if s is not None]
+    if not last:
+        return []
+    windows = cut_windows(run, max(last))
+    return sorted({s for w in windows for s in range(w["start"], w["end"])})
+
+
+def batch_bounds(n: int, batches: int = BATCHES) -> list[int]:
+    """Where n consecutive seconds are cut into batches, as analysis.batch_means cuts them.
+
+    With fewer than 2 × `batches` seconds, fewer batches (n // 2, at least 2); one
+    second gives one batch. Batch sizes differ by at most one.
+    """
+    if n <= 0:
+        return []
+    if n < 2:
+        return [0, n]
+    k = batches if n >= 2 * batches else max(2, n // 2)
+    return [i * n // k for i in range(k + 1)]
+
+
+@dataclass
+class _BatchAcc:
+    hist: Histogram = field(default_factory=Histogram)
+    pages: int = 0
+    errors: int = 0
+    apd_sum: float = 0.0  # sum of the per-second APDs (ms) of the batch's seconds with a page
+    apd_seconds: int = 0
+
+
+def run_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, list[float | None]]]:
+    """A run's batch figures: stored at finalize for a finished run, else computed (``compute_batches``)."""
+    if batches == BATCHES and not run.is_active:
+        stored = RunFigures.objects.filter(run=run).values_list("batches", flat=True).first()
+        if stored is not None:
+            return {key: figures for key, figures in stored}
+    return compute_batches(run, batches)
+
+
+def compute_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, list[float | None]]]:
+    """The figures of each batch of a run's measurement window, in total (key None) and per page.
+
+    Per batch: APD = the mean of the per-second APDs (each second's merged histograms;
+    the method of batch means), p95 from the batch's merged histogram (percentiles
+    are never averaged), pages/s = pages / seconds of the batch (a second without a
+    page is a real 0), error rate = errors / pages. A figure without pages is None.
+    Rows are read in order of seconds, so memory stays bounded for a soak of days.
+    """
+    sampler = BatchSampler(run, batches)
+    if not sampler.seconds:
+        return {}
+    rows = (
+        PageInterval.objects.filter(run=run, second__gte=sampler.seconds[0], second__lte=sampler.seconds[-1])
+        .order_by("second")
+        .values_list("second", "label", "pages", "errors", "hist_bin", "hist")
+    )
+    for second, label, pages, errors, hist_bin, hist in rows.iterator(chunk_size=2000):
+        if second in sampler.position:
+            sampler.add(second, label, pages, errors, storage.histogram(hist_bin, hist))
+    return sampler.result()
+
+
+class BatchSampler:
+    """``compute_batches`` fed one row at a time, in order of seconds (finalize feeds it from its own pass)."""
+
+    def __init__(self, run: Run, batches: int = BATCHES):
+        self.seconds = _window_seconds(run)
+        self.bounds = batch_bounds(len(self.seconds), batches)
+        self.position = {s: i for i, s in enumerate(self.seconds)}
+        self.accs: dict[str | None, list[_BatchAcc]] = {}
+        self.current: int | None = None
+        self.per_second: dict[str | None, list[int]] = {}  # key → [sum µs, count] of the current second
+
+    def _flush(self) -> None:
+        if self.current is None:
+            return
+        b = bisect.bisect_right(self.bounds, self.position[self.current]) - 1
+        for key, (total_us, count) in self.per_second.items():
+            if count:
+                acc = self.accs[key][b]
+                acc.apd_sum += total_us / count / 1000.0
+                acc.apd_seconds += 1
+        self.per_second.clear()
+
+    def add_row(self, row) -> None:
+        """A decoded row (portal.runs.analysis): one outside the window is skipped."""
+        if row.second in self.position:
+            self.add(row.second, row.label, row.pages, row.errors, row.hist)
+
+    def add(self, second: int, label: str, pages: int, errors: int, h: Histogram) -> None:
+        if second != self.current:
+            self._flush()
+            self.current = second
+        b = bisect.bisect_right(self.bounds, self.position[second]) - 1
+        k = len(self.bounds) - 1
+        for key in (None, label):
+            acc = self.accs.setdefault(key, [_BatchAcc() for _ in range(k)])[b]
+            acc.hist.merge(h)
+            acc.pages += pages
+            acc.errors += errors
+            sums = self.per_second.setdefault(key, [0, 0])
+            sums[0] += h.sum
+            sums[1] += h.count
+
+    def result(self) -> dict[str | None, dict[str, list[float | None]]]:
+        self._flush()
+        self.current = None
+        out: dict[str | None, dict[str, list[float | None]]] = {}
+        for key, batch_accs in self.accs.items():
+            figures: dict = {key: [] for key in BATCH_FIGURES}
+            window = Histogram()
+            for i, acc in enumerate(batch_accs):
+                length = self.bounds[i + 1] - self.bounds[i]
+                figures["apd_ms"].append(acc.apd_sum / acc.apd_seconds if acc.apd_seconds else None)
+                figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
+                figures["pages_per_s"].append(acc.pages / length)
+                figures["error_rate_pct"].append(100.0 * acc.errors / acc.pages if acc.pages else None)
+                window.merge(acc.hist)
+            # The whole window of this key, so that several runs' figures can be pooled
+            # (portal.history.comparison.pooled_figures).
+            figures[WINDOW] = {
+                "pages": sum(acc.pages for acc in batch_accs),
+                "errors": sum(acc.errors for acc in batch_accs),
+                "seconds": len(self.seconds),
+                "hist": base64.b64encode(window.to_bytes()).decode("ascii"),
+            }
+            out[key] = figures
+        return out
