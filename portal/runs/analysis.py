@@ -15,7 +15,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from django.db.models import Max
+import numpy as np
+from django.db.models import Max, Q
 
 from portal.common import human_duration
 from portal.history import analysis as history_analysis
@@ -25,7 +26,7 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from . import storage
+from . import columns, storage
 from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
 
 PERCENTILES = (50, 90, 95, 99)
@@ -247,6 +248,19 @@ class _PerSecond:
             self.total_us[row.second] += row.hist.sum
             self.count[row.second] += row.hist.count
 
+    def add_columns(self, lo: int, hi: int, c) -> None:
+        """A chunk of rows with seconds in [lo, hi) (``columns.Chunk``)."""
+        hi = min(hi, len(self.pages))
+        if hi <= lo:
+            return
+        at = c.second - lo
+        keep = at < hi - lo
+        at = at[keep]
+        for target, column in ((self.pages, c.pages), (self.total_us, c.hist.sum), (self.count, c.hist.n)):
+            sums = np.bincount(at, weights=column[keep], minlength=hi - lo).astype(np.int64).tolist()
+            target[lo:hi] = [a + b for a, b in zip(target[lo:hi], sums, strict=True)]
+        self.reported.update((np.unique(at) + lo).tolist())
+
 
 class _Series:
     """Chart buckets filled from rows in order of seconds: one open bucket histogram at a time."""
@@ -343,16 +357,70 @@ def summarize(run: Run) -> dict:
     return summarize_with_series(run)[0]
 
 
-def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
+def _chart_columns(chart: _Series, buckets: columns.Groups, c) -> None:
+    """Adds a chunk's rows to the chart: counts per bucket, page durations merged per bucket."""
+    start = chart.first + (c.second - chart.first) // chart.bucket * chart.bucket
+    keys, local = columns.local_keys(start)
+    _close_buckets(chart, buckets, lambda s: s < keys[0])  # a chunk starts where earlier buckets ended
+    sel = local >= 0
+    for name, target in (
+        ("pages", chart.pages),
+        ("hits", chart.hits),
+        ("errors", chart.errs),
+        ("bytes_in", chart.bytes_in),
+    ):
+        sums = np.bincount(local[sel], weights=getattr(c, name)[sel], minlength=len(keys)).astype(np.int64).tolist()
+        for key, n in zip(keys, sums, strict=True):
+            target[key] += n
+    buckets.add(keys, local, c.hist)
+    last = int(c.second.max())
+    chart.last = last if chart.last is None else max(chart.last, last)
+
+
+def _close_buckets(chart: _Series, buckets: columns.Groups, done) -> None:
+    """Closes the chart buckets ``done`` says are complete: their APD and p95 from the merged histogram.
+
+    A bucket without a page duration (errors only) never opened a group: its APD and p95 stay None.
+    """
+    for start in [key for key in buckets.open if done(key)]:
+        h = buckets.close(start)
+        chart.apd[start] = round(h.mean / 1000, 2)
+        chart.p95[start] = round(h.percentile(95) / 1000, 2)
+
+
+def _errors(run: Run, windows: list[dict]) -> dict[str, dict]:
+    """Errors by kind in the measurement windows: counts, the first sample, and the pages they hit."""
+    errors: dict[str, dict] = {}
+    in_windows = Q()
+    for w in windows:
+        in_windows |= Q(second__gte=w["start"], second__lt=w["end"])
+    rows = (
+        PageInterval.objects.filter(in_windows, run=run, errors__gt=0)
+        .order_by("second", "shard_no", "label")
+        .values_list("label", "errors_by_kind", "error_samples")
+    )
+    for label, by_kind, samples in rows.iterator(chunk_size=2000):
+        for kind, n in (by_kind or {}).items():
+            e = errors.setdefault(
+                kind, {"kind": kind, "count": 0, "sample": (samples or {}).get(kind, ""), "pages": set()}
+            )
+            e["count"] += n
+            e["pages"].add(label)
+    return errors
+
+
+def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
     """The summary and the chart series, from one streaming pass over the run's rows.
 
-    ``also``: more callables that each decoded row is given to, in the same pass (finalize's
-    comparison batches and roll-up), so no row is read or decoded twice.
+    ``sampler``: a ``portal.history.comparison.BatchSampler`` fed from the same pass (finalize's
+    comparison batches), so no row is read or decoded twice.
 
-    Each row is decoded once and merged once into its (label, window) accumulator; the
-    per-label, per-window and total figures are merges of those, so memory depends on the
-    number of labels and windows, not on the run's length (besides the per-second lists
-    the degradation analysis takes, a few integers per second).
+    The rows are read a chunk of seconds at a time as numpy columns (``columns``): each
+    histogram is decoded once, in bulk, and merged into its (label, window) cell, its chart
+    bucket and its batch; a group becomes a ``Histogram`` when the pass leaves it. The per-label,
+    per-window and total figures are merges of the cells, so memory depends on the number of
+    labels and windows, not on the run's length (besides the per-second lists the degradation
+    analysis takes, a few integers per second).
     """
     shard_rows = _shard_rows(run)
     last = last_second(run)
@@ -360,28 +428,56 @@ def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
     limits = run.plan_snapshot.get("thresholds") or {}
     end = (last + 1) if last is not None else 0
 
-    cells: dict[tuple[str, int], _Acc] = defaultdict(_Acc)
-    errors: dict[str, dict] = {}
+    cells: dict[tuple[str, int], _Acc] = {}
     whole = _Acc()
     per_second = _PerSecond(end)
-    chart = _Series(chart_bucket(last) if last is not None else 1)
-    for row in page_rows(run):
-        whole.pages += row.pages
-        whole.hits += row.hits
-        whole.errors += row.errors
-        whole.bytes_in += row.bytes_in
-        per_second.add(row)
-        chart.add(row)
-        for consume in also:
-            consume(row)
-        w = _window_of(windows, row.second)
-        if w is None:
+    bucket = chart_bucket(last) if last is not None else 1
+    chart = _Series(bucket)
+    window_of = np.full(end + 1, -1, np.int64)  # +1: a row past ``end`` cannot exist, but stays safe
+    for i, w in enumerate(windows):
+        window_of[w["start"] : min(w["end"], end)] = i
+    labels: dict[str, int] = {}
+    names: list[str] = []
+    cuts = [w[k] for w in windows for k in ("start", "end")] + (sampler.cuts() if sampler else [])
+    hists, ttfbs, buckets = columns.Groups(), columns.Groups(), columns.Groups()
+    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts):
+        if not c.size:
             continue
-        cells[(row.label, w)].add(row)
-        for kind, n in row.by_kind.items():
-            e = errors.setdefault(kind, {"kind": kind, "count": 0, "sample": row.samples.get(kind, ""), "pages": set()})
-            e["count"] += n
-            e["pages"].add(row.label)
+        names.extend(list(labels)[len(names) :])
+        whole.pages += int(c.pages.sum())
+        whole.hits += int(c.hits.sum())
+        whole.errors += int(c.errors.sum())
+        whole.bytes_in += int(c.bytes_in.sum())
+        per_second.add_columns(lo, hi, c)
+        _chart_columns(chart, buckets, c)
+        if sampler is not None:
+            sampler.add_columns(lo, hi, c, names)
+        w_rows = window_of[np.minimum(c.second, end)]
+        cell_of = np.where(w_rows >= 0, c.label * len(windows) + w_rows, -1)
+        keys, local = columns.local_keys(cell_of)
+        sums = {
+            name: np.bincount(local[local >= 0], weights=getattr(c, name)[local >= 0], minlength=len(keys))
+            for name in ("pages", "hits", "errors", "bytes_in", "bytes_out", "connect_count", "connect_sum")
+        }
+        hists.add(keys, local, c.hist)
+        ttfbs.add(keys, local, c.ttfb)
+        for i, key in enumerate(keys):
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = _Acc()
+            cell.pages += int(sums["pages"][i])
+            cell.hits += int(sums["hits"][i])
+            cell.errors += int(sums["errors"][i])
+            cell.bytes_in += int(sums["bytes_in"][i])
+            cell.bytes_out += int(sums["bytes_out"][i])
+            cell.connect.merge(storage.Mean(int(sums["connect_count"][i]), int(sums["connect_sum"][i])))
+    _close_buckets(chart, buckets, lambda start: True)
+    if sampler is not None:
+        sampler.close()
+    for key, cell in cells.items():
+        cell.hist, cell.ttfb = hists.close(key), ttfbs.close(key)
+    cells = {(names[key // len(windows)], key % len(windows)): cell for key, cell in sorted(cells.items())}
+    errors = _errors(run, windows)
 
     per_label: dict[str, _Acc] = defaultdict(_Acc)
     per_window = [_Acc() for _ in windows]

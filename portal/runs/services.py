@@ -663,7 +663,7 @@ def _finalize_compute(run_id: int) -> None:
         return  # finished meanwhile (another attempt won): its rows may already be rolled up
     shards = list(run.shards.all())
     sampler = BatchSampler(run)
-    summary, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    summary, series = analysis.summarize_with_series(run, sampler=sampler)
     batches = sampler.result()
     problems = [f"Shard {s.shard_no} {s.status}: {s.error_message.splitlines()[0]}" for s in shards if s.error_message]
     ended_early = (RunShard.Status.LOST, RunShard.Status.FAILED, RunShard.Status.INTERRUPTED)
@@ -831,7 +831,7 @@ def run_figures_store(*, run: Run) -> bool:
     if run.is_active or RunFigures.objects.filter(run=run).exists():
         return False
     sampler = BatchSampler(run)
-    _, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    _, series = analysis.summarize_with_series(run, sampler=sampler)
     batches = sampler.result()
     _, created = RunFigures.objects.get_or_create(
         run=run, defaults={"series": series, "batches": [[key, figures] for key, figures in batches.items()]}
