@@ -4,6 +4,7 @@ from pathlib import Path
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models.fields.json import KeyTransform
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -20,6 +21,11 @@ RUNS_PER_PAGE = 100
 
 def _runs_table(request, runs, **context):
     # Pages of runs, newest first: a nightly soak makes thousands, and every one stays reachable.
+    # A row shows four of the summary's figures and the load: only those are read, not each run's
+    # whole summary (the windows, degradation series and page table of a soak) and plan snapshot.
+    runs = runs.defer("summary", "plan_snapshot", "config_snapshot", "analysis_settings").annotate(
+        totals=KeyTransform("totals", "summary"), profile=KeyTransform("profile", "plan_snapshot")
+    )
     page = Paginator(runs, RUNS_PER_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/list.html", {"runs": page.object_list, "page": page, "nav": "runs", **context})
 
