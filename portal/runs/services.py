@@ -866,7 +866,24 @@ def finalize_stuck() -> None:
         )
         if claimed:
             log.warning("run %s: finalize retried (attempt %s)", run_id, attempts + 1)
-            _finalize(run_id)
+            # A task of its own: a 48 h run's finalize takes a while, and the watchdog's tick
+            # must not wait for it (nor die with it, if it runs out of memory again).
+            from workers.tasks import finalize_retry_task
+
+            try:
+                finalize_retry_task.apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
+            except Exception:  # no broker: the claim times out and the next tick tries again
+                log.exception("run %s: the finalize retry could not be sent", run_id)
+
+
+def finalize_retry(run_id: int) -> None:
+    """The retry ``finalize_stuck`` claimed: computes the figures of a run still *finishing*.
+
+    Idempotent: a run that finished meanwhile (another delivery of the task won) is left alone,
+    and only a run still finishing changes status.
+    """
+    if Run.objects.filter(id=run_id, status=Status.FINISHING).exists():
+        _finalize(run_id)
 
 
 def watchdog() -> None:
