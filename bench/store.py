@@ -351,6 +351,19 @@ def _write(backend: str, pg_url: str, run, seconds: int) -> dict:
 DATASET_PROJECT = "Store bench data set {seconds} s"
 
 
+class _Progress(dict):
+    """The figures of one length; each is also printed to stderr as it is measured (a long run shows its way)."""
+
+    def __init__(self, **figures):
+        super().__init__()
+        for key, value in figures.items():
+            self[key] = value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        print(json.dumps({key: value}), file=sys.stderr, flush=True)
+
+
 def _dataset(seconds: int):
     """A kept data set of this length (``--keep``): a run whose rows are copied, and its write figures."""
     from portal.runs.models import Run
@@ -392,13 +405,13 @@ def measure(
         before = _storage_bytes(backend)
         _copy_rows(run, dataset)
         base += _storage_bytes(backend) - before  # the kept copy is not this run's
-    out = {
-        "backend": backend,
-        "seconds": seconds,
+    out = _Progress(
+        backend=backend,
+        seconds=seconds,
         **written,
-        "reused_data_set": kept is not None,
-        "live_bytes_per_label_s": round(live_bytes / label_seconds, 1),
-    }
+        reused_data_set=kept is not None,
+        live_bytes_per_label_s=round(live_bytes / label_seconds, 1),
+    )
     series_url = reverse("runs:series", args=[run.code])
     detail_url = reverse("runs:detail", args=[run.code])
     run = Run.objects.get(id=run.id)
@@ -441,6 +454,73 @@ def measure(
     return out
 
 
+def many(journey_runs: int = 2000, list_runs: int = 10000) -> dict:
+    """Many runs: a plan's journey with ``journey_runs`` finished runs and the runs list at ``list_runs``.
+
+    Each run carries the summary a real finalize wrote (the newest finished run's: a soak's, with its
+    windows, degradation series and page table), so the pages read what they would in production.
+    """
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from portal.runs.models import Run
+    from portal.runs.views import RUNS_PER_PAGE
+
+    source = Run.objects.filter(status=Run.Status.PASSED).exclude(summary=None).order_by("-id").first()
+    if source is None:
+        raise RuntimeError("bench store --many: no finished run to copy a summary from (give --lengths too)")
+    user, project, plan = _fixtures()
+    client = Client(SERVER_NAME="127.0.0.1")
+    client.force_login(user)
+    t0 = timezone.now()
+    fields = {
+        "project": project,
+        "plan": plan,
+        "environment": plan.environment,
+        "plan_name": plan.name,
+        "environment_name": plan.environment.name,
+        "plan_snapshot": source.plan_snapshot,
+        "analysis_settings": source.analysis_settings,
+        "summary": source.summary,
+        "created_by": user,
+        "status": Run.Status.PASSED,
+        "shard_count": 1,
+    }
+
+    def add(first: int, count: int, **extra) -> None:
+        for lo in range(first, first + count, 500):
+            Run.objects.bulk_create(
+                [
+                    Run(
+                        **fields,
+                        **extra,
+                        number=n,
+                        start_at=t0 + timedelta(hours=n),
+                        finished_at=t0 + timedelta(hours=n),
+                    )
+                    for n in range(lo, min(first + count, lo + 500))
+                ]
+            )
+
+    add(1, journey_runs)
+    size = len(json.dumps(source.summary))
+    journey_url = reverse("history:environment-journey", args=[plan.environment.code])
+    journey_data = reverse("history:environment-journey-data", args=[plan.environment.code])
+    out = _Progress(summary_kb=round(size / 1024, 1), journey_runs=journey_runs)
+    out["journey_ms"] = _timed(lambda: _ok(client.get(journey_url, {"plan": str(plan.code)})))
+    out["journey_json_ms"] = _timed(lambda: _ok(client.get(journey_data, {"plan": str(plan.code)})))
+    add(journey_runs + 1, list_runs - journey_runs)
+    list_url = reverse("runs:list")
+    out["list_runs"] = Run.objects.filter(project=project).count()
+    out["list_first_ms"] = _timed(lambda: _ok(client.get(list_url)))
+    last = -(-out["list_runs"] // RUNS_PER_PAGE)
+    out["list_last_ms"] = _timed(lambda: _ok(client.get(list_url, {"page": last})))
+    return dict(out)
+
+
 def child(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=("sqlite", "postgresql"), required=True)
@@ -449,13 +529,16 @@ def child(argv: list[str]) -> int:
     p.add_argument("--pg-url", default="")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--reuse", action="store_true")
+    p.add_argument("--many", action="store_true")
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
-    for seconds in (int(s) for s in args.lengths.split(",")):
+    for seconds in (int(s) for s in args.lengths.split(",") if s):
         row = measure(
             args.backend, seconds, old=seconds <= args.old_upto, pg_url=args.pg_url, keep=args.keep, reuse=args.reuse
         )
         print(json.dumps(row), flush=True)
+    if args.many:
+        print(json.dumps({"backend": args.backend, "many": many()}), flush=True)
     return 0
 
 
@@ -507,6 +590,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--old-upto", type=int, default=900, help="run the old design up to this length (default 900 s)")
     p.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
     p.add_argument(
+        "--many", action="store_true", help="also time a plan's journey with 2,000 runs and the runs list at 10,000"
+    )
+    p.add_argument(
         "--keep", action="store_true", help="keep a copy of each length's rows (PostgreSQL, or SQLite with --reuse)"
     )
     p.add_argument(
@@ -536,6 +622,7 @@ def main(argv: list[str]) -> int:
             pg_url,
             *(["--keep"] if args.keep else []),
             *(["--reuse"] if args.reuse else []),
+            *(["--many"] if args.many else []),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:

@@ -204,25 +204,6 @@ def page_rows(run: Run, since: int | None = None, until: int | None = None):
         yield _Row(values)
 
 
-class _ChartRow:
-    """What a chart bucket needs of a row: its counts and page-duration histogram, nothing else decoded."""
-
-    __slots__ = ("second", "pages", "hits", "errors", "bytes_in", "hist")
-
-    def __init__(self, values: tuple):
-        self.second, self.pages, self.hits, self.errors, self.bytes_in, hist_bin, hist = values
-        self.hist = storage.histogram(hist_bin, hist)
-
-
-def chart_rows(run: Run, since: int):
-    """The rows from ``since`` on, in order of seconds, for a live chart."""
-    rows = PageInterval.objects.filter(run=run, second__gte=since).order_by("second")
-    for values in rows.values_list("second", "pages", "hits", "errors", "bytes_in", "hist_bin", "hist").iterator(
-        chunk_size=2000
-    ):
-        yield _ChartRow(values)
-
-
 def last_second(run: Run) -> int | None:
     last = [
         PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
@@ -1133,8 +1114,11 @@ def series(run: Run, *, since: int | None = None) -> dict:
     # shards' per-second totals, so opening the page of a 47 h soak costs no more than a 1 h one.
     detail = start if since is not None else max(0, ((last_seen or 0) - LIVE_DETAIL_S) // bucket * bucket)
     chart = _Series(bucket, first=detail)
-    for row in chart_rows(run, since=detail):
-        chart.add(row)
+    buckets = columns.Groups()
+    for _, _, c in columns.chunks(run, {}, since=detail, align=bucket, ttfb=False):
+        if c.size:
+            _chart_columns(chart, buckets, c)
+    _close_buckets(chart, buckets, lambda start: True)
     shard_rows = _shard_rows(run, since=start)
     seconds = [s.second for s in shard_rows] + ([chart.last] if chart.last is not None else [])
     last = max(seconds, default=start - 1)

@@ -30,8 +30,8 @@ from .models import PageInterval
 
 # Bucket indexes a histogram can use (values are clamped to MAX_US).
 NB = bucket_index(MAX_US) + 1
-# Rows per chunk read from the database (about 4 MB of histograms).
-ROWS_PER_CHUNK = 20_000
+# Rows per chunk read from the database (about 1 MB of histograms; numpy temporaries ~25× that).
+ROWS_PER_CHUNK = 5_000
 # At most this many groups of one kind are open within a chunk (bounds the dense arrays).
 MAX_OPEN_GROUPS = 64
 
@@ -126,7 +126,7 @@ def _legacy_bytes(binary, legacy):
 class Chunk:
     """One span of seconds of a run's rows, as columns."""
 
-    def __init__(self, rows: list, labels: dict[str, int]):
+    def __init__(self, rows: list, labels: dict[str, int], *, ttfb: bool = True):
         (second, label, pages, hits, errors, b_in, b_out, hb, tb, cn, cs, hj, tj, cj) = (
             zip(*rows, strict=True) if rows else ([],) * 14
         )
@@ -148,7 +148,7 @@ class Chunk:
             cn, cs = [m.count for m in means], [m.sum for m in means]
         self.connect_count, self.connect_sum = ints(cn), ints(cs)
         self.hist = decode(list(hb))
-        self.ttfb = decode(list(tb))
+        self.ttfb = decode(list(tb)) if ttfb else None  # a chart needs only the page durations
 
 
 def _rows(run, lo: int, hi: int):
@@ -190,7 +190,9 @@ def _rows(run, lo: int, hi: int):
         return cursor.fetchall()
 
 
-def chunks(run, labels: dict[str, int], *, since: int = 0, until: int | None = None, align: int = 1, cuts=()):
+def chunks(
+    run, labels: dict[str, int], *, since: int = 0, until: int | None = None, align: int = 1, cuts=(), ttfb=True
+):
     """The run's rows in [since, until) as Chunks in order of seconds, each about ROWS_PER_CHUNK rows.
 
     A chunk starts and ends on a multiple of ``align`` (a chart bucket) or on one of ``cuts``,
@@ -213,7 +215,7 @@ def chunks(run, labels: dict[str, int], *, since: int = 0, until: int | None = N
             if lo < cut < hi:
                 hi = cut
                 break
-        chunk = Chunk(_rows(run, lo, hi), labels)
+        chunk = Chunk(_rows(run, lo, hi), labels, ttfb=ttfb)
         per_second = max(1, chunk.size // (hi - lo))
         yield lo, hi, chunk
         lo = hi
