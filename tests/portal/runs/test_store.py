@@ -355,6 +355,36 @@ def test_after_finalize_the_label_rows_are_rolled_up_per_minute_and_nothing_is_l
             if r.label == label:
                 merged.merge(Histogram.from_bytes(r.hist_bin))
         assert merged == whole[label]
+    # Each minute of each page holds exactly what its per-second rows of every shard held.
+    expected = {}
+    for row in sorted(raw, key=lambda r: (r.second, r.shard_no, r.label)):
+        cell = expected.setdefault(
+            (row.second // 60 * 60, row.label), [Histogram(), Histogram(), 0, 0, 0, 0, 0, 0, {}, {}]
+        )
+        for i, binary in ((0, row.hist_bin), (1, row.ttfb_bin)):
+            if binary is not None:
+                cell[i].merge(Histogram.from_bytes(binary))
+        for i, value in enumerate((row.pages, row.hits, row.errors, row.bytes_in, row.bytes_out, row.connect_sum_us)):
+            cell[2 + i] += value
+        for kind, n in row.errors_by_kind.items():
+            cell[8][kind] = cell[8].get(kind, 0) + n
+        for kind, sample in row.error_samples.items():
+            cell[9].setdefault(kind, sample)
+    assert {
+        (r.second, r.label): [
+            Histogram.from_bytes(r.hist_bin),
+            Histogram.from_bytes(r.ttfb_bin),
+            r.pages,
+            r.hits,
+            r.errors,
+            r.bytes_in,
+            r.bytes_out,
+            r.connect_sum_us,
+            r.errors_by_kind,
+            r.error_samples,
+        ]
+        for r in rollups
+    } == expected
     figures = RunFigures.objects.get(run=run).series
     services._finalize(run.id)  # a repeated finalize (a duplicate retry) changes nothing
     assert services.run_rollup(run.id) == 0  # nor does a repeated roll-up
