@@ -91,33 +91,6 @@ class _Acc:
         return self
 
 
-class _Row:
-    """One PageInterval row, decoded from either storage format."""
-
-    __slots__ = (
-        "second",
-        "label",
-        "pages",
-        "hits",
-        "errors",
-        "by_kind",
-        "samples",
-        "bytes_in",
-        "bytes_out",
-        "hist",
-        "ttfb",
-        "connect",
-    )
-
-    def __init__(self, values: tuple):
-        (s, label, pages, hits, errors, by_kind, samples, b_in, b_out, hb, hj, tb, tj, cn, cs, cj) = values
-        self.second, self.label, self.pages, self.hits, self.errors = s, label, pages, hits, errors
-        self.by_kind, self.samples, self.bytes_in, self.bytes_out = by_kind or {}, samples or {}, b_in, b_out
-        self.hist = storage.histogram(hb, hj)
-        self.ttfb = storage.histogram(tb, tj)
-        self.connect = storage.Mean.of(cn, cs, cj)
-
-
 def _latency(h: Histogram) -> dict:
     if not h.count:
         return {"apd_ms": None, "min_ms": None, "max_ms": None, **{f"p{q}_ms": None for q in PERCENTILES}}
@@ -191,19 +164,6 @@ def _shard_rows(run: Run, since: int | None = None) -> list:
     )
 
 
-def page_rows(run: Run, since: int | None = None, until: int | None = None):
-    """The run's PageInterval rows in [since, until) in order of seconds, decoded one at a time (bounded memory)."""
-    rows = PageInterval.objects.filter(run=run)
-    if since is not None:
-        rows = rows.filter(second__gte=since)
-    if until is not None:
-        rows = rows.filter(second__lt=until)
-    for values in (
-        rows.order_by("second", "shard_no", "label").values_list(*storage.PAGE_ROW_FIELDS).iterator(chunk_size=2000)
-    ):
-        yield _Row(values)
-
-
 def last_second(run: Run) -> int | None:
     last = [
         PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
@@ -222,13 +182,6 @@ class _PerSecond:
         self.count = [0] * end
         self.reported: set[int] = set()
 
-    def add(self, row: _Row) -> None:
-        if 0 <= row.second < len(self.pages):
-            self.reported.add(row.second)
-            self.pages[row.second] += row.pages
-            self.total_us[row.second] += row.hist.sum
-            self.count[row.second] += row.hist.count
-
     def add_columns(self, lo: int, hi: int, c) -> None:
         """A chunk of rows with seconds in [lo, hi) (``columns.Chunk``)."""
         hi = min(hi, len(self.pages))
@@ -244,7 +197,7 @@ class _PerSecond:
 
 
 class _Series:
-    """Chart buckets filled from rows in order of seconds: one open bucket histogram at a time."""
+    """Chart buckets: counts per bucket, APD and p95 from each bucket's merged histogram (``_chart_columns``)."""
 
     def __init__(self, bucket: int, first: int = 0):
         self.bucket = bucket
@@ -252,28 +205,7 @@ class _Series:
         self.pages, self.hits, self.errs, self.bytes_in = (defaultdict(int) for _ in range(4))
         self.apd: dict[int, float | None] = {}
         self.p95: dict[int, float | None] = {}
-        self._open: int | None = None
-        self._hist = Histogram()
         self.last: int | None = None
-
-    def _close(self) -> None:
-        if self._open is not None:
-            h = self._hist
-            self.apd[self._open] = round(h.mean / 1000, 2) if h.count else None
-            self.p95[self._open] = round(h.percentile(95) / 1000, 2) if h.count else None
-        self._hist = Histogram()
-
-    def add(self, row: _Row) -> None:
-        start = self.first + (row.second - self.first) // self.bucket * self.bucket
-        if start != self._open:
-            self._close()
-            self._open = start
-        self.last = row.second if self.last is None else max(self.last, row.second)
-        self.pages[start] += row.pages
-        self.hits[start] += row.hits
-        self.errs[start] += row.errors
-        self.bytes_in[start] += row.bytes_in
-        self._hist.merge(row.hist)
 
     def result(self, shard_rows: list, last: int, *, totals_from: int | None = None) -> dict:
         """The buckets from ``totals_from`` (default: the first row's) to ``last``.
@@ -282,7 +214,6 @@ class _Series:
         last LIVE_DETAIL_S) come from the shards' per-second totals: pages, errors and APD,
         without hits, bytes and p95, which only label rows hold.
         """
-        self._close()
         users: dict[int, int] = defaultdict(int)
         dropped: dict[int, int] = defaultdict(int)
         early: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # bucket → pages, errors, µs, count
