@@ -559,7 +559,7 @@ def render(rows: list[dict], command: str) -> str:
         "*Old* is the design before issue 9 (every row loaded and merged; tests/portal/runs/reference_analysis.py)",
         "on the same rows, run only on short runs (it needs ~1.35 GB per hour of run).",
         "",
-        "| backend | run | B/label-s live | B/label-s stored | sink mean / p99 | live poll / fragment "
+        "| backend | run | B/label-s live | B/label-s stored | sink mean / p99 (alone; polled) | live poll / fragment "
         "| first live load | finalize / roll-up (new) | figures: time / peak MB (new) | figures: time / peak MB (old) "
         "| report | series.json (new / old) | comparison (new / old) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -570,7 +570,8 @@ def render(rows: list[dict], command: str) -> str:
         old_cmp = f" / {r['old_compare_ms']} ms (batches only)" if "old_compare_ms" in r else ""
         lines.append(
             f"| {r['backend']} | {_hours(r['seconds'])} | {r['live_bytes_per_label_s']} | "
-            f"{r['stored_bytes_per_label_s']} | {r['sink_mean_ms']} / {r['sink_p99_ms']} ms | "
+            f"{r['stored_bytes_per_label_s']} | {r.get('sink_mean_ms', '—')} / {r.get('sink_p99_ms', '—')} ms; "
+            f"{r.get('sink_polled_mean_ms', '—')} / {r.get('sink_polled_p99_ms', '—')} ms | "
             f"{r['live_poll_ms']} / {r['live_fragment_ms']} ms | {r['live_first_load_ms']} ms | "
             f"{r['finalize_s']} / {r['rollup_s']} s | {r['figures_s']} s / {r['figures_mb']} | {old_fig} | "
             f"{r['report_ms']} ms | "
