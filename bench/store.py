@@ -80,14 +80,15 @@ def _reports(seed: int = 9) -> list[dict]:
 # --------------------------------------------------------------------------------------
 
 
-def _setup(backend: str, pg_url: str) -> None:
+def _setup(backend: str, pg_url: str, *, fresh: bool = True) -> None:
+    """Points Django at the backend's bench database; ``fresh``: a new SQLite file (PostgreSQL keeps its data)."""
     var = ROOT / "var" / "bench-store"
     var.mkdir(parents=True, exist_ok=True)
     os.environ["PLIMSOLL_VAR_DIR"] = str(var)
     os.environ.setdefault("CELERY_BROKER_URL", "filesystem://")
     if backend == "sqlite":
         path = var / "store.sqlite3"
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm") if fresh else ():
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         os.environ["DATABASE_URL"] = f"sqlite:///{path}"
     else:
@@ -106,7 +107,8 @@ def _setup(backend: str, pg_url: str) -> None:
     django.setup()
     from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
+    if fresh:
+        call_command("migrate", verbosity=0)
 
 
 def _storage_bytes(backend: str) -> int:
@@ -233,7 +235,146 @@ def _copy_rows(src, dst) -> None:
         )
 
 
-def measure(backend: str, seconds: int, old: bool) -> dict:
+# Browsers on a live run's page, each polling its fragment and chart data back to back: the bench
+# writes ~100 seconds of a run per wall second, so browsers polling every 2 s would barely poll;
+# without pauses they make far more polls per write than real ones (a stress case).
+POLLERS = 3
+POLL_BLOCK_S = 60  # seconds written with the pollers on, then as many with them off, in turn
+
+
+def poller(argv: list[str]) -> int:
+    """Browsers on the live page, in a process of their own (as behind separate web workers): poll
+    while the flag file exists, until the stop file appears; prints their poll times."""
+    import threading
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", required=True)
+    p.add_argument("--pg-url", default="")
+    p.add_argument("--run-id", type=int, required=True)
+    p.add_argument("--flag", required=True)
+    p.add_argument("--stop", required=True)
+    args = p.parse_args(argv)
+    _setup(args.backend, args.pg_url, fresh=False)
+    from django.test import Client
+    from django.urls import reverse
+
+    from portal.runs.models import Run
+
+    run = Run.objects.select_related("created_by").get(id=args.run_id)
+    series_url = reverse("runs:series", args=[run.code])
+    detail_url = reverse("runs:detail", args=[run.code])
+    times: list[float] = []
+
+    def browse() -> None:
+        from django.db import connection
+
+        client = Client(SERVER_NAME="127.0.0.1")
+        client.force_login(run.created_by)
+        since = None
+        while not os.path.exists(args.stop):
+            if not os.path.exists(args.flag):
+                time.sleep(0.2)
+                continue
+            t = time.perf_counter()
+            if since is None:
+                body = _ok(client.get(series_url)).json()  # the first load, then only what is new
+            else:
+                body = _ok(client.get(series_url, {"since": since})).json()
+            _ok(client.get(detail_url, headers={"HX-Request": "true"}))
+            times.append(time.perf_counter() - t)
+            if body.get("t"):
+                since = body["t"][-1] + 1
+        connection.close()
+
+    threads = [threading.Thread(target=browse) for _ in range(POLLERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(json.dumps(times), flush=True)
+    return 0
+
+
+def _write(backend: str, pg_url: str, run, seconds: int) -> dict:
+    """Writes ``seconds`` of reports through the real sink; the sink's write time with and without
+    POLLERS browsers polling the live run (other processes), in alternating POLL_BLOCK_S blocks."""
+    import tempfile
+
+    from portal.runs import services
+
+    pool = _reports()
+    sink = services.ShardSink(run.id, 0)
+    alone, polled = [], []
+    tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
+    flag, stop = tmp / "poll", tmp / "stop"
+    cmd = [sys.executable, "-m", "bench.store", "poller", "--backend", backend, "--pg-url", pg_url]
+    cmd += ["--run-id", str(run.id), "--flag", str(flag), "--stop", str(stop)]
+    pollers = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    t0 = time.perf_counter()
+    try:
+        for second in range(seconds):
+            on = seconds >= 4 * POLL_BLOCK_S and (second // POLL_BLOCK_S) % 2 == 1
+            if on != flag.exists():
+                flag.touch() if on else flag.unlink()
+            report = {
+                "second": second,
+                "active_users": 100,
+                "iterations_started": 40,
+                "iterations_completed": 40,
+                "loop_lag_ms": {"p99": 1.2, "max": 2.5},
+                "cpu_pct": 35.0,
+                "labels": pool[second % POOL],
+            }
+            t = time.perf_counter()
+            sink(report)
+            # A block's first seconds are a transition (pollers' first loads): counted on neither side.
+            if second % POLL_BLOCK_S >= 5:
+                (polled if on else alone).append(time.perf_counter() - t)
+    finally:
+        write_s = time.perf_counter() - t0
+        stop.touch()
+        polls = json.loads((pollers.communicate(timeout=120)[0].strip().splitlines() or ["[]"])[-1])
+    out = {"write_s": round(write_s, 1), "polls": len(polls)}
+    for name, times in (("sink", alone), ("sink_polled", polled)):
+        if times:
+            times.sort()
+            out[f"{name}_mean_ms"] = round(statistics.fmean(times) * 1000, 2)
+            out[f"{name}_p99_ms"] = round(times[int(len(times) * 0.99)] * 1000, 2)
+            out[f"{name}_max_ms"] = round(times[-1] * 1000, 2)
+    if polls:
+        polls.sort()
+        out["poll_median_ms"] = round(statistics.median(polls) * 1000, 1)
+        out["poll_p99_ms"] = round(polls[int(len(polls) * 0.99)] * 1000, 1)
+    return out
+
+
+DATASET_PROJECT = "Store bench data set {seconds} s"
+
+
+class _Progress(dict):
+    """The figures of one length; each is also printed to stderr as it is measured (a long run shows its way)."""
+
+    def __init__(self, **figures):
+        super().__init__()
+        for key, value in figures.items():
+            self[key] = value
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        print(json.dumps({key: value}), file=sys.stderr, flush=True)
+
+
+def _dataset(seconds: int):
+    """A kept data set of this length (``--keep``): a run whose rows are copied, and its write figures."""
+    from portal.runs.models import Run
+
+    run = Run.objects.filter(project__name=DATASET_PROJECT.format(seconds=seconds), number=9).order_by("-id").first()
+    return run, (run.source or {}).get("write") if run else None
+
+
+def measure(
+    backend: str, seconds: int, old: bool, *, pg_url: str = "", keep: bool = False, reuse: bool = False
+) -> dict:
     from django.test import Client
     from django.urls import reverse
 
@@ -248,34 +389,29 @@ def measure(backend: str, seconds: int, old: bool) -> dict:
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
     run = _new_run(project, plan, user, seconds, 1)
-    pool = _reports()
-    sink = services.ShardSink(run.id, 0)
-    writes = []
-    t0 = time.perf_counter()
-    for second in range(seconds):
-        report = {
-            "second": second,
-            "active_users": 100,
-            "iterations_started": 40,
-            "iterations_completed": 40,
-            "loop_lag_ms": {"p99": 1.2, "max": 2.5},
-            "cpu_pct": 35.0,
-            "labels": pool[second % POOL],
-        }
-        t = time.perf_counter()
-        sink(report)
-        writes.append(time.perf_counter() - t)
-    write_s = time.perf_counter() - t0
+    kept, written = _dataset(seconds) if reuse else (None, None)
+    if kept is not None:
+        _copy_rows(kept, run)  # the same rows as a fresh write; the write figures are the data set's
+    else:
+        written = _write(backend, pg_url, run, seconds)
     label_seconds = seconds * LABELS
     live_bytes = _storage_bytes(backend) - base
-    out = {
-        "backend": backend,
-        "seconds": seconds,
-        "write_s": round(write_s, 1),
-        "sink_mean_ms": round(statistics.fmean(writes) * 1000, 2),
-        "sink_p99_ms": round(sorted(writes)[int(len(writes) * 0.99)] * 1000, 2),
-        "live_bytes_per_label_s": round(live_bytes / label_seconds, 1),
-    }
+    if keep and kept is None:
+        project.name = DATASET_PROJECT.format(seconds=seconds)
+        project.save(update_fields=["name"])
+        dataset = _new_run(project, plan, user, seconds, 9)
+        dataset.source = {"write": written}
+        dataset.save(update_fields=["source"])
+        before = _storage_bytes(backend)
+        _copy_rows(run, dataset)
+        base += _storage_bytes(backend) - before  # the kept copy is not this run's
+    out = _Progress(
+        backend=backend,
+        seconds=seconds,
+        **written,
+        reused_data_set=kept is not None,
+        live_bytes_per_label_s=round(live_bytes / label_seconds, 1),
+    )
     series_url = reverse("runs:series", args=[run.code])
     detail_url = reverse("runs:detail", args=[run.code])
     run = Run.objects.get(id=run.id)
@@ -291,7 +427,7 @@ def measure(backend: str, seconds: int, old: bool) -> dict:
         out["old_series_ms"] = _timed(lambda: reference_analysis.series(run), repeat=1)
         out["old_compare_ms"] = _timed(lambda: comparison.compute_batches(run), repeat=1)
     out["figures_s"], out["figures_mb"] = _peak_mb(
-        lambda: analysis.summarize_with_series(run, also=(comparison.BatchSampler(run).add_row,))
+        lambda: analysis.summarize_with_series(run, sampler=comparison.BatchSampler(run))
     )
 
     twin = _new_run(project, plan, user, seconds, 2)
@@ -318,17 +454,91 @@ def measure(backend: str, seconds: int, old: bool) -> dict:
     return out
 
 
+def many(journey_runs: int = 2000, list_runs: int = 10000) -> dict:
+    """Many runs: a plan's journey with ``journey_runs`` finished runs and the runs list at ``list_runs``.
+
+    Each run carries the summary a real finalize wrote (the newest finished run's: a soak's, with its
+    windows, degradation series and page table), so the pages read what they would in production.
+    """
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from portal.runs.models import Run
+    from portal.runs.views import RUNS_PER_PAGE
+
+    source = Run.objects.filter(status=Run.Status.PASSED).exclude(summary=None).order_by("-id").first()
+    if source is None:
+        raise RuntimeError("bench store --many: no finished run to copy a summary from (give --lengths too)")
+    user, project, plan = _fixtures()
+    client = Client(SERVER_NAME="127.0.0.1")
+    client.force_login(user)
+    t0 = timezone.now()
+    fields = {
+        "project": project,
+        "plan": plan,
+        "environment": plan.environment,
+        "plan_name": plan.name,
+        "environment_name": plan.environment.name,
+        "plan_snapshot": source.plan_snapshot,
+        "analysis_settings": source.analysis_settings,
+        "summary": source.summary,
+        "created_by": user,
+        "status": Run.Status.PASSED,
+        "shard_count": 1,
+    }
+
+    def add(first: int, count: int, **extra) -> None:
+        for lo in range(first, first + count, 500):
+            Run.objects.bulk_create(
+                [
+                    Run(
+                        **fields,
+                        **extra,
+                        number=n,
+                        start_at=t0 + timedelta(hours=n),
+                        finished_at=t0 + timedelta(hours=n),
+                    )
+                    for n in range(lo, min(first + count, lo + 500))
+                ]
+            )
+
+    add(1, journey_runs)
+    size = len(json.dumps(source.summary))
+    journey_url = reverse("history:environment-journey", args=[plan.environment.code])
+    journey_data = reverse("history:environment-journey-data", args=[plan.environment.code])
+    out = _Progress(summary_kb=round(size / 1024, 1), journey_runs=journey_runs)
+    out["journey_ms"] = _timed(lambda: _ok(client.get(journey_url, {"plan": str(plan.code)})))
+    out["journey_json_ms"] = _timed(lambda: _ok(client.get(journey_data, {"plan": str(plan.code)})))
+    add(journey_runs + 1, list_runs - journey_runs)
+    list_url = reverse("runs:list")
+    out["list_runs"] = Run.objects.filter(project=project).count()
+    out["list_first_ms"] = _timed(lambda: _ok(client.get(list_url)))
+    last = -(-out["list_runs"] // RUNS_PER_PAGE)
+    out["list_last_ms"] = _timed(lambda: _ok(client.get(list_url, {"page": last})))
+    return dict(out)
+
+
 def child(argv: list[str]) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=("sqlite", "postgresql"), required=True)
     p.add_argument("--lengths", required=True)
     p.add_argument("--old-upto", type=int, default=900)
     p.add_argument("--pg-url", default="")
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--reuse", action="store_true")
+    p.add_argument("--many", action="store_true")
     args = p.parse_args(argv)
-    _setup(args.backend, args.pg_url)
-    for seconds in (int(s) for s in args.lengths.split(",")):
-        row = measure(args.backend, seconds, old=seconds <= args.old_upto)
+    _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
+    for seconds in (int(s) for s in args.lengths.split(",") if s):
+        row = measure(
+            args.backend, seconds, old=seconds <= args.old_upto, pg_url=args.pg_url, keep=args.keep, reuse=args.reuse
+        )
         print(json.dumps(row), flush=True)
+    if args.many:
+        print(json.dumps({"backend": args.backend, "many": many()}), flush=True)
     return 0
 
 
@@ -349,7 +559,7 @@ def render(rows: list[dict], command: str) -> str:
         "*Old* is the design before issue 9 (every row loaded and merged; tests/portal/runs/reference_analysis.py)",
         "on the same rows, run only on short runs (it needs ~1.35 GB per hour of run).",
         "",
-        "| backend | run | B/label-s live | B/label-s stored | sink mean / p99 | live poll / fragment "
+        "| backend | run | B/label-s live | B/label-s stored | sink mean / p99 (alone; polled) | live poll / fragment "
         "| first live load | finalize / roll-up (new) | figures: time / peak MB (new) | figures: time / peak MB (old) "
         "| report | series.json (new / old) | comparison (new / old) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -360,7 +570,8 @@ def render(rows: list[dict], command: str) -> str:
         old_cmp = f" / {r['old_compare_ms']} ms (batches only)" if "old_compare_ms" in r else ""
         lines.append(
             f"| {r['backend']} | {_hours(r['seconds'])} | {r['live_bytes_per_label_s']} | "
-            f"{r['stored_bytes_per_label_s']} | {r['sink_mean_ms']} / {r['sink_p99_ms']} ms | "
+            f"{r['stored_bytes_per_label_s']} | {r.get('sink_mean_ms', '—')} / {r.get('sink_p99_ms', '—')} ms; "
+            f"{r.get('sink_polled_mean_ms', '—')} / {r.get('sink_polled_p99_ms', '—')} ms | "
             f"{r['live_poll_ms']} / {r['live_fragment_ms']} ms | {r['live_first_load_ms']} ms | "
             f"{r['finalize_s']} / {r['rollup_s']} s | {r['figures_s']} s / {r['figures_mb']} | {old_fig} | "
             f"{r['report_ms']} ms | "
@@ -372,11 +583,24 @@ def render(rows: list[dict], command: str) -> str:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["child"]:
         return child(argv[1:])
+    if argv[:1] == ["poller"]:
+        return poller(argv[1:])
     p = argparse.ArgumentParser(prog="python -m bench store", description=__doc__.splitlines()[0])
     p.add_argument("--lengths", default="900,3600", help="run lengths in seconds (default 900,3600)")
     p.add_argument("--backends", default="sqlite,postgresql")
     p.add_argument("--old-upto", type=int, default=900, help="run the old design up to this length (default 900 s)")
     p.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
+    p.add_argument(
+        "--many", action="store_true", help="also time a plan's journey with 2,000 runs and the runs list at 10,000"
+    )
+    p.add_argument(
+        "--keep", action="store_true", help="keep a copy of each length's rows (PostgreSQL, or SQLite with --reuse)"
+    )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="copy the rows an earlier --keep kept instead of writing them again (with the kept write figures)",
+    )
     args = p.parse_args(argv)
     pg_url = os.environ.get("DATABASE_URL", "")
     rows = []
@@ -397,6 +621,9 @@ def main(argv: list[str]) -> int:
             str(args.old_upto),
             "--pg-url",
             pg_url,
+            *(["--keep"] if args.keep else []),
+            *(["--reuse"] if args.reuse else []),
+            *(["--many"] if args.many else []),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:

@@ -24,6 +24,14 @@ def run_shard_task(self, run_id: int, shard_no: int) -> None:
     shard_execute(run_id, shard_no, worker_node=self.request.hostname or "")
 
 
+# A finalize the watchdog retries (claimed there with a conditional UPDATE); safe twice.
+@shared_task(ignore_result=True)
+def finalize_retry_task(run_id: int) -> None:
+    from portal.runs.services import finalize_retry
+
+    finalize_retry(run_id)
+
+
 @shared_task(ignore_result=True)
 def collect_metrics_task(run_id: int, tick: int) -> None:
     from portal.metrics.services import collect_tick

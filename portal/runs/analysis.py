@@ -15,7 +15,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from django.db.models import Max
+import numpy as np
+from django.db.models import Max, Q
 
 from portal import formatting
 from portal.common import human_duration
@@ -26,7 +27,7 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from . import storage
+from . import columns, storage
 from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
 
 PERCENTILES = (50, 90, 95, 99)
@@ -89,33 +90,6 @@ class _Acc:
         self.ttfb.merge(row.ttfb)
         self.connect.merge(row.connect)
         return self
-
-
-class _Row:
-    """One PageInterval row, decoded from either storage format."""
-
-    __slots__ = (
-        "second",
-        "label",
-        "pages",
-        "hits",
-        "errors",
-        "by_kind",
-        "samples",
-        "bytes_in",
-        "bytes_out",
-        "hist",
-        "ttfb",
-        "connect",
-    )
-
-    def __init__(self, values: tuple):
-        (s, label, pages, hits, errors, by_kind, samples, b_in, b_out, hb, hj, tb, tj, cn, cs, cj) = values
-        self.second, self.label, self.pages, self.hits, self.errors = s, label, pages, hits, errors
-        self.by_kind, self.samples, self.bytes_in, self.bytes_out = by_kind or {}, samples or {}, b_in, b_out
-        self.hist = storage.histogram(hb, hj)
-        self.ttfb = storage.histogram(tb, tj)
-        self.connect = storage.Mean.of(cn, cs, cj)
 
 
 def _latency(h: Histogram) -> dict:
@@ -205,38 +179,6 @@ def _shard_rows(run: Run, since: int | None = None) -> list:
     )
 
 
-def page_rows(run: Run, since: int | None = None, until: int | None = None):
-    """The run's PageInterval rows in [since, until) in order of seconds, decoded one at a time (bounded memory)."""
-    rows = PageInterval.objects.filter(run=run)
-    if since is not None:
-        rows = rows.filter(second__gte=since)
-    if until is not None:
-        rows = rows.filter(second__lt=until)
-    for values in (
-        rows.order_by("second", "shard_no", "label").values_list(*storage.PAGE_ROW_FIELDS).iterator(chunk_size=2000)
-    ):
-        yield _Row(values)
-
-
-class _ChartRow:
-    """What a chart bucket needs of a row: its counts and page-duration histogram, nothing else decoded."""
-
-    __slots__ = ("second", "pages", "hits", "errors", "bytes_in", "hist")
-
-    def __init__(self, values: tuple):
-        self.second, self.pages, self.hits, self.errors, self.bytes_in, hist_bin, hist = values
-        self.hist = storage.histogram(hist_bin, hist)
-
-
-def chart_rows(run: Run, since: int):
-    """The rows from ``since`` on, in order of seconds, for a live chart."""
-    rows = PageInterval.objects.filter(run=run, second__gte=since).order_by("second")
-    for values in rows.values_list("second", "pages", "hits", "errors", "bytes_in", "hist_bin", "hist").iterator(
-        chunk_size=2000
-    ):
-        yield _ChartRow(values)
-
-
 def last_second(run: Run) -> int | None:
     last = [
         PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
@@ -255,16 +197,22 @@ class _PerSecond:
         self.count = [0] * end
         self.reported: set[int] = set()
 
-    def add(self, row: _Row) -> None:
-        if 0 <= row.second < len(self.pages):
-            self.reported.add(row.second)
-            self.pages[row.second] += row.pages
-            self.total_us[row.second] += row.hist.sum
-            self.count[row.second] += row.hist.count
+    def add_columns(self, lo: int, hi: int, c) -> None:
+        """A chunk of rows with seconds in [lo, hi) (``columns.Chunk``)."""
+        hi = min(hi, len(self.pages))
+        if hi <= lo:
+            return
+        at = c.second - lo
+        keep = at < hi - lo
+        at = at[keep]
+        for target, column in ((self.pages, c.pages), (self.total_us, c.hist.sum), (self.count, c.hist.n)):
+            sums = np.bincount(at, weights=column[keep], minlength=hi - lo).astype(np.int64).tolist()
+            target[lo:hi] = [a + b for a, b in zip(target[lo:hi], sums, strict=True)]
+        self.reported.update((np.unique(at) + lo).tolist())
 
 
 class _Series:
-    """Chart buckets filled from rows in order of seconds: one open bucket histogram at a time."""
+    """Chart buckets: counts per bucket, APD and p95 from each bucket's merged histogram (``_chart_columns``)."""
 
     def __init__(self, bucket: int, first: int = 0):
         self.bucket = bucket
@@ -272,52 +220,35 @@ class _Series:
         self.pages, self.hits, self.errs, self.bytes_in = (defaultdict(int) for _ in range(4))
         self.apd: dict[int, float | None] = {}
         self.p95: dict[int, float | None] = {}
-        self._open: int | None = None
-        self._hist = Histogram()
         self.last: int | None = None
         # Each bucket's extremes over its seconds (issue 15: a stall of one second must survive
         # the downsampling): the highest per-second APD and the lowest per-second pages.
         self.apd_max: dict[int, float | None] = {}
         self.pages_min: dict[int, tuple[int, int]] = {}  # bucket → (lowest pages in a second, seconds seen)
-        self._second: list | None = None  # [second, pages, µs, count] of the second being read
+        # second → [pages, µs, count] of the seconds read but maybe not whole yet (a second's rows
+        # can straddle two chunks; rows come in order of seconds, so earlier seconds are whole)
+        self._seconds: dict[int, list[int]] = {}
 
-    def _close_second(self) -> None:
-        sec = self._second
-        if sec is None:
-            return
-        start = self.first + (sec[0] - self.first) // self.bucket * self.bucket
-        if sec[3]:
-            apd = round(sec[2] / sec[3] / 1000, 2)
-            self.apd_max[start] = max(self.apd_max.get(start) or 0.0, apd)
-        low, seen = self.pages_min.get(start, (sec[1], 0))
-        self.pages_min[start] = (min(low, sec[1]), seen + 1)
-        self._second = None
+    def add_seconds(self, seconds, pages, total_us, count) -> None:
+        """One chunk's per-second totals; closes the seconds before the chunk's last."""
+        for second, p, us, n in zip(seconds, pages, total_us, count, strict=True):
+            acc = self._seconds.setdefault(second, [0, 0, 0])
+            acc[0] += p
+            acc[1] += us
+            acc[2] += n
+        if seconds:
+            self.close_seconds(before=seconds[-1])
 
-    def _close(self) -> None:
-        self._close_second()
-        if self._open is not None:
-            h = self._hist
-            self.apd[self._open] = round(h.mean / 1000, 2) if h.count else None
-            self.p95[self._open] = round(h.percentile(95) / 1000, 2) if h.count else None
-        self._hist = Histogram()
-
-    def add(self, row: _Row) -> None:
-        start = self.first + (row.second - self.first) // self.bucket * self.bucket
-        if start != self._open:
-            self._close()
-            self._open = start
-        if self._second is None or self._second[0] != row.second:
-            self._close_second()
-            self._second = [row.second, 0, 0, 0]
-        self._second[1] += row.pages
-        self._second[2] += row.hist.sum
-        self._second[3] += row.hist.count
-        self.last = row.second if self.last is None else max(self.last, row.second)
-        self.pages[start] += row.pages
-        self.hits[start] += row.hits
-        self.errs[start] += row.errors
-        self.bytes_in[start] += row.bytes_in
-        self._hist.merge(row.hist)
+    def close_seconds(self, before: int | None = None) -> None:
+        """Folds whole seconds (all of them when ``before`` is None) into their bucket's extremes."""
+        for second in sorted(s for s in self._seconds if before is None or s < before):
+            pages, total_us, count = self._seconds.pop(second)
+            start = self.first + (second - self.first) // self.bucket * self.bucket
+            if count:
+                apd = round(total_us / count / 1000, 2)
+                self.apd_max[start] = max(self.apd_max.get(start) or 0.0, apd)
+            low, seen = self.pages_min.get(start, (pages, 0))
+            self.pages_min[start] = (min(low, pages), seen + 1)
 
     def result(self, shard_rows: list, last: int, *, totals_from: int | None = None) -> dict:
         """The buckets from ``totals_from`` (default: the first row's) to ``last``.
@@ -326,7 +257,7 @@ class _Series:
         last LIVE_DETAIL_S) come from the shards' per-second totals: pages, errors and APD,
         without hits, bytes and p95, which only label rows hold.
         """
-        self._close()
+        self.close_seconds()
         users: dict[int, int] = defaultdict(int)
         dropped: dict[int, int] = defaultdict(int)
         early: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # bucket → pages, errors, µs, count
@@ -386,16 +317,79 @@ def summarize(run: Run) -> dict:
     return summarize_with_series(run)[0]
 
 
-def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
+def _chart_columns(chart: _Series, buckets: columns.Groups, c) -> None:
+    """Adds a chunk's rows to the chart: counts per bucket, page durations merged per bucket."""
+    start = chart.first + (c.second - chart.first) // chart.bucket * chart.bucket
+    keys, local = columns.local_keys(start)
+    _close_buckets(chart, buckets, lambda s: s < keys[0])  # a chunk starts where earlier buckets ended
+    sel = local >= 0
+    for name, target in (
+        ("pages", chart.pages),
+        ("hits", chart.hits),
+        ("errors", chart.errs),
+        ("bytes_in", chart.bytes_in),
+    ):
+        sums = np.bincount(local[sel], weights=getattr(c, name)[sel], minlength=len(keys)).astype(np.int64).tolist()
+        for key, n in zip(keys, sums, strict=True):
+            target[key] += n
+    buckets.add(keys, local, c.hist)
+    # Per-second totals, for each bucket's worst second (its highest APD, its fewest pages)
+    seconds, at = np.unique(c.second, return_inverse=True)
+    chart.add_seconds(
+        seconds.tolist(),
+        *(
+            np.bincount(at, weights=col, minlength=len(seconds)).astype(np.int64).tolist()
+            for col in (c.pages, c.hist.sum, c.hist.n)
+        ),
+    )
+    last = int(c.second.max())
+    chart.last = last if chart.last is None else max(chart.last, last)
+
+
+def _close_buckets(chart: _Series, buckets: columns.Groups, done) -> None:
+    """Closes the chart buckets ``done`` says are complete: their APD and p95 from the merged histogram.
+
+    A bucket without a page duration (errors only) never opened a group: its APD and p95 stay None.
+    """
+    for start in [key for key in buckets.open if done(key)]:
+        h = buckets.close(start)
+        chart.apd[start] = round(h.mean / 1000, 2)
+        chart.p95[start] = round(h.percentile(95) / 1000, 2)
+
+
+def _errors(run: Run, windows: list[dict]) -> dict[str, dict]:
+    """Errors by kind in the measurement windows: counts, the first sample, and the pages they hit."""
+    errors: dict[str, dict] = {}
+    in_windows = Q()
+    for w in windows:
+        in_windows |= Q(second__gte=w["start"], second__lt=w["end"])
+    rows = (
+        PageInterval.objects.filter(in_windows, run=run, errors__gt=0)
+        .order_by("second", "shard_no", "label")
+        .values_list("label", "errors_by_kind", "error_samples")
+    )
+    for label, by_kind, samples in rows.iterator(chunk_size=2000):
+        for kind, n in (by_kind or {}).items():
+            e = errors.setdefault(
+                kind, {"kind": kind, "count": 0, "sample": (samples or {}).get(kind, ""), "pages": set()}
+            )
+            e["count"] += n
+            e["pages"].add(label)
+    return errors
+
+
+def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
     """The summary and the chart series, from one streaming pass over the run's rows.
 
-    ``also``: more callables that each decoded row is given to, in the same pass (finalize's
-    comparison batches and roll-up), so no row is read or decoded twice.
+    ``sampler``: a ``portal.history.comparison.BatchSampler`` fed from the same pass (finalize's
+    comparison batches), so no row is read or decoded twice.
 
-    Each row is decoded once and merged once into its (label, window) accumulator; the
-    per-label, per-window and total figures are merges of those, so memory depends on the
-    number of labels and windows, not on the run's length (besides the per-second lists
-    the degradation analysis takes, a few integers per second).
+    The rows are read a chunk of seconds at a time as numpy columns (``columns``): each
+    histogram is decoded once, in bulk, and merged into its (label, window) cell, its chart
+    bucket and its batch; a group becomes a ``Histogram`` when the pass leaves it. The per-label,
+    per-window and total figures are merges of the cells, so memory depends on the number of
+    labels and windows, not on the run's length (besides the per-second lists the degradation
+    analysis takes, a few integers per second).
     """
     shard_rows = _shard_rows(run)
     last = last_second(run)
@@ -403,28 +397,56 @@ def summarize_with_series(run: Run, *, also=()) -> tuple[dict, dict]:
     limits = run.plan_snapshot.get("thresholds") or {}
     end = (last + 1) if last is not None else 0
 
-    cells: dict[tuple[str, int], _Acc] = defaultdict(_Acc)
-    errors: dict[str, dict] = {}
+    cells: dict[tuple[str, int], _Acc] = {}
     whole = _Acc()
     per_second = _PerSecond(end)
-    chart = _Series(chart_bucket(last) if last is not None else 1)
-    for row in page_rows(run):
-        whole.pages += row.pages
-        whole.hits += row.hits
-        whole.errors += row.errors
-        whole.bytes_in += row.bytes_in
-        per_second.add(row)
-        chart.add(row)
-        for consume in also:
-            consume(row)
-        w = _window_of(windows, row.second)
-        if w is None:
+    bucket = chart_bucket(last) if last is not None else 1
+    chart = _Series(bucket)
+    window_of = np.full(end + 1, -1, np.int64)  # +1: a row past ``end`` cannot exist, but stays safe
+    for i, w in enumerate(windows):
+        window_of[w["start"] : min(w["end"], end)] = i
+    labels: dict[str, int] = {}
+    names: list[str] = []
+    cuts = [w[k] for w in windows for k in ("start", "end")] + (sampler.cuts() if sampler else [])
+    hists, ttfbs, buckets = columns.Groups(), columns.Groups(), columns.Groups()
+    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts):
+        if not c.size:
             continue
-        cells[(row.label, w)].add(row)
-        for kind, n in row.by_kind.items():
-            e = errors.setdefault(kind, {"kind": kind, "count": 0, "sample": row.samples.get(kind, ""), "pages": set()})
-            e["count"] += n
-            e["pages"].add(row.label)
+        names.extend(list(labels)[len(names) :])
+        whole.pages += int(c.pages.sum())
+        whole.hits += int(c.hits.sum())
+        whole.errors += int(c.errors.sum())
+        whole.bytes_in += int(c.bytes_in.sum())
+        per_second.add_columns(lo, hi, c)
+        _chart_columns(chart, buckets, c)
+        if sampler is not None:
+            sampler.add_columns(lo, hi, c, names)
+        w_rows = window_of[np.minimum(c.second, end)]
+        cell_of = np.where(w_rows >= 0, c.label * len(windows) + w_rows, -1)
+        keys, local = columns.local_keys(cell_of)
+        sums = {
+            name: np.bincount(local[local >= 0], weights=getattr(c, name)[local >= 0], minlength=len(keys))
+            for name in ("pages", "hits", "errors", "bytes_in", "bytes_out", "connect_count", "connect_sum")
+        }
+        hists.add(keys, local, c.hist)
+        ttfbs.add(keys, local, c.ttfb)
+        for i, key in enumerate(keys):
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = _Acc()
+            cell.pages += int(sums["pages"][i])
+            cell.hits += int(sums["hits"][i])
+            cell.errors += int(sums["errors"][i])
+            cell.bytes_in += int(sums["bytes_in"][i])
+            cell.bytes_out += int(sums["bytes_out"][i])
+            cell.connect.merge(storage.Mean(int(sums["connect_count"][i]), int(sums["connect_sum"][i])))
+    _close_buckets(chart, buckets, lambda start: True)
+    if sampler is not None:
+        sampler.close()
+    for key, cell in cells.items():
+        cell.hist, cell.ttfb = hists.close(key), ttfbs.close(key)
+    cells = {(names[key // len(windows)], key % len(windows)): cell for key, cell in sorted(cells.items())}
+    errors = _errors(run, windows)
 
     per_label: dict[str, _Acc] = defaultdict(_Acc)
     per_window = [_Acc() for _ in windows]
@@ -1087,8 +1109,11 @@ def series(run: Run, *, since: int | None = None) -> dict:
     # shards' per-second totals, so opening the page of a 47 h soak costs no more than a 1 h one.
     detail = start if since is not None else max(0, ((last_seen or 0) - LIVE_DETAIL_S) // bucket * bucket)
     chart = _Series(bucket, first=detail)
-    for row in chart_rows(run, since=detail):
-        chart.add(row)
+    buckets = columns.Groups()
+    for _, _, c in columns.chunks(run, {}, since=detail, align=bucket, ttfb=False):
+        if c.size:
+            _chart_columns(chart, buckets, c)
+    _close_buckets(chart, buckets, lambda start: True)
     shard_rows = _shard_rows(run, since=start)
     seconds = [s.second for s in shard_rows] + ([chart.last] if chart.last is not None else [])
     last = max(seconds, default=start - 1)

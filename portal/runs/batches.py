@@ -10,11 +10,12 @@ import base64
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
 from django.db.models import Max
 
 from workers.engine.histogram import Histogram
 
-from . import storage
+from . import columns, storage
 from .analysis import cut_windows
 from .models import PageInterval, Run, RunFigures, ShardInterval
 
@@ -103,6 +104,8 @@ class BatchSampler:
         self.accs: dict[str | None, list[_BatchAcc]] = {}
         self.current: int | None = None
         self.per_second: dict[str | None, list[int]] = {}  # key → [sum µs, count] of the current second
+        self.batch: int | None = None  # the batch add_columns is filling, its histograms in groups
+        self.groups = columns.Groups()
 
     def _flush(self) -> None:
         if self.current is None:
@@ -135,8 +138,64 @@ class BatchSampler:
             sums[0] += h.sum
             sums[1] += h.count
 
+    def cuts(self) -> list[int]:
+        """The seconds where batches begin: a chunk of rows for ``add_columns`` never spans two batches."""
+        return [self.seconds[i] for i in self.bounds[:-1]]
+
+    def add_columns(self, lo: int, hi: int, c, names: list[str]) -> None:
+        """The rows of seconds [lo, hi) as columns (``portal.runs.columns.Chunk``; ``names``: label by id),
+        the same as ``add`` for each row: all in one batch, or none in the window."""
+        if not c.size or int(c.second[0]) not in self.position:
+            return
+        b = bisect.bisect_right(self.bounds, self.position[int(c.second[0])]) - 1
+        k = len(self.bounds) - 1
+        if b != self.batch:
+            self.close()
+            self.batch = b
+        # Keys in the order ``add`` meets them: the total, then each page at its first row.
+        _, first = np.unique(c.label, return_index=True)
+        order = c.label[np.sort(first)].tolist()
+        for key in [None, *(names[i] for i in order)]:
+            self.accs.setdefault(key, [_BatchAcc() for _ in range(k)])
+        labels = len(names)
+        pages = np.bincount(c.label, weights=c.pages, minlength=labels).astype(np.int64)
+        errors = np.bincount(c.label, weights=c.errors, minlength=labels).astype(np.int64)
+        for i in order:
+            acc = self.accs[names[i]][b]
+            acc.pages += int(pages[i])
+            acc.errors += int(errors[i])
+        total = self.accs[None][b]
+        total.pages += int(pages.sum())
+        total.errors += int(errors.sum())
+        self.groups.add([(None, b)], np.zeros(c.size, np.int64), c.hist)
+        keys, local = columns.local_keys(c.label)
+        self.groups.add([(names[i], b) for i in keys], local, c.hist)
+        # APD per second per key, added second by second (as ``_flush`` does, for the same sums).
+        span = hi - lo
+        cell = (c.second - lo) * labels + c.label
+        us = np.bincount(cell, weights=c.hist.sum, minlength=span * labels).astype(np.int64).reshape(span, labels)
+        n = np.bincount(cell, weights=c.hist.n, minlength=span * labels).astype(np.int64).reshape(span, labels)
+        for key, key_us, key_n in [
+            (None, us.sum(axis=1), n.sum(axis=1)),
+            *((names[i], us[:, i], n[:, i]) for i in order),
+        ]:
+            acc = self.accs[key][b]
+            for total_us, count in zip(key_us.tolist(), key_n.tolist(), strict=True):
+                if count:
+                    acc.apd_sum += total_us / count / 1000.0
+                    acc.apd_seconds += 1
+
+    def close(self) -> None:
+        """Ends the batch ``add_columns`` was filling: its merged histograms become Histograms."""
+        if self.batch is None:
+            return
+        for key, b in list(self.groups.open):
+            self.accs[key][b].hist = self.groups.close((key, b))
+        self.batch = None
+
     def result(self) -> dict[str | None, dict[str, list[float | None]]]:
         self._flush()
+        self.close()
         self.current = None
         out: dict[str | None, dict[str, list[float | None]]] = {}
         for key, batch_accs in self.accs.items():

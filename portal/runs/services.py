@@ -13,6 +13,7 @@ import socket
 import traceback
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min, Q, Sum
@@ -26,7 +27,7 @@ from workers.engine.plan import PlanError
 from workers.engine.runner import HANDOFF
 from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, parse_allowlist, parse_target_url
 
-from . import analysis, result_files, storage
+from . import analysis, columns, result_files, storage
 from .batches import BatchSampler
 from .models import PageInterval, PageRollup, ResultImport, Run, RunFigures, RunShard, ShardInterval, WatchdogView
 from .signals import run_finished
@@ -671,7 +672,7 @@ def _finalize_compute(run_id: int) -> None:
         return  # finished meanwhile (another attempt won): its rows may already be rolled up
     shards = list(run.shards.all())
     sampler = BatchSampler(run)
-    summary, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    summary, series = analysis.summarize_with_series(run, sampler=sampler)
     batches = sampler.result()
     problems = [f"Shard {s.shard_no} {s.status}: {s.error_message.splitlines()[0]}" for s in shards if s.error_message]
     ended_early = (RunShard.Status.LOST, RunShard.Status.FAILED, RunShard.Status.INTERRUPTED)
@@ -747,30 +748,61 @@ class _RollupCell:
         )
 
 
-class _Rollup:
-    """Rows in order of seconds in, one PageRollup row per label and span out (one span in memory)."""
+def _rollup_columns(run: Run, lo: int, hi: int) -> int:
+    """Writes the PageRollup rows of seconds [lo, hi) (whole spans); returns the per-second rows read.
 
-    def __init__(self, run_id: int):
-        self.run_id = run_id
-        self.start: int | None = None
-        self.cells: dict[str, _RollupCell] = {}
-
-    def add(self, row) -> None:
-        start = row.second // PageRollup.ROLLUP_S * PageRollup.ROLLUP_S
-        if start != self.start:
-            self.close()
-            self.start = start
-        self.cells.setdefault(row.label, _RollupCell()).add(row)
-
-    def close(self) -> None:
-        if self.cells:
-            PageRollup.objects.bulk_create(
-                [cell.row(self.run_id, self.start, label) for label, cell in self.cells.items()],
-                update_conflicts=True,
-                unique_fields=["run", "second", "label"],
-                update_fields=ROLLUP_FIELDS,
-            )
-        self.cells = {}
+    The rows are read as numpy columns (``columns``): each span's histograms per label are merged
+    in bulk, like finalize's; the errors' kinds and samples come from the few rows with errors.
+    """
+    span = PageRollup.ROLLUP_S
+    labels: dict[str, int] = {}
+    names: list[str] = []
+    cells: dict[tuple[int, int], _RollupCell] = {}
+    hists, ttfbs = columns.Groups(), columns.Groups()
+    read = 0
+    for _, _, c in columns.chunks(run, labels, since=lo, until=hi, align=span):
+        if not c.size:
+            continue
+        read += c.size
+        names.extend(list(labels)[len(names) :])
+        key = (c.second // span) * len(names) + c.label  # each label id < len(names)
+        keys, local = columns.local_keys(key)
+        cell_keys = [(k // len(names) * span, k % len(names)) for k in keys]
+        sel = local >= 0
+        sums = {
+            name: np.bincount(local[sel], weights=getattr(c, name)[sel], minlength=len(keys)).astype(np.int64).tolist()
+            for name in ("pages", "hits", "errors", "bytes_in", "bytes_out", "connect_count", "connect_sum")
+        }
+        hists.add(cell_keys, local, c.hist)
+        ttfbs.add(cell_keys, local, c.ttfb)
+        for i, cell_key in enumerate(cell_keys):
+            cell = cells.setdefault(cell_key, _RollupCell())
+            cell.pages += sums["pages"][i]
+            cell.hits += sums["hits"][i]
+            cell.errors += sums["errors"][i]
+            cell.bytes_in += sums["bytes_in"][i]
+            cell.bytes_out += sums["bytes_out"][i]
+            cell.connect.merge(storage.Mean(sums["connect_count"][i], sums["connect_sum"][i]))
+    errors = (
+        PageInterval.objects.filter(run=run, second__gte=lo, second__lt=hi, errors__gt=0)
+        .order_by("second", "shard_no", "label")
+        .values_list("second", "label", "errors_by_kind", "error_samples")
+    )
+    for second, label, by_kind, samples in errors:
+        cell = cells[(second // span * span, labels[label])]
+        for kind, n in (by_kind or {}).items():
+            cell.by_kind[kind] = cell.by_kind.get(kind, 0) + n
+        for kind, sample in (samples or {}).items():
+            cell.samples.setdefault(kind, sample)
+    rows = []
+    for (start, label_id), cell in sorted(cells.items()):
+        cell.hist, cell.ttfb = hists.close((start, label_id)), ttfbs.close((start, label_id))
+        rows.append(cell.row(run.id, start, names[label_id]))
+    if rows:
+        PageRollup.objects.bulk_create(
+            rows, update_conflicts=True, unique_fields=["run", "second", "label"], update_fields=ROLLUP_FIELDS
+        )
+    return read
 
 
 # A roll-up row holds what a per-second page row holds, over a span.
@@ -803,11 +835,7 @@ def run_rollup(run_id: int) -> int:
         step = span * ROLLUP_SPANS_PER_TRANSACTION
         for lo in range(bounds["lo"] // span * span, bounds["hi"] + 1, step):
             with transaction.atomic():
-                rollup = _Rollup(run_id)
-                for row in analysis.page_rows(run, since=lo, until=lo + step):
-                    rollup.add(row)
-                    rolled += 1
-                rollup.close()
+                rolled += _rollup_columns(run, lo, lo + step)
                 PageInterval.objects.filter(run_id=run_id, second__gte=lo, second__lt=lo + step).delete()
     figures.update(rolled_up_at=timezone.now())
     return rolled
@@ -837,7 +865,7 @@ def run_figures_store(*, run: Run) -> bool:
     if run.is_active or RunFigures.objects.filter(run=run).exists():
         return False
     sampler = BatchSampler(run)
-    _, series = analysis.summarize_with_series(run, also=(sampler.add_row,))
+    _, series = analysis.summarize_with_series(run, sampler=sampler)
     batches = sampler.result()
     _, created = RunFigures.objects.get_or_create(
         run=run, defaults={"series": series, "batches": [[key, figures] for key, figures in batches.items()]}
@@ -872,7 +900,22 @@ def finalize_stuck() -> None:
         )
         if claimed:
             log.warning("run %s: finalize retried (attempt %s)", run_id, attempts + 1)
-            _finalize(run_id)
+            # A task of its own: a 48 h run's finalize takes a while, and the watchdog's tick
+            # must not wait for it (nor die with it, if it runs out of memory again).
+            try:
+                task("finalize_retry_task").apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
+            except Exception:  # no broker: the claim times out and the next tick tries again
+                log.exception("run %s: the finalize retry could not be sent", run_id)
+
+
+def finalize_retry(run_id: int) -> None:
+    """The retry ``finalize_stuck`` claimed: computes the figures of a run still *finishing*.
+
+    Idempotent: a run that finished meanwhile (another delivery of the task won) is left alone,
+    and only a run still finishing changes status.
+    """
+    if Run.objects.filter(id=run_id, status=Status.FINISHING).exists():
+        _finalize(run_id)
 
 
 def watchdog() -> None:

@@ -33,6 +33,26 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
+# The PageInterval columns a full reader needs (in both formats), in the order ``_Row`` takes them.
+PAGE_ROW_FIELDS = (
+    "second",
+    "label",
+    "pages",
+    "hits",
+    "errors",
+    "errors_by_kind",
+    "error_samples",
+    "bytes_in",
+    "bytes_out",
+    "hist_bin",
+    "hist",
+    "ttfb_bin",
+    "ttfb_hist",
+    "connect_count",
+    "connect_sum_us",
+    "connect_hist",
+)
+
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.
 MAX_POINTS = 720
@@ -174,7 +194,7 @@ def _load(run: Run) -> tuple[list[_Row], list]:
         _Row(s, label, p, h, e, kinds, samples, b_in, b_out, _hist2(hb, hj), _hist2(tb, tj), _connect(cn, cs, cj))
         for s, label, p, h, e, kinds, samples, b_in, b_out, hb, hj, tb, tj, cn, cs, cj in PageInterval.objects.filter(
             run=run
-        ).values_list(*storage.PAGE_ROW_FIELDS)
+        ).values_list(*PAGE_ROW_FIELDS)
     ]
     shard_rows = list(
         ShardInterval.objects.filter(run=run).only(

@@ -286,7 +286,13 @@ def test_an_import_whose_process_dies_before_finalize_is_finished_by_the_watchdo
     assert run.status == Run.Status.FINISHING and run.summary is None
 
     settings.PLIMSOLL_FINALIZE_TIMEOUT = 0
+    from tests.portal.runs.test_store import _sent_retries
+    from workers.tasks import finalize_retry_task
+
+    _sent_retries()
     services.finalize_stuck()
+    assert _sent_retries() == [run.id]  # sent as a task of its own, run here as a worker would
+    finalize_retry_task(run.id)
 
     run.refresh_from_db()
     assert run.status == Run.Status.PASSED and run.summary["whole_run"]["hits"] == 13

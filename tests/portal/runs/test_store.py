@@ -228,6 +228,34 @@ def _stuck(run, **fields):
     Run.objects.filter(id=run.id).update(finishing_at=timezone.now() - timedelta(hours=1), **fields)
 
 
+def _sent_retries() -> list[int]:
+    """Run ids of the finalize retries waiting on the real broker (taken off it; no worker runs here)."""
+    from workers.celery import app
+
+    ids = []
+    with app.connection_for_read() as conn, conn.SimpleQueue(app.conf.task_default_queue) as queue:
+        while True:
+            try:
+                message = queue.get(block=False)
+            except queue.Empty:
+                return ids
+            message.ack()
+            if message.headers.get("task") == "workers.tasks.finalize_retry_task":
+                ids.append(message.decode()[0][0])
+
+
+def _watchdog():
+    """The watchdog's tick, then the finalize retries it sent, run as a worker would run them."""
+    from workers.tasks import finalize_retry_task
+
+    _sent_retries()  # earlier tests' messages
+    services.watchdog()
+    sent = _sent_retries()
+    for run_id in sent:
+        finalize_retry_task(run_id)
+    return sent
+
+
 def test_a_finalize_that_failed_is_retried_and_completes(run, settings):
     run = _record(run, PROFILES["constant"], shards=1)
     good = PageInterval.objects.filter(second=30).first()
@@ -239,7 +267,15 @@ def test_a_finalize_that_failed_is_retried_and_completes(run, settings):
     # The row comes back (a transient fault); a killed finalize leaves the same state: finishing, attempt 1.
     PageInterval.objects.filter(id=good.id).update(hist_bin=good.hist_bin)
     _stuck(run)
+    from workers.tasks import finalize_retry_task
+
+    _sent_retries()
     services.watchdog()
+    run.refresh_from_db()
+    # The watchdog only claims the retry and sends it as a task of its own; a worker computes it.
+    assert (run.status, run.finalize_attempts) == (Run.Status.FINISHING, 2)
+    assert _sent_retries() == [run.id]
+    finalize_retry_task(run.id)
     run.refresh_from_db()
     assert run.status == Run.Status.PASSED and run.finalize_attempts == 2
     assert run.error_message == "" and run.summary["totals"]["pages"] > 0
@@ -254,13 +290,13 @@ def test_a_finalize_that_keeps_failing_ends_the_run_in_error_with_the_reason(run
 
     for attempt in (2, 3):
         _stuck(run)
-        services.watchdog()
+        _watchdog()
         run.refresh_from_db()
         assert (run.status, run.finalize_attempts) == (Run.Status.FINISHING, attempt)
-    services.watchdog()  # not yet: the last attempt has not timed out
+    _watchdog()  # not yet: the last attempt has not timed out
     assert Run.objects.get(id=run.id).status == Run.Status.FINISHING
     _stuck(run)
-    services.watchdog()
+    _watchdog()
 
     run.refresh_from_db()
     assert run.status == Run.Status.ERROR
@@ -268,11 +304,27 @@ def test_a_finalize_that_keeps_failing_ends_the_run_in_error_with_the_reason(run
     assert run.finished_at is not None and PageInterval.objects.filter(run=run).exists()
 
 
+def test_a_finalize_retry_delivered_twice_computes_once(run):
+    run = _record(run, PROFILES["constant"], shards=1)
+    RunShard.objects.filter(run=run).update(status=RunShard.Status.DONE)
+    Run.objects.filter(id=run.id).update(status=Run.Status.FINISHING, finalize_attempts=1)
+    _stuck(run)
+
+    assert _watchdog() == [run.id]
+    first = Run.objects.get(id=run.id)
+    figures = RunFigures.objects.get(run=run).created_at
+    services.finalize_retry(run.id)  # a second delivery of the same task
+
+    again = Run.objects.get(id=run.id)
+    assert first.status == again.status == Run.Status.PASSED and again.finalize_attempts == 2
+    assert again.finished_at == first.finished_at and RunFigures.objects.get(run=run).created_at == figures
+
+
 def test_a_run_finishing_for_a_short_while_is_left_alone(run):
     run = _record(run, PROFILES["constant"], shards=1)
     Run.objects.filter(id=run.id).update(status=Run.Status.FINISHING, finishing_at=timezone.now(), finalize_attempts=1)
 
-    services.watchdog()
+    _watchdog()
 
     assert Run.objects.get(id=run.id).status == Run.Status.FINISHING
 
@@ -303,6 +355,36 @@ def test_after_finalize_the_label_rows_are_rolled_up_per_minute_and_nothing_is_l
             if r.label == label:
                 merged.merge(Histogram.from_bytes(r.hist_bin))
         assert merged == whole[label]
+    # Each minute of each page holds exactly what its per-second rows of every shard held.
+    expected = {}
+    for row in sorted(raw, key=lambda r: (r.second, r.shard_no, r.label)):
+        cell = expected.setdefault(
+            (row.second // 60 * 60, row.label), [Histogram(), Histogram(), 0, 0, 0, 0, 0, 0, {}, {}]
+        )
+        for i, binary in ((0, row.hist_bin), (1, row.ttfb_bin)):
+            if binary is not None:
+                cell[i].merge(Histogram.from_bytes(binary))
+        for i, value in enumerate((row.pages, row.hits, row.errors, row.bytes_in, row.bytes_out, row.connect_sum_us)):
+            cell[2 + i] += value
+        for kind, n in row.errors_by_kind.items():
+            cell[8][kind] = cell[8].get(kind, 0) + n
+        for kind, sample in row.error_samples.items():
+            cell[9].setdefault(kind, sample)
+    assert {
+        (r.second, r.label): [
+            Histogram.from_bytes(r.hist_bin),
+            Histogram.from_bytes(r.ttfb_bin),
+            r.pages,
+            r.hits,
+            r.errors,
+            r.bytes_in,
+            r.bytes_out,
+            r.connect_sum_us,
+            r.errors_by_kind,
+            r.error_samples,
+        ]
+        for r in rollups
+    } == expected
     figures = RunFigures.objects.get(run=run).series
     services._finalize(run.id)  # a repeated finalize (a duplicate retry) changes nothing
     assert services.run_rollup(run.id) == 0  # nor does a repeated roll-up

@@ -167,3 +167,22 @@ def test_the_run_list_pages_through_every_run_in_constant_queries(alice_client, 
     assert f"Page 1 of 2 ({RUNS_PER_PAGE + 30} runs)" in first and ">#130<" in first and ">#30<" not in first
     assert ">#30<" in second and ">#1<" in second and 'rel="prev"' in second
     assert alice_client.get(url, {"page": "x"}).status_code == 200  # a bad page number shows the first
+
+
+def test_the_run_list_reads_only_the_figures_it_shows(alice_client, run):
+    """A soak's summary is large (windows, degradation, page table): the list reads four figures of it."""
+    from portal.runs.models import Run
+    from portal.runs.templatetags.plimsoll import ms, pct, rate
+
+    totals = {"apd_ms": 123.45, "p95_ms": 456.7, "pages_per_s": 98.5, "error_rate_pct": 1.25}
+    big = [{"label": f"Page {i}", "p95_ms": 1.0} for i in range(500)]
+    Run.objects.filter(id=run.id).update(status=Run.Status.PASSED, summary={"totals": totals, "pages": big})
+
+    for url in (reverse("runs:list"), reverse("runs:project", args=[run.project.code])):
+        response = alice_client.get(url)
+        shown = response.context["runs"][0]
+        page = response.content.decode()
+        assert {"summary", "plan_snapshot"} <= shown.get_deferred_fields()
+        cells = [f'<td class="num">{value}</td>' for value in (ms(123.45), ms(456.7), rate(98.5), pct(1.25))]
+        assert all(cell in page for cell in cells), cells
+        assert "Page 499" not in page

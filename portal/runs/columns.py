@@ -1,0 +1,282 @@
+"""A run's PageInterval rows read as numpy columns, a span of seconds at a time (issue 9's finalize).
+
+Why: decoding each per-second row's histograms into a Python ``Histogram`` costs ~10 s per hour
+of a 20-page run, so a 48 h soak took minutes to finalize. Here the binary histograms of a whole
+chunk (~50,000 rows) are decoded at once by numpy, and merged into the groups a reader asks for
+(a label in a window, a chart bucket, a comparison batch) with one ``bincount`` per chunk: the
+Python work per row is only reading it from the database cursor.
+
+Memory: a chunk's columns, plus a dense array of bucket counts (``NB`` int64) per *open* group.
+Groups close as the reader moves on (a window, batch or chart bucket ends) and become ordinary
+``Histogram`` objects, so memory depends on the number of labels, not on the run's length.
+
+Rows of the old JSON format (before issue 9) are converted to the binary form row by row, so
+they give the same figures, only slower.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+from django.db import connection
+from django.db.models import Case, F, JSONField, Max, Min, Q, When
+
+from workers.engine.histogram import _BINARY_FORMAT, MAX_US, Histogram, bucket_index
+
+from . import storage
+from .models import PageInterval
+
+# Bucket indexes a histogram can use (values are clamped to MAX_US).
+NB = bucket_index(MAX_US) + 1
+# Rows per chunk read from the database (about 1 MB of histograms; numpy temporaries ~25× that).
+ROWS_PER_CHUNK = 5_000
+# At most this many groups of one kind are open within a chunk (bounds the dense arrays).
+MAX_OPEN_GROUPS = 64
+
+
+@dataclass
+class Decoded:
+    """Histograms of a chunk's rows: per row n, sum, min, max; per non-empty bucket its row, index, count."""
+
+    n: np.ndarray
+    sum: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    row: np.ndarray
+    index: np.ndarray
+    count: np.ndarray
+
+
+def decode(blobs: list) -> Decoded:
+    """Decodes many ``Histogram.to_bytes`` forms at once (None: an empty histogram); ValueError if malformed.
+
+    The format is a format byte and unsigned LEB128 varints (``n, sum, min, max, buckets``, then
+    ``gap, count`` per bucket): every byte below 0x80 ends a varint, so all varints of all rows
+    are found and valued with a few whole-array operations.
+    """
+    rows = len(blobs)
+    head = [np.zeros(rows, np.int64) for _ in range(4)]
+    present = [i for i, b in enumerate(blobs) if b is not None]
+    empty = np.zeros(0, np.int64)
+    if not present:
+        return Decoded(*head, empty, empty, empty)
+    parts = [b if type(b) is bytes else bytes(b) for b in (blobs[i] for i in present)]
+    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+    v = np.frombuffer(b"".join(parts), np.uint8)
+    offsets = np.zeros(len(parts), np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    # The format byte (2) reads as a one-byte varint too: each row is [2, n, sum, min, max, buckets, pairs…].
+    ends = v < 0x80
+    if not ends[-1] or not ends[offsets[1:] - 1].all():
+        raise ValueError("binary histogram is truncated")
+    end_at = np.flatnonzero(ends)
+    start_at = np.empty_like(end_at)
+    start_at[0] = 0
+    start_at[1:] = end_at[:-1] + 1
+    values = v[end_at].astype(np.int64)  # right for one-byte varints: nearly all of them
+    longer = np.flatnonzero(end_at > start_at)  # n, sum, min, max, and now and then a large gap or count
+    if len(longer):
+        first_byte, last_byte = start_at[longer], end_at[longer]
+        if (last_byte - first_byte).max() > 8:
+            raise ValueError("binary histogram has a varint too long")
+        acc = np.zeros(len(longer), np.int64)
+        for place in range(int((last_byte - first_byte).max()), -1, -1):
+            at = np.minimum(first_byte + place, last_byte)
+            acc = np.where(first_byte + place <= last_byte, (acc << 7) | (v[at] & 0x7F), acc)
+        values[longer] = acc
+    first = np.searchsorted(end_at, offsets)  # each row's format byte
+    varints = np.diff(np.append(first, len(values)))
+    if (values[first] != _BINARY_FORMAT).any() or (varints < 6).any():
+        raise ValueError(f"not a format {_BINARY_FORMAT} binary histogram")
+    first += 1  # the header: n, sum, min, max, buckets
+    buckets = values[first + 4]
+    if (varints != 6 + 2 * buckets).any():
+        raise ValueError("binary histogram is inconsistent: its varints do not match its bucket count")
+    rep = np.repeat(np.arange(len(parts)), buckets)
+    before = np.cumsum(buckets) - buckets
+    j = np.arange(len(rep)) - before[rep]
+    pos = first[rep] + 5 + 2 * j
+    gaps, counts = values[pos], values[pos + 1]
+    running = np.cumsum(gaps)
+    index = running - (running - gaps)[before[rep]]
+    n = values[first]
+    if (np.bincount(rep, weights=counts, minlength=len(parts)) != n).any():
+        raise ValueError("binary histogram is inconsistent: counts that do not add up")
+    at = np.asarray(present, np.int64)
+    for k, column in enumerate(head):
+        column[at] = values[first + k]
+    return Decoded(*head, at[rep], index, counts)
+
+
+def _json(value):
+    """A JSON column's value as the cursor gives it (text, or already parsed)."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _legacy_bytes(binary, legacy):
+    """The binary form of a row's histogram, converting an old JSON one."""
+    legacy = _json(legacy)
+    if binary is not None or not legacy:
+        return binary
+    return Histogram.from_dict(legacy).to_bytes()
+
+
+class Chunk:
+    """One span of seconds of a run's rows, as columns."""
+
+    def __init__(self, rows: list, labels: dict[str, int], *, ttfb: bool = True):
+        (second, label, pages, hits, errors, b_in, b_out, hb, tb, cn, cs, hj, tj, cj) = (
+            zip(*rows, strict=True) if rows else ([],) * 14
+        )
+        size = len(second)
+        self.size = size
+
+        def ints(values):
+            return np.fromiter(values, np.int64, size)
+
+        self.second, self.pages, self.hits, self.errors = ints(second), ints(pages), ints(hits), ints(errors)
+        self.bytes_in, self.bytes_out = ints(b_in), ints(b_out)
+        for name in dict.fromkeys(label):  # new labels get the next ids, in order of their first row
+            labels.setdefault(name, len(labels))
+        self.label = ints(map(labels.__getitem__, label))
+        if (hj.count(None) + tj.count(None) + cj.count(None)) != 3 * size:  # old-format rows (JSON, not binary)
+            hb = [_legacy_bytes(b, j) for b, j in zip(hb, hj, strict=True)]
+            tb = [_legacy_bytes(b, j) for b, j in zip(tb, tj, strict=True)]
+            means = [storage.Mean.of(n, s, _json(j)) for n, s, j in zip(cn, cs, cj, strict=True)]
+            cn, cs = [m.count for m in means], [m.sum for m in means]
+        self.connect_count, self.connect_sum = ints(cn), ints(cs)
+        self.hist = decode(list(hb))
+        self.ttfb = decode(list(tb)) if ttfb else None  # a chart needs only the page durations
+
+
+def _rows(run, lo: int, hi: int):
+    # The JSON columns only for rows of the old format (the binary one is NULL there): a new
+    # row's are empty, and parsing millions of them would cost more than the rest.
+    legacy = {
+        name: Case(
+            When(Q(**{f"{binary}__isnull": True}) & ~Q(**{name: {}}), then=F(name)),
+            default=None,
+            output_field=JSONField(),
+        )
+        for name, binary in (("hist", "hist_bin"), ("ttfb_hist", "ttfb_bin"), ("connect_hist", "hist_bin"))
+    }
+    rows = (
+        PageInterval.objects.filter(run=run, second__gte=lo, second__lt=hi)
+        .annotate(hj=legacy["hist"], tj=legacy["ttfb_hist"], cj=legacy["connect_hist"])
+        .order_by("second", "shard_no", "label")
+        .values_list(
+            "second",
+            "label",
+            "pages",
+            "hits",
+            "errors",
+            "bytes_in",
+            "bytes_out",
+            "hist_bin",
+            "ttfb_bin",
+            "connect_count",
+            "connect_sum_us",
+            "hj",
+            "tj",
+            "cj",
+        )
+    )
+    # Straight from the cursor: the ORM's per-value converters would cost more than the decoding.
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def chunks(
+    run, labels: dict[str, int], *, since: int = 0, until: int | None = None, align: int = 1, cuts=(), ttfb=True
+):
+    """The run's rows in [since, until) as Chunks in order of seconds, each about ROWS_PER_CHUNK rows.
+
+    A chunk starts and ends on a multiple of ``align`` (a chart bucket) or on one of ``cuts``,
+    and spans at most MAX_OPEN_GROUPS aligns. ``labels`` maps each label to its id (filled here).
+    """
+    rows = PageInterval.objects.filter(run=run, second__gte=since)
+    if until is not None:
+        rows = rows.filter(second__lt=until)
+    bounds = rows.aggregate(lo=Min("second"), hi=Max("second"))
+    if bounds["lo"] is None:
+        return
+    lo, last = bounds["lo"] // align * align, bounds["hi"]
+    lo = max(lo, since)
+    cuts = sorted(set(cuts))
+    per_second = 20  # a guess for the first chunk; then what the last one had
+    while lo <= last:
+        spans = max(1, min(MAX_OPEN_GROUPS, ROWS_PER_CHUNK // max(per_second * align, 1)))
+        hi = (lo // align + spans) * align
+        for cut in cuts:
+            if lo < cut < hi:
+                hi = cut
+                break
+        chunk = Chunk(_rows(run, lo, hi), labels, ttfb=ttfb)
+        per_second = max(1, chunk.size // (hi - lo))
+        yield lo, hi, chunk
+        lo = hi
+
+
+class Groups:
+    """Merged histograms of open groups (any hashable key), dense while open, a Histogram once closed."""
+
+    def __init__(self):
+        self.open: dict = {}  # key → [n, sum, min, max, counts (NB int64)]
+
+    def add(self, keys: list, key_of_row: np.ndarray, d: Decoded) -> None:
+        """Merges each row's histogram into group ``keys[key_of_row[row]]`` (-1: none)."""
+        if not len(keys):
+            return
+        k = len(keys)
+        sel = (key_of_row >= 0) & (d.n > 0)
+        if not sel.any():
+            return
+        g = key_of_row[sel]
+        n = np.bincount(g, weights=d.n[sel], minlength=k)
+        total = np.bincount(g, weights=d.sum[sel], minlength=k)
+        low = np.full(k, np.iinfo(np.int64).max)
+        high = np.zeros(k, np.int64)
+        np.minimum.at(low, g, d.min[sel])
+        np.maximum.at(high, g, d.max[sel])
+        eg = key_of_row[d.row]
+        keep = eg >= 0
+        index = d.index[keep]
+        first, width = int(index.min()), int(index.max() - index.min()) + 1  # the buckets this chunk uses
+        flat = np.bincount(eg[keep] * width + (index - first), weights=d.count[keep], minlength=k * width)
+        flat = flat.astype(np.int64).reshape(k, width)
+        for i, key in enumerate(keys):
+            if not n[i]:
+                continue
+            acc = self.open.get(key)
+            if acc is None:
+                acc = self.open[key] = [0, 0, int(low[i]), int(high[i]), np.zeros(NB, np.int64)]
+            acc[0] += int(n[i])
+            acc[1] += int(total[i])
+            acc[2] = min(acc[2], int(low[i]))
+            acc[3] = max(acc[3], int(high[i]))
+            acc[4][first : first + width] += flat[i]
+
+    def close(self, key) -> Histogram:
+        """The group's merged histogram (empty if nothing was added), no longer open."""
+        h = Histogram()
+        acc = self.open.pop(key, None)
+        if acc is not None:
+            n, total, low, high, counts = acc
+            index = np.flatnonzero(counts)
+            h._counts = dict(zip(index.tolist(), counts[index].tolist(), strict=True))
+            h.count, h._sum, h._min, h._max = n, total, low, high
+        return h
+
+    def close_where(self, predicate) -> dict:
+        return {key: self.close(key) for key in [key for key in self.open if predicate(key)]}
+
+
+def local_keys(values: np.ndarray) -> tuple[list, np.ndarray]:
+    """The distinct values of a column (ignoring -1) and each row's position among them (-1 stays -1)."""
+    distinct = np.unique(values[values >= 0])
+    pos = np.searchsorted(distinct, values)
+    return distinct.tolist(), np.where(values >= 0, pos, -1)
