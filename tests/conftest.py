@@ -9,6 +9,28 @@ import os
 
 import pytest
 
+from pathlib import Path
+
+# Tests that measure time or memory, push load, or start workers and targets: `make test` runs
+# them alone on the machine, after the others have run on two processes (pytest-xdist), so that
+# no other test's CPU is in their measurements. Whole folders, and a few portal modules.
+SERIAL_FOLDERS = {"e2e", "engine", "demo", "scripts"}
+SERIAL_MODULES = {
+    "test_store_polling.py",  # sink write times while pollers read
+    "test_client_outage.py",  # retries timed against an outage
+    "test_result_files.py",  # memory that must not grow with a file
+    "test_result_files_tools.py",  # the same, for JMeter, Locust and Gatling files
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(TESTS).parts
+        if parts[0] in SERIAL_FOLDERS or Path(item.path).name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
+
+
 CHROMIUM = "/usr/bin/chromium"
 # Debian's Chromium, quiet: no sandbox (containers), no GPU, and nothing that phones home.
 CHROMIUM_ARGS = [

@@ -103,11 +103,17 @@ def test_the_pages_that_read_runs_read_an_imported_one(k6_json, environment, cli
     assert alice_client.get(reverse("runs:series", args=[run.code])).status_code == 200
     listing = alice_client.get(reverse("runs:project", args=[environment.project.code])).content.decode()
     assert 'title="k6 results: results.json">imported</span>' in listing
+    # a second import of the same results (a copy with one more blank line: another file) to compare it with
+    again = k6_json.with_name("again.json")
+    again.write_text(k6_json.read_text() + "\n")
+    _import(again, environment)
+    other = Run.objects.exclude(pk=run.pk).get()
     compare = alice_client.get(
-        reverse("history:compare", args=[environment.project.code]), {"a": run.code, "b": run.code}
+        reverse("history:compare", args=[environment.project.code]), {"a": run.code, "b": other.code}
     )
     assert compare.status_code == 200
-    assert "k6 · results.json" in compare.content.decode()  # the source beside the run
+    words = compare.content.decode()
+    assert "k6 · results.json" in words and "k6 · again.json" in words  # the source beside each run
     journey = alice_client.get(reverse("history:environment-journey", args=[environment.code]))
     assert journey.status_code == 200
     client.force_login(charlie)
