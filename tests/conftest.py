@@ -6,10 +6,9 @@ bob gets 403 for a change.
 """
 
 import os
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 # Tests that measure time or memory, push load, or start workers and targets: `make test` runs
 # them alone on the machine, after the others have run on two processes (pytest-xdist), so that
