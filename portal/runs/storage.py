@@ -10,6 +10,27 @@ from __future__ import annotations
 
 from workers.engine.histogram import Histogram
 
+# The PageInterval columns a reader of whole rows needs, in order (the drill-down's cells,
+# portal/runs/drilldown.py; finalize reads columns instead, portal/runs/columns.py).
+PAGE_ROW_FIELDS = (
+    "second",
+    "label",
+    "pages",
+    "hits",
+    "errors",
+    "errors_by_kind",
+    "error_samples",
+    "bytes_in",
+    "bytes_out",
+    "hist_bin",
+    "hist",
+    "ttfb_bin",
+    "ttfb_hist",
+    "connect_count",
+    "connect_sum_us",
+    "connect_hist",
+)
+
 
 def histogram(binary, legacy: dict | None) -> Histogram:
     """A row's histogram: the binary form if it has one, else the JSON form, else empty (errors only)."""

@@ -50,8 +50,10 @@ class MemberWriteSerializer(StrictSerializer):
 
 class InvitationSerializer(serializers.ModelSerializer):
     team = serializers.UUIDField(source="team.code", read_only=True)
-    invited_by = serializers.CharField(source="invited_by.get_username", read_only=True, default=None)
-    accepted_by = serializers.CharField(source="accepted_by.get_username", read_only=True, default=None)
+    invited_by = serializers.CharField(source="invited_by.get_username", read_only=True, allow_null=True, default=None)
+    accepted_by = serializers.CharField(
+        source="accepted_by.get_username", read_only=True, allow_null=True, default=None
+    )
     state = serializers.SerializerMethodField(help_text="pending, accepted, revoked or expired")
 
     class Meta:

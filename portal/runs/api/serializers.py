@@ -46,7 +46,7 @@ class RunSerializer(serializers.ModelSerializer):
     project = serializers.UUIDField(source="project.code", read_only=True)
     plan = serializers.UUIDField(source="plan.code", read_only=True, allow_null=True, default=None)
     verdict = serializers.CharField(read_only=True, allow_null=True, help_text="passed, failed, or null")
-    created_by = serializers.CharField(source="created_by.get_username", read_only=True, default=None)
+    created_by = serializers.CharField(source="created_by.get_username", read_only=True, allow_null=True, default=None)
     is_active = serializers.BooleanField(read_only=True)
     started_by = serializers.CharField(
         read_only=True, help_text="Who started it: a person, a person via an API token (name and prefix), or a schedule"

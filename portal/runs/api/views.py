@@ -40,6 +40,8 @@ RUN_EXAMPLE = OpenApiExample(
         "project": "a1b2c3d4-0000-4000-8000-000000000001",
         "plan": "a1b2c3d4-0000-4000-8000-000000000002",
         "plan_name": "Smoke",
+        "kind": "native",
+        "source": {},
         "environment_name": "Staging",
         "status": "passed",
         "verdict": "passed",
@@ -67,6 +69,8 @@ SCHEDULED_RUN_EXAMPLE = OpenApiExample(
         "project": "a1b2c3d4-0000-4000-8000-000000000001",
         "plan": "a1b2c3d4-0000-4000-8000-000000000003",
         "plan_name": "Nightly soak",
+        "kind": "native",
+        "source": {},
         "environment_name": "Staging",
         "status": "passed",
         "verdict": "passed",
@@ -177,13 +181,12 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
         summary="List runs of your teams, newest first",
         parameters=[RunFilterSerializer],
         responses={200: RunSerializer(many=True), **error_responses(400)},
-        examples=[RUN_EXAMPLE],
+        examples=[RUN_EXAMPLE, SCHEDULED_RUN_EXAMPLE],
     ),
     retrieve=extend_schema(
         summary="A run: status, verdict, thresholds and summary; ?wait=S long-polls until it ends",
         parameters=[WaitSerializer],
         responses={200: RunDetailSerializer, **error_responses(400, 404)},
-        examples=[RUN_EXAMPLE, SCHEDULED_RUN_EXAMPLE],
     ),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
