@@ -122,6 +122,10 @@ async def _apply_token_cache_cap(state: Any, value: int) -> None:
     state.token_cache.set_cap(value)
 
 
+async def _apply_token_cache_pressure(state: Any, value: int) -> None:
+    state.token_cache.pressure = value
+
+
 async def _apply_web_garden(state: Any, value: int) -> None:
     state.web_garden.set_processes(value)
     state.counters.web_garden_processes = value
@@ -179,6 +183,16 @@ KNOBS = [
         "(KB 927396), capped with -T4618. POST /_demo/counters/reset empties the cache.",
         "integer 0..1000000 (0 = no cap)",
         _apply_token_cache_cap,
+    ),
+    Knob(
+        "token_cache.pressure",
+        int_range(1_000, 1_000_000),
+        100_000,
+        "Entries past which each clean-up of the security-token cache walks the whole cache and stalls "
+        "(see token_cache.cap). A fast machine reaches 100,000 pages in a few seconds: raise this so that "
+        "a soak's stall comes after its steady state.",
+        "integer 1000..1000000",
+        _apply_token_cache_pressure,
     ),
     Knob(
         "documents.storage",

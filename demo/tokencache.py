@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from demo.counters import Counters
 
 PRESSURE_ENTRIES = 100_000
-"""Above this many entries each clean-up walks the whole cache."""
+"""Above this many entries each clean-up walks the whole cache (the default of ``token_cache.pressure``)."""
 CLEANUP_SECONDS_PER_ENTRY = 5e-6
 """Modelled cost of walking one entry: 0.5 s for 100,000 entries."""
 CLEANUP_INTERVAL_SECONDS = 0.5
@@ -62,6 +62,7 @@ class TokenCache:
         self._oldest = 1  # tokens are numbered 1, 2, ... and evicted in that order
         self._issued = 0
         self.cap = 0  # 0: no cap
+        self.pressure = PRESSURE_ENTRIES  # the knob token_cache.pressure
         self.lock = asyncio.Lock()
         self._last_cleanup_end = float("-inf")
 
@@ -107,7 +108,7 @@ class TokenCache:
     async def _cleanup(self) -> None:
         started = time.perf_counter()
         size = len(self._entries)
-        if size > PRESSURE_ENTRIES:
+        if size > self.pressure:
             if self._counters.token_cache_first_stall_at is None:
                 self._counters.token_cache_first_stall_at = time.time()
             await asyncio.sleep(size * CLEANUP_SECONDS_PER_ENTRY)

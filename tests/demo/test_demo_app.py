@@ -271,6 +271,7 @@ def test_knobs_get_post_and_schema(base):
                 "latency_ms": 0,
                 "tempdb.files": 1,
                 "token_cache.cap": 0,
+                "token_cache.pressure": 100_000,
                 "documents.storage": "database",
                 "web_garden.processes": 1,
             }
@@ -284,6 +285,7 @@ def test_knobs_get_post_and_schema(base):
                 "latency_ms",
                 "tempdb.files",
                 "token_cache.cap",
+                "token_cache.pressure",
                 "documents.storage",
                 "web_garden.processes",
             }
