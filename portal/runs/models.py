@@ -56,6 +56,10 @@ class Run(TimeStamped):
     start_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     summary = models.JSONField(null=True, blank=True)
+    # What a journey point and the runs list read of the summary and the plan snapshot
+    # (``run_digest``), written with the summary. Small enough to stay in the table row:
+    # a soak's summary is kilobytes that the database must decompress to read any key of it.
+    digest = models.JSONField(null=True, blank=True, editable=False)
     # The plan's analysis settings at start (degradation limits), kept apart from the engine's snapshot.
     analysis_settings = models.JSONField(default=dict, blank=True)
     # The results history: the configuration's last applied change at start (None: the initial
@@ -114,6 +118,16 @@ class Run(TimeStamped):
 
     def get_absolute_url(self):
         return reverse("runs:detail", args=[self.code])
+
+    def save(self, *args, **kwargs):
+        # The digest follows the summary wherever a run is saved with one (finalize's UPDATE sets both).
+        deferred = self.get_deferred_fields()
+        if "summary" not in deferred and "plan_snapshot" not in deferred:
+            self.digest = run_digest(self.summary, self.plan_snapshot)
+            update_fields = kwargs.get("update_fields")
+            if update_fields is not None and {"summary", "plan_snapshot"} & set(update_fields):
+                kwargs["update_fields"] = {*update_fields, "digest"}
+        super().save(*args, **kwargs)
 
     @property
     def is_active(self) -> bool:
@@ -193,6 +207,42 @@ class Run(TimeStamped):
         if self.is_active or not self.summary:
             return False
         return not self.doubts or self.include_anyway
+
+
+_WINDOW_DIGEST_KEYS = ("users", "apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
+
+
+def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
+    """The few keys of a run's summary and plan snapshot that a journey point and the runs list read.
+
+    Its keys mirror the summary's (``totals``, ``verdict``, ``generator.saturated``,
+    ``handoffs``, a steps run's ``windows``) and the snapshot's (``profile``,
+    ``thresholds``), so that a run holding the digest in place of both reads as the whole
+    run would for its point, its capacity and its doubts (portal.history.journey).
+    """
+    if not summary:
+        return None
+    snapshot = plan_snapshot or {}
+    profile = snapshot.get("profile") or {}
+    steps = profile.get("kind") == "steps"
+    saturated = (summary.get("generator") or {}).get("saturated")
+    return {
+        "totals": summary.get("totals"),
+        "verdict": summary.get("verdict"),
+        "generator": {"saturated": saturated} if saturated else {},
+        "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.get("handoffs") or []],
+        "windows": [
+            {"index": w.get("index"), "totals": {k: (w.get("totals") or {}).get(k) for k in _WINDOW_DIGEST_KEYS}}
+            for w in summary.get("windows") or []
+        ]
+        if steps
+        else [],
+        "profile": {
+            "kind": profile.get("kind"),
+            "levels": [{"users": lv.get("users")} for lv in profile.get("levels") or []],
+        },
+        "thresholds": snapshot.get("thresholds") or {},
+    }
 
 
 class RunShard(models.Model):

@@ -29,7 +29,17 @@ from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, pa
 
 from . import analysis, columns, result_files, storage
 from .batches import BatchSampler
-from .models import PageInterval, PageRollup, ResultImport, Run, RunFigures, RunShard, ShardInterval, WatchdogView
+from .models import (
+    PageInterval,
+    PageRollup,
+    ResultImport,
+    Run,
+    RunFigures,
+    RunShard,
+    ShardInterval,
+    WatchdogView,
+    run_digest,
+)
 from .signals import run_finished
 
 log = logging.getLogger(__name__)
@@ -698,7 +708,11 @@ def _finalize_compute(run_id: int) -> None:
             run_id=run_id, defaults={"series": series, "batches": [[key, figures] for key, figures in batches.items()]}
         )
         Run.objects.filter(id=run_id, status=Status.FINISHING).update(
-            status=status, summary=summary, error_message="\n".join(problems), finished_at=timezone.now()
+            status=status,
+            summary=summary,
+            digest=run_digest(summary, run.plan_snapshot),
+            error_message="\n".join(problems),
+            finished_at=timezone.now(),
         )
         _announce(run_id)
 

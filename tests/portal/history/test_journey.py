@@ -602,3 +602,58 @@ def test_a_journey_reads_its_runs_in_a_fixed_number_of_queries(plan, make_run, d
         data = journey.environment_journey(plan.environment, plan)
 
     assert len(data["points"]) == 12
+
+
+# --------------------------------------------------------------------------------------
+# Cost (issue 9): a point reads the run's digest, not its summary
+# --------------------------------------------------------------------------------------
+
+
+def _summaries_read(queries) -> list[str]:
+    return [q["sql"] for q in queries if '"runs_run"."summary"' in q["sql"]]
+
+
+def test_points_read_each_runs_digest_not_its_summary(plan, make_run):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.runs.models import run_digest
+
+    # given: finished runs saved the usual way (the digest follows the summary), one saturated
+    runs = [make_run(plan, T0 + timedelta(minutes=i), apd) for i, apd in enumerate((100, 200))]
+    saturated = make_run(plan, T0 + timedelta(minutes=5), 300, saturated="loop lag 900 ms")
+    for run in [*runs, saturated]:
+        run.refresh_from_db()
+        assert run.digest == run_digest(run.summary, run.plan_snapshot) and run.digest["totals"]["apd_ms"]
+
+    with CaptureQueriesContext(connection) as queries:
+        data = journey.environment_journey(plan.environment, plan)
+
+    # then: the points are the runs' figures and doubts, and no query read a summary
+    assert [p["apd_ms"] for p in data["points"]] == [100, 200, 300]
+    assert [p["counts"] for p in data["points"]] == [True, True, False]
+    assert "saturated" in data["doubtful"][0]["doubts"][0]
+    assert _summaries_read(queries.captured_queries) == []
+
+
+def test_a_run_whose_summary_was_written_around_save_still_has_its_point(plan, make_run):
+    # given: a run whose summary an UPDATE wrote (no digest), as older code and imports of old data did
+    run = make_run(plan, T0, None, status=Run.Status.RUNNING)
+    Run.objects.filter(id=run.id).update(status=Run.Status.PASSED, summary=summary(123), digest=None)
+
+    data = journey.environment_journey(plan.environment, plan)
+
+    assert [p["apd_ms"] for p in data["points"]] == [123]
+
+
+def test_the_runs_a_change_compares_are_read_whole(story, plan):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        data = journey.environment_journey(plan.environment, plan)
+
+    # the index's effect is computed from the whole runs (one query for all of them)
+    (effect, _) = data["effects"]
+    assert effect["measured"] and effect["apd"]["verdict"] == "better"
+    assert len(_summaries_read(queries.captured_queries)) == 1

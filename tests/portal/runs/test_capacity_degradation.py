@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from portal.projects.models import Plan
 from portal.runs import analysis, services
-from portal.runs.models import PageInterval, Run, RunShard, ShardInterval
+from portal.runs.models import PageInterval, Run, RunShard, ShardInterval, run_digest
 from tests.conftest import wait_for_js
 from tests.portal.projects.data import levels_data, plan_data
 from tests.portal.runs.factories import hist_of
@@ -241,6 +241,11 @@ def test_a_capacity_search_whose_upper_levels_break_ends_done_with_its_capacity(
     assert cap["answer"] == "Capacity: 40 users, 190 pages/s; at 60 users APD breaks 1 s (1.5 s)."
     # the thresholds keep their meaning: the run's verdict still says a level broke them
     assert run.summary["verdict"] == "failed"
+    # finalize wrote the digest (what journeys read) with the summary, levels included
+    assert run.digest == run_digest(run.summary, run.plan_snapshot)
+    assert [w["totals"]["users"] for w in run.digest["windows"]] == [
+        w["totals"]["users"] for w in run.summary["windows"]
+    ]
 
 
 def test_a_capacity_search_whose_first_level_breaks_fails(run):
