@@ -13,7 +13,7 @@ feeds them a run's figures and words their answers.
 
 import math
 import statistics
-from collections import defaultdict
+from collections import defaultdict, namedtuple
 
 import numpy as np
 from django.db.models import Max, Q
@@ -127,13 +127,14 @@ def _rate(part: int, whole: int) -> float:
     return round(100.0 * part / whole, 3) if whole else 0.0
 
 
-def _figures(acc: _Acc, seconds: int, shard_seconds: list) -> dict:
-    started = sum(s.iterations_started for s in shard_seconds)
-    completed = sum(s.iterations_completed for s in shard_seconds)
-    dropped = sum(s.iterations_dropped for s in shard_seconds)
-    users = defaultdict(int)
-    for s in shard_seconds:
-        users[s.second] += s.active_users
+def _figures(acc: _Acc, seconds: int, shard_seconds: "ShardSeconds") -> dict:
+    c = shard_seconds.c
+    started = int(c["iterations_started"].sum())
+    completed = int(c["iterations_completed"].sum())
+    dropped = int(c["iterations_dropped"].sum())
+    # The most users at once: each second's users summed over the shards, then the largest.
+    _, at = np.unique(c["second"], return_inverse=True)
+    users = np.bincount(at, weights=c["active_users"]).astype(np.int64) if len(at) else np.zeros(0, np.int64)
     return {
         "pages": acc.pages,
         "hits": acc.hits,
@@ -144,7 +145,7 @@ def _figures(acc: _Acc, seconds: int, shard_seconds: list) -> dict:
         "transactions": completed,
         "iterations_started": started,
         "iterations_dropped": dropped,
-        "users": max(users.values(), default=0),
+        "users": int(users.max()) if len(users) else 0,
         "pages_per_s": round(acc.pages / seconds, 3),
         "hits_per_s": round(acc.hits / seconds, 3),
         "bytes_per_s": round(acc.bytes_in / seconds, 1),
@@ -156,27 +157,95 @@ def _figures(acc: _Acc, seconds: int, shard_seconds: list) -> dict:
     }
 
 
-def _shard_rows(run: Run, since: int | None = None) -> list:
-    """The run's ShardInterval rows as light named tuples (a 48 h run has 172,800 per shard)."""
+_SHARD_FIELDS = (
+    "second",
+    "active_users",
+    "iterations_started",
+    "iterations_completed",
+    "iterations_dropped",
+    "loop_lag_p99_ms",
+    "cpu_pct",
+    "pages",
+    "errors",
+    "latency_sum_us",
+    "latency_count",
+)
+_SHARD_NULLABLE = ("loop_lag_p99_ms", "cpu_pct")  # float columns, NaN where the row has NULL
+_ShardRow = namedtuple("_ShardRow", _SHARD_FIELDS)
+
+
+class ShardSeconds:
+    """The shards' per-second rows as numpy columns (``_SHARD_FIELDS``): a 48 h run has 172,800
+    rows per shard, which as Python tuples took 60 MB of a finalize's memory (issue 9).
+
+    Iterating yields light named tuples a chunk at a time (None where a nullable column is NULL),
+    for code that reads a row at a time; the heavy paths use the columns.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray]):
+        self.c = columns
+
+    @classmethod
+    def empty(cls) -> "ShardSeconds":
+        return cls({f: np.zeros(0, np.float64 if f in _SHARD_NULLABLE else np.int64) for f in _SHARD_FIELDS})
+
+    @classmethod
+    def concat(cls, parts: list["ShardSeconds"]) -> "ShardSeconds":
+        if not parts:
+            return cls.empty()
+        return cls({f: np.concatenate([p.c[f] for p in parts]) for f in _SHARD_FIELDS})
+
+    def __len__(self) -> int:
+        return len(self.c["second"])
+
+    def select(self, mask: np.ndarray) -> "ShardSeconds":
+        return ShardSeconds({f: v[mask] for f, v in self.c.items()})
+
+    def __iter__(self):
+        for lo in range(0, len(self), 5000):
+            cols = []
+            for f in _SHARD_FIELDS:
+                part = self.c[f][lo : lo + 5000].tolist()
+                if f in _SHARD_NULLABLE:
+                    part = [None if v != v else v for v in part]  # NaN is NULL
+                cols.append(part)
+            yield from map(_ShardRow._make, zip(*cols, strict=True))
+
+    def per_second(self, field: str, end: int) -> np.ndarray:
+        """``field`` summed over the shards for each second in [0, end) (rows at or past ``end`` left out)."""
+        keep = self.c["second"] < end
+        return np.bincount(self.c["second"][keep], weights=self.c[field][keep], minlength=end)[:end]
+
+
+def _shard_rows(run: Run, since: int | None = None) -> ShardSeconds:
+    """The run's ShardInterval rows as numpy columns, read 5,000 at a time."""
     rows = ShardInterval.objects.filter(run=run)
     if since is not None:
         rows = rows.filter(second__gte=since)
-    return list(
-        rows.values_list(
-            "second",
-            "active_users",
-            "iterations_started",
-            "iterations_completed",
-            "iterations_dropped",
-            "loop_lag_p99_ms",
-            "cpu_pct",
-            "pages",
-            "errors",
-            "latency_sum_us",
-            "latency_count",
-            named=True,
-        ).iterator(chunk_size=5000)
-    )
+    parts, chunk = [], []
+
+    def flush():
+        if chunk:
+            cols = list(zip(*chunk, strict=True))
+            parts.append(
+                ShardSeconds(
+                    {
+                        f: np.array(
+                            [np.nan if v is None else v for v in col] if f in _SHARD_NULLABLE else col,
+                            np.float64 if f in _SHARD_NULLABLE else np.int64,
+                        )
+                        for f, col in zip(_SHARD_FIELDS, cols, strict=True)
+                    }
+                )
+            )
+            chunk.clear()
+
+    for row in rows.values_list(*_SHARD_FIELDS).iterator(chunk_size=5000):
+        chunk.append(row)
+        if len(chunk) == 5000:
+            flush()
+    flush()
+    return ShardSeconds.concat(parts)
 
 
 def last_second(run: Run) -> int | None:
@@ -189,13 +258,13 @@ def last_second(run: Run) -> int | None:
 
 
 class _PerSecond:
-    """Pages, latency sum and count per second (the degradation input), in flat lists of ints."""
+    """Pages, latency sum and count per second (the degradation input), in numpy arrays."""
 
     def __init__(self, end: int):
-        self.pages = [0] * end
-        self.total_us = [0] * end
-        self.count = [0] * end
-        self.reported: set[int] = set()
+        self.pages = np.zeros(end, np.int64)
+        self.total_us = np.zeros(end, np.int64)
+        self.count = np.zeros(end, np.int64)
+        self.reported = np.zeros(end, bool)
 
     def add_columns(self, lo: int, hi: int, c) -> None:
         """A chunk of rows with seconds in [lo, hi) (``columns.Chunk``)."""
@@ -206,9 +275,8 @@ class _PerSecond:
         keep = at < hi - lo
         at = at[keep]
         for target, column in ((self.pages, c.pages), (self.total_us, c.hist.sum), (self.count, c.hist.n)):
-            sums = np.bincount(at, weights=column[keep], minlength=hi - lo).astype(np.int64).tolist()
-            target[lo:hi] = [a + b for a, b in zip(target[lo:hi], sums, strict=True)]
-        self.reported.update((np.unique(at) + lo).tolist())
+            target[lo:hi] += np.bincount(at, weights=column[keep], minlength=hi - lo).astype(np.int64)
+        self.reported[at + lo] = True
 
 
 class _Series:
@@ -250,7 +318,7 @@ class _Series:
             low, seen = self.pages_min.get(start, (pages, 0))
             self.pages_min[start] = (min(low, pages), seen + 1)
 
-    def result(self, shard_rows: list, last: int, *, totals_from: int | None = None) -> dict:
+    def result(self, shard_rows: "ShardSeconds", last: int, *, totals_from: int | None = None) -> dict:
         """The buckets from ``totals_from`` (default: the first row's) to ``last``.
 
         Buckets before the rows read (a live run's first load reads label rows only for its
@@ -258,29 +326,38 @@ class _Series:
         without hits, bytes and p95, which only label rows hold.
         """
         self.close_seconds()
-        users: dict[int, int] = defaultdict(int)
-        dropped: dict[int, int] = defaultdict(int)
-        early: dict[int, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # bucket → pages, errors, µs, count
-        for s in shard_rows:
-            users[s.second] += s.active_users
-            dropped[s.second] += s.iterations_dropped
-            if s.second < self.first:
-                e = early[s.second // self.bucket * self.bucket]
-                e[0] += s.pages
-                e[1] += s.errors
-                e[2] += s.latency_sum_us
-                e[3] += s.latency_count
+        # Per-bucket figures of the shards' rows, summed per second first (several shards), in numpy.
+        sec = shard_rows.c["second"]
+        base = int(sec.min()) if len(sec) else 0
+        first_t = self.first if totals_from is None else totals_from
+        n_s = max(last + 1 - base, 0)
+        keep = sec <= last
+        at = sec[keep] - base
+
+        def per_second(field):
+            return np.bincount(at, weights=shard_rows.c[field][keep], minlength=n_s).astype(np.int64)
+
+        users_s, dropped_s = per_second("active_users"), per_second("iterations_dropped")
+        early: dict[int, list[int]] = {}  # bucket → pages, errors, µs, count
+        if len(sec) and base < self.first:
+            span_s = slice(0, min(self.first, last + 1) - base)
+            totals = [per_second(f)[span_s] for f in ("pages", "errors", "latency_sum_us", "latency_count")]
+            bucket_of = (np.arange(span_s.stop) + base) // self.bucket * self.bucket
+            for b in np.unique(bucket_of).tolist():
+                mask = bucket_of == b
+                early[b] = [int(t[mask].sum()) for t in totals]
         keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms")
         extremes = ("apd_max_ms", "pages_per_s_min")
         out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in (*keys, *extremes)}, "bytes_per_s": []}
-        for start in range(self.first if totals_from is None else totals_from, last + 1, self.bucket):
-            span = range(start, min(start + self.bucket, last + 1))
-            n = len(span)
+        for start in range(first_t, last + 1, self.bucket):
+            stop = min(start + self.bucket, last + 1)
+            n = stop - start
+            lo, hi = max(start - base, 0), max(stop - base, 0)
             out["t"].append(start)
-            out["users"].append(max((users.get(s, 0) for s in span), default=0))
-            out["dropped_per_s"].append(round(sum(dropped.get(s, 0) for s in span) / n, 2))
+            out["users"].append(int(users_s[lo:hi].max()) if hi > lo else 0)
+            out["dropped_per_s"].append(round(int(dropped_s[lo:hi].sum()) / n, 2))
             if start < self.first:
-                pages, errors, total_us, count = early[start]
+                pages, errors, total_us, count = early.get(start, (0, 0, 0, 0))
                 out["pages_per_s"].append(round(pages / n, 2))
                 out["errors_per_s"].append(round(errors / n, 2))
                 out["apd_ms"].append(round(total_us / count / 1000, 2) if count else None)
@@ -302,14 +379,6 @@ class _Series:
 def chart_bucket(last: int) -> int:
     """Seconds per chart point of a finished run: at most MAX_POINTS points."""
     return max(1, math.ceil((last + 1) / MAX_POINTS))
-
-
-def _window_of(windows: list[dict], second: int) -> int | None:
-    """The index of the window holding ``second`` (windows are consecutive and never overlap)."""
-    for i, w in enumerate(windows):
-        if w["start"] <= second < w["end"]:
-            return i
-    return None
 
 
 def summarize(run: Run) -> dict:
@@ -458,12 +527,10 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
         total.add(acc)
 
     measured_seconds = sum(w["seconds"] for w in windows)
-    window_shards = [[] for _ in windows]
-    for s in shard_rows:
-        w = _window_of(windows, s.second)
-        if w is not None:
-            window_shards[w].append(s)
-    totals = _figures(total, measured_seconds, [s for part in window_shards for s in part])
+    window_shards = [
+        shard_rows.select((shard_rows.c["second"] >= w["start"]) & (shard_rows.c["second"] < w["end"])) for w in windows
+    ]
+    totals = _figures(total, measured_seconds, ShardSeconds.concat(window_shards))
     for w, acc, w_shards in zip(windows, per_window, window_shards, strict=True):
         w["totals"] = _figures(acc, w["seconds"], w_shards)
         w["thresholds"] = judge(limits, w["totals"])
@@ -511,33 +578,46 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
         "verdict": verdict,
         **_capacity_or_degradation(run, windows, limits, per_second, shard_rows),
     }
-    series = chart.result(shard_rows, last) if last is not None else _Series(1).result([], -1)
+    series = chart.result(shard_rows, last) if last is not None else _Series(1).result(ShardSeconds.empty(), -1)
     return summary, series
 
 
-def generator_health(shard_rows: list, windows: list[dict]) -> dict:
+def generator_health(shard_rows: ShardSeconds, windows: list[dict]) -> dict:
     """The load generator's own state in the measured seconds; saturated means its figures are suspect.
 
     Per second, the worst shard counts: the run's figures are suspect if any shard's generator was.
     """
-    lag: dict[int, float] = {}
-    cpu: dict[int, float] = {}
-    for s in shard_rows:
-        if _window_of(windows, s.second) is None:
-            continue
-        if s.loop_lag_p99_ms is not None:
-            lag[s.second] = max(lag.get(s.second, 0.0), s.loop_lag_p99_ms)
-        if s.cpu_pct is not None:
-            cpu[s.second] = max(cpu.get(s.second, 0.0), s.cpu_pct)
-    measured = sorted(set(lag) | set(cpu))
-    if not measured:
+    sec = shard_rows.c["second"]
+    inside = np.zeros(len(sec), bool)
+    for w in windows:
+        inside |= (sec >= w["start"]) & (sec < w["end"])
+
+    def worst_per_second(field: str) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, the highest value any shard reported in each) over the measured rows with a value."""
+        values = shard_rows.c[field]
+        ok = inside & ~np.isnan(values)
+        seconds, at = np.unique(sec[ok], return_inverse=True)
+        worst = np.full(len(seconds), -np.inf)
+        np.maximum.at(worst, at, values[ok])
+        return seconds, np.maximum(worst, 0.0)  # as before: a max starting from 0
+
+    lag_s, lag_v = worst_per_second("loop_lag_p99_ms")
+    cpu_s, cpu_v = worst_per_second("cpu_pct")
+    if not len(lag_s) and not len(cpu_s):
         return {"loop_lag_p99_ms": None, "cpu_pct_max": None, "saturated": None}
-    first = measured[0]
-    span = range(first, measured[-1] + 1)
+    first = int(min(lag_s[:1].tolist() + cpu_s[:1].tolist()))
+    last = int(max(lag_s[-1:].tolist() + cpu_s[-1:].tolist()))
+
+    def spread(seconds: np.ndarray, values: np.ndarray) -> list[float | None]:
+        out: list[float | None] = [None] * (last - first + 1)
+        for t, v in zip((seconds - first).tolist(), values.tolist(), strict=True):
+            out[t] = v
+        return out
+
     return {
-        "loop_lag_p99_ms": max(lag.values(), default=None),
-        "cpu_pct_max": max(cpu.values(), default=None),
-        "saturated": health.saturation([lag.get(t) for t in span], [cpu.get(t) for t in span], first_second=first),
+        "loop_lag_p99_ms": float(lag_v.max()) if len(lag_v) else None,
+        "cpu_pct_max": float(cpu_v.max()) if len(cpu_v) else None,
+        "saturated": health.saturation(spread(lag_s, lag_v), spread(cpu_s, cpu_v), first_second=first),
     }
 
 
@@ -608,7 +688,7 @@ def degradation_defaults() -> dict:
     return {name: Plan._meta.get_field(f"degradation_{name}").default for name in DEGRADATION_SETTINGS}
 
 
-def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, shard_rows: list) -> dict:
+def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, shard_rows: ShardSeconds) -> dict:
     """A steps run with several measured levels gets its capacity; a single-window run its degradation."""
     if len(windows) > 1:
         return {"capacity": capacity_of(run, windows, limits)}
@@ -886,16 +966,22 @@ def handoff_timeline(run: Run, windows: list[dict]) -> list[dict]:
     return out
 
 
-def per_second(rows: _PerSecond, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:
+def per_second(rows: _PerSecond, shard_rows: ShardSeconds, end: int) -> tuple[list[float | None], list[float | None]]:
     """Pages/s and APD (ms) for each second in [0, end), shards and pages added up.
 
     A second some shard reported with no page in it is 0 pages/s, a real stall; a second
     nobody reported is None (no data). APD is None where no page succeeded.
     """
-    reported = {s.second for s in shard_rows if s.second < end} | {s for s in rows.reported if s < end}
-    pages, total_us, count = rows.pages, rows.total_us, rows.count
-    throughput = [float(pages[s]) if s in reported else None for s in range(end)]
-    apd = [round(total_us[s] / count[s] / 1000, 3) if count[s] else None for s in range(end)]
+    reported = np.zeros(end, bool)
+    reported[: len(rows.reported)] = rows.reported[:end]
+    sec = shard_rows.c["second"]
+    reported[sec[(sec >= 0) & (sec < end)]] = True
+    pages = np.zeros(end, np.int64)
+    pages[: len(rows.pages)] = rows.pages[:end]
+    throughput = [float(p) if r else None for p, r in zip(pages.tolist(), reported.tolist(), strict=True)]
+    total_us, count = np.zeros(end, np.int64), np.zeros(end, np.int64)
+    total_us[: len(rows.total_us)], count[: len(rows.count)] = rows.total_us[:end], rows.count[:end]
+    apd = [round(us / n / 1000, 3) if n else None for us, n in zip(total_us.tolist(), count.tolist(), strict=True)]
     return throughput, apd
 
 
@@ -908,7 +994,7 @@ def _round(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def degradation_of(run: Run, window: dict, rows: list, shard_rows: list) -> dict:
+def degradation_of(run: Run, window: dict, rows: _PerSecond, shard_rows: ShardSeconds) -> dict:
     """Did the run leave its steady state during its measurement window, and when?
 
     Only the window is analysed: ramp-up is not steady yet, and a ramp-down is a drop
@@ -1115,6 +1201,8 @@ def series(run: Run, *, since: int | None = None) -> dict:
             _chart_columns(chart, buckets, c)
     _close_buckets(chart, buckets, lambda start: True)
     shard_rows = _shard_rows(run, since=start)
-    seconds = [s.second for s in shard_rows] + ([chart.last] if chart.last is not None else [])
+    seconds = ([int(shard_rows.c["second"].max())] if len(shard_rows) else []) + (
+        [chart.last] if chart.last is not None else []
+    )
     last = max(seconds, default=start - 1)
     return {**chart.result(shard_rows, last, totals_from=start), "since": None if since is None else start}
