@@ -171,3 +171,12 @@ def test_no_growth_hint_without_both_a_fall_and_a_steady_rise(throughput, series
 def test_generator_hint_only_when_saturated():
     assert generator_hint(None) == []
     assert generator_hint("CPU above 90 % for 3 s")[0].kind == "generator"
+
+
+def test_the_demo_counter_set_finds_every_series_in_the_demos_own_metrics_text():
+    # a misspelt metric name would silently drop its series from the report: every one must be there
+    from demo.counters import Counters, prometheus_text
+
+    values = extract(prometheus_text(Counters(), {}, 0), DEMO)
+    assert len(values) == len(DEMO.series)
+    assert [s.key for s, v in zip(DEMO.series, values, strict=True) if v is None] == []
