@@ -13,6 +13,9 @@ Its kind says how the stored raw values become a figure:
 * ``fraction``: 100 × metric / denominator at each scrape (a ratio the exporter keeps as two raw values);
 * ``used``: (denominator − metric) × ``scale`` at each scrape (memory used = total − available).
 
+Stored samples hold a counter set's values by position: add a series at the end of its
+counter set (and its denominator after the existing ones), never in between.
+
 ``per`` names a label whose distinct values divide the sum (CPU seconds over every core
 → the share of the whole machine). No Django here: the collector and the tests use it.
 """
