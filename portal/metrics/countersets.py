@@ -13,8 +13,9 @@ Its kind says how the stored raw values become a figure:
 * ``fraction``: 100 × metric / denominator at each scrape (a ratio the exporter keeps as two raw values);
 * ``used``: (denominator − metric) × ``scale`` at each scrape (memory used = total − available).
 
-Stored samples hold a counter set's values by position: add a series at the end of its
-counter set (and its denominator after the existing ones), never in between.
+Stored samples hold a counter set's values by position (every series, then the denominators):
+a series is only ever added at the end of a counter set, and only to one without a denominator
+yet (after the first denominator, a new series would shift where the stored ones are read).
 
 ``per`` names a label whose distinct values divide the sum (CPU seconds over every core
 → the share of the whole machine). No Django here: the collector and the tests use it.

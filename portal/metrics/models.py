@@ -29,8 +29,8 @@ class MetricCollection(models.Model):
 class ServerSample(models.Model):
     """One scrape of one server during a run: the counter set's raw values, or the reason for a gap.
 
-    ``values`` is a list in the order of the counter set's series (plus denominators; a counter
-    set only ever gains series at its end, so older rows keep their positions),
+    ``values`` is a list in the order of the counter set's series (plus denominators; see
+    ``countersets`` for how a counter set may gain a series without misreading older rows),
     not a dict, to keep a row small: a server scraped every 5 s adds 720 rows an hour, each a
     few dozen numbers. Rates are computed when read, from consecutive rows.
     """
