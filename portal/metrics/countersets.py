@@ -10,7 +10,12 @@ Its kind says how the stored raw values become a figure:
 * ``rate``: a counter; per second between two scrapes, times ``scale``;
 * ``gauge``: as it is, times ``scale``;
 * ``ratio``: 100 × Δmetric / Δ(denominator metrics) between two scrapes (a hit ratio of counters);
-* ``fraction``: 100 × metric / denominator at each scrape (a ratio the exporter keeps as two raw values).
+* ``fraction``: 100 × metric / denominator at each scrape (a ratio the exporter keeps as two raw values);
+* ``used``: (denominator − metric) × ``scale`` at each scrape (memory used = total − available).
+
+Stored samples hold a counter set's values by position (every series, then the denominators):
+a series is only ever added at the end of a counter set, and only to one without a denominator
+yet (after the first denominator, a new series would shift where the stored ones are read).
 
 ``per`` names a label whose distinct values divide the sum (CPU seconds over every core
 → the share of the whole machine). No Django here: the collector and the tests use it.
@@ -27,7 +32,7 @@ class Series:
     name: str
     unit: str
     metric: tuple[str, ...]
-    kind: str = "rate"  # rate | gauge | ratio | fraction
+    kind: str = "rate"  # rate | gauge | ratio | fraction | used
     labels: dict[str, str] = field(default_factory=dict)
     exclude: dict[str, tuple[str, ...]] = field(default_factory=dict)
     scale: float = 1.0
@@ -80,6 +85,16 @@ LINUX = CounterSet(
             "MB/s",
             "node_network_transmit_bytes_total",
             exclude={"device": ("lo",)},
+            scale=1e-6,
+        ),
+        # Last, so the raw values of runs stored before it keep their positions.
+        _s(
+            "mem_used",
+            "Memory used",
+            "MB",
+            "node_memory_MemAvailable_bytes",
+            "used",
+            denominator=("node_memory_MemTotal_bytes",),
             scale=1e-6,
         ),
     ),

@@ -75,6 +75,11 @@ def extract(text: str, counter_set: CounterSet) -> list[float | None]:
     return values + ratios
 
 
+def _at(raw: list | None, i: int) -> float | None:
+    """``raw[i]``, or None for a gap or a row stored before the counter set gained that series."""
+    return raw[i] if raw is not None and i < len(raw) else None
+
+
 def figures(counter_set: CounterSet, scrapes: list[tuple[float, list | None]]) -> dict[str, list[float | None]]:
     """Per series, one figure per scrape: rates and ratios between a scrape and the one before.
 
@@ -89,19 +94,22 @@ def figures(counter_set: CounterSet, scrapes: list[tuple[float, list | None]]) -
     for offset, raw in scrapes:
         for i, s in enumerate(counter_set.series):
             value = None
-            cur = raw[i] if raw is not None and i < len(raw) else None
+            cur = _at(raw, i)
             if s.kind == "gauge":
                 value = None if cur is None else cur * s.scale
             elif s.kind == "fraction":
-                den = raw[n + ratio_pos[s.key]] if raw is not None else None
+                den = _at(raw, n + ratio_pos[s.key])
                 value = 100.0 * cur / den if cur is not None and den else None
-            elif prev is not None and cur is not None and prev[1][i] is not None and offset > prev[0]:
+            elif s.kind == "used":
+                den = _at(raw, n + ratio_pos[s.key])
+                value = (den - cur) * s.scale if cur is not None and den is not None else None
+            elif prev is not None and cur is not None and _at(prev[1], i) is not None and offset > prev[0]:
                 delta = cur - prev[1][i]
                 if s.kind == "rate" and delta >= 0:
                     value = delta / (offset - prev[0]) * s.scale
                 elif s.kind == "ratio":
                     j = n + ratio_pos[s.key]
-                    den_now, den_before = raw[j], prev[1][j]
+                    den_now, den_before = _at(raw, j), _at(prev[1], j)
                     if den_now is not None and den_before is not None and den_now - den_before > 0 and delta >= 0:
                         value = 100.0 * delta / (den_now - den_before)
             out[s.key].append(None if value is None else round(value, 4))

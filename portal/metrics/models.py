@@ -6,8 +6,8 @@ from portal.runs.models import Run
 class MetricCollection(models.Model):
     """Scraping the servers of one run's environment: what to scrape, and how far it got.
 
-    ``servers`` is a snapshot taken when the run starts ([{"id", "name", "url", "counter_set",
-    "series"}]), so editing a server later never changes what a report shows. Each scrape
+    ``servers`` is a snapshot taken when the run starts ([{"id", "name", "role", "url",
+    "counter_set"}]), so editing a server later never changes what a report shows. Each scrape
     round (a *tick*) is claimed by a conditional UPDATE of ``next_tick``, so a tick delivered
     twice runs once; ``heartbeat_at`` lets the watchdog restart a chain that was lost.
     """
@@ -29,7 +29,8 @@ class MetricCollection(models.Model):
 class ServerSample(models.Model):
     """One scrape of one server during a run: the counter set's raw values, or the reason for a gap.
 
-    ``values`` is a list in the order of the counter set's series snapshot (plus denominators),
+    ``values`` is a list in the order of the counter set's series (plus denominators; see
+    ``countersets`` for how a counter set may gain a series without misreading older rows),
     not a dict, to keep a row small: a server scraped every 5 s adds 720 rows an hour, each a
     few dozen numbers. Rates are computed when read, from consecutive rows.
     """

@@ -96,7 +96,9 @@ def test_the_demo_is_scraped_every_interval_and_its_request_rate_matches_hits_pe
     assert client.get(f"/runs/{run.code}/servers.json").json()["servers"][0]["good_scrapes"] == len(samples)
 
 
-def test_a_steps_run_on_one_web_garden_process_says_software_bottleneck(project, alice, demo_target, celery_worker):
+def test_a_steps_run_on_one_web_garden_process_says_software_bottleneck(
+    project, alice, demo_target, celery_worker, client
+):
     demo_target.set_knobs(latency_ms=0, **{"web_garden.processes": 1})
     env = demo_env(project, demo_target, "Demo web garden")
     plan = one_page_plan(project, env, "/workitems/7", 0.1, name="Garden steps", profile_kind="steps")
@@ -114,6 +116,16 @@ def test_a_steps_run_on_one_web_garden_process_says_software_bottleneck(project,
     assert capacity["knee_users"] in (6, 12), levels  # one process: about 100 pages/s whatever the users
     assert kinds == ["software"], report["hints"]
     assert any("CPU at most" in e for e in report["hints"][0]["evidence"])
+
+    # the page: each level's server figures beside its users, pages/s and APD, and the hint in the capacity section
+    client.force_login(alice)
+    page = client.get(run.get_absolute_url()).content.decode()
+    levels_table = page.split('id="server-levels"')[1].split("</table>")[0]
+    assert "demo: Process CPU (of one core) (%, mean)" in levels_table and "demo: Requests (/s, mean)" in levels_table
+    assert levels_table.count("<tr>") == 1 + 4  # the header and one row per level
+    capacity = page.split("<h2>Capacity</h2>")[1].split("<h2>")[0]
+    assert 'data-capacity-hint="software"' in capacity and "A software bottleneck" in capacity
+    assert "demo CPU at most" in capacity
 
 
 class FlakyEndpoints:

@@ -36,7 +36,7 @@ def test_counter_sets_cover_the_four_sources_and_name_their_main_series():
     for cs in COUNTER_SETS.values():
         keys = {s.key for s in cs.series}
         assert set(cs.main) <= keys and (cs.cpu is None or cs.cpu in keys)
-        assert all(s.kind in ("rate", "gauge", "ratio", "fraction") for s in cs.series)
+        assert all(s.kind in ("rate", "gauge", "ratio", "fraction", "used") for s in cs.series)
     windows = {s.name for s in WINDOWS.series}
     assert {"SQL batch requests", "SQL lock waits", "Buffer cache hit ratio", "SQL user connections"} <= windows
     assert {"Transactions", "Locks held", "Deadlocks", "Cache hit ratio"} <= {s.name for s in POSTGRES.series}
@@ -52,6 +52,21 @@ def test_node_cpu_busy_is_the_share_of_all_cores_and_loopback_is_left_out():
     assert out["load1"] == [1.5, 1.5]  # a gauge as it is
     assert out["net_rx"] == [None, pytest.approx(1.0)]  # 5 MB in 5 s; lo's 999 MB not counted
     assert out["disk_busy"] == [None, None]  # not exposed: no figure rather than zero
+
+
+def test_memory_used_is_total_minus_available_and_rows_stored_before_it_still_read():
+    memory = (
+        "# TYPE node_memory_MemTotal_bytes gauge\nnode_memory_MemTotal_bytes 8e9\n"
+        "# TYPE node_memory_MemAvailable_bytes gauge\nnode_memory_MemAvailable_bytes %s\n"
+    )
+    out = figures(LINUX, [(0.0, extract(memory % 6e9, LINUX)), (5.0, extract(memory % 5.5e9, LINUX))])
+    assert out["mem_used"] == [pytest.approx(2000.0), pytest.approx(2500.0)]  # MB
+    assert out["mem_available"] == [pytest.approx(6000.0), pytest.approx(5500.0)]
+    # a run scraped before "Memory used" existed stored one value fewer and no denominator
+    old = extract(node(100, 50, 100, 50, 1000), LINUX)[: len(LINUX.series) - 1]
+    newer = extract(node(102.5, 52.5, 102.5, 52.5, 2000), LINUX)[: len(LINUX.series) - 1]
+    out = figures(LINUX, [(0.0, old), (5.0, newer)])
+    assert out["mem_used"] == [None, None] and out["cpu"] == [None, pytest.approx(50.0)]
 
 
 def test_a_gap_or_a_counter_reset_gives_no_rate_rather_than_a_wrong_one():
@@ -156,3 +171,12 @@ def test_no_growth_hint_without_both_a_fall_and_a_steady_rise(throughput, series
 def test_generator_hint_only_when_saturated():
     assert generator_hint(None) == []
     assert generator_hint("CPU above 90 % for 3 s")[0].kind == "generator"
+
+
+def test_the_demo_counter_set_finds_every_series_in_the_demos_own_metrics_text():
+    # a misspelt metric name would silently drop its series from the report: every one must be there
+    from demo.counters import Counters, prometheus_text
+
+    values = extract(prometheus_text(Counters(), {}, 0), DEMO)
+    assert len(values) == len(DEMO.series)
+    assert [s.key for s, v in zip(DEMO.series, values, strict=True) if v is None] == []

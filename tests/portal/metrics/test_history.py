@@ -1,11 +1,16 @@
 """Server series in the results history: a comparison shows them beside the load figures."""
 
-import pytest
+from datetime import timedelta
 
+import pytest
+from django.urls import reverse
+
+from portal.history import journey
 from portal.history.comparison import compare_sides, side_for_trialset
 from portal.metrics.countersets import DEMO
 from portal.metrics.models import MetricCollection, ServerSample
 from tests.portal.history.test_comparison import make_trialset
+from tests.portal.history.test_journey import T0, make_change, make_run  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.django_db
 
@@ -49,3 +54,24 @@ def test_no_server_rows_when_a_side_was_not_scraped(plan):
     for run in after.runs.all():
         scrape_demo(run, 0.2, 10)
     assert compare_sides(side_for_trialset(before), side_for_trialset(after)).servers == []
+
+
+def test_the_journey_shows_a_changes_effect_on_the_servers(plan, make_run, make_change, alice_client):  # noqa: F811
+    env = plan.environment
+    for i in range(3):
+        scrape_demo(make_run(plan, T0 + timedelta(minutes=i), 400, pages_per_s=10.0), 0.38, 10)
+    garden = make_change(env, 1, "Web garden: 3 processes", T0 + timedelta(hours=1))
+    for i in range(3):
+        run = make_run(plan, T0 + timedelta(hours=2, minutes=i), 200, change=garden, pages_per_s=10.0)
+        scrape_demo(run, 0.21, 10)
+
+    (effect,) = journey.environment_journey(env, plan)["effects"]
+    rows = {r["figure"]: r for r in effect["servers"]}
+    assert (rows["web: CPU per 100 pages/s"]["before_text"], rows["web: CPU per 100 pages/s"]["after_text"]) == (
+        "380 %",
+        "210 %",
+    )
+    assert rows["web: CPU per 100 pages/s"]["verdict"] == "better"
+
+    html = alice_client.get(reverse("history:environment-journey", args=[env.code])).content.decode()
+    assert "web: CPU per 100 pages/s: 380 % → 210 %" in html
