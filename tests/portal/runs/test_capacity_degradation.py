@@ -879,3 +879,42 @@ def test_the_time_charts_shade_from_began_to_crossed_in_a_browser(tab, live_serv
     r, g, b = orange
     assert r > g > b and r - b > 30, orange
     assert page.errors == []
+
+
+# --------------------------------------------------------------------------------------
+# The API carries the three answers (issue 19)
+# --------------------------------------------------------------------------------------
+
+
+def test_the_api_carries_when_a_leak_began_and_when_it_crossed(alice, run):
+    from tests.portal.api.conftest import session
+
+    run = long_run(run)
+    leak(run, began_at=150)
+    finished(run)
+
+    for url in (f"/api/v1/runs/{run.code}/", f"/api/v1/runs/{run.code}/summary.json"):
+        d = session(alice).get(url).json()["summary"]["degradation"]
+        low, high = d["began_interval_s"]
+        assert low <= 150 <= high and low <= d["began_s"] <= high < d["crossed_s"] == d["onset_s"], (url, d)
+        assert d["began_sentence"].startswith("APD has been rising since 2 min "), (url, d)
+
+
+def test_the_api_carries_the_scalability_model_and_a_capacity_searchs_answer(alice, run):
+    from tests.portal.api.conftest import session
+
+    run = search_run(run, USL_USERS, USL_LEVELS, thresholds={})
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+    assert run.status == Run.Status.DONE
+
+    for url in (f"/api/v1/runs/{run.code}/", f"/api/v1/runs/{run.code}/summary.json"):
+        body = session(alice).get(url).json()
+        cap = body["summary"]["capacity"]
+        m = cap["model"]
+        assert m["fitted"] is True and m["sigma"] == pytest.approx(0.1, abs=0.01), (url, m)
+        assert {"lambda", "sigma", "kappa", "peak_users", "peak_pages_per_s", "r2", "levels"} <= set(m)
+        assert [lv["n"] for lv in m["levels"]] == USL_USERS
+        assert all(lv["predicted_pages_per_s"] > 0 for lv in m["levels"])
+        assert cap["search"] is True and cap["capacity_users"] == USL_USERS[-1], (url, cap)
+        assert cap["answer"].startswith(f"Capacity: {USL_USERS[-1]} users"), cap["answer"]
