@@ -918,3 +918,54 @@ def test_the_api_carries_the_scalability_model_and_a_capacity_searchs_answer(ali
         assert all(lv["predicted_pages_per_s"] > 0 for lv in m["levels"])
         assert cap["search"] is True and cap["capacity_users"] == USL_USERS[-1], (url, cap)
         assert cap["answer"].startswith(f"Capacity: {USL_USERS[-1]} users"), cap["answer"]
+
+
+def test_a_comparison_says_when_each_runs_degradation_began(alice, alice_client, run):
+    from portal.history.comparison import compare_sides, side_for_run
+    from tests.portal.api.conftest import session
+
+    # given: a run that held, then a run with a leak from second 150
+    steady = long_run(run)
+    fill(steady, range(RAMP_UP + HOLD), pages=shape(wobble(100)), apd_ms=lambda s: 20.0)
+    finished(steady)
+    leaky = Run.objects.create(
+        project=run.project,
+        number=2,
+        plan=run.plan,
+        environment=run.environment,
+        plan_name=run.plan_name,
+        environment_name=run.environment_name,
+        plan_snapshot=run.plan_snapshot,
+        created_by=alice,
+    )
+    leaky = long_run(leaky)
+    leak(leaky, began_at=150)
+    finished(leaky)
+    d = leaky.summary["degradation"]
+
+    # when: the two are compared
+    report = compare_sides(side_for_run(steady), side_for_run(leaky))
+
+    # then: the report, its page and the API say when the leaky run's drift began (the steady one has nothing to say)
+    assert [(a["side"], a["number"], a["began_s"], a["crossed_s"]) for a in report.answers] == [
+        ("after", 2, d["began_s"], d["crossed_s"])
+    ]
+    assert report.answers[0]["degradation"] == d["began_sentence"]
+    url = reverse("history:compare", args=[run.project.code]) + f"?a={steady.code}&b={leaky.code}"
+    page = alice_client.get(url).content.decode()
+    assert 'id="compare-answers"' in page and d["began_sentence"] in page
+    body = (
+        session(alice)
+        .get(f"/api/v1/projects/{run.project.code}/compare/", {"a": str(steady.code), "b": str(leaky.code)})
+        .json()
+    )
+    assert body["answers"] == [
+        {
+            "side": "after",
+            "run": str(leaky.code),
+            "capacity": None,
+            "degradation": d["began_sentence"],
+            "began_s": d["began_s"],
+            "crossed_s": d["crossed_s"],
+        }
+    ]
