@@ -186,3 +186,24 @@ def test_a_comparison_of_capacity_searches_gives_each_answer_and_the_models_in_t
     )
     assert {"lambda", "sigma", "kappa", "peak_users", "peak_pages_per_s", "r2"} <= set(body["models"]["before"])
     assert "before_after" not in body["models"]
+
+
+def test_the_journey_and_the_change_read_a_side_that_scales_linearly_as_about_zero(alice_client, plan, alice):
+    # given: a steps run that saturates (σ = 0.21), the change, a steps run that scales linearly up to 80 users
+    usl_run(plan, 0.21)
+    change = services.change_create(
+        environment=plan.environment, user=alice, edits=[{"key": "tempdb.files", "value": "8"}], title="tempdb"
+    )
+    change = services.change_apply(change, user=alice)
+    usl_run(plan, 0.0005, tuning_change=change)
+
+    journey = alice_client.get(
+        reverse("history:environment-journey", args=[plan.environment.code]) + f"?plan={plan.code}"
+    ).content.decode()
+    ledger = alice_client.get(change.get_absolute_url()).content.decode()
+
+    # then: both say σ fell to about 0 and the peak lies beyond the last level, with no empty figure
+    for page in (journey, ledger):
+        assert "to about 0: after the change throughput grows linearly" in page
+        assert " → ≈ 0, κ " in page and "pages/s → beyond 80 users" in page
+        assert "→ ," not in page and "→  pages/s" not in page
