@@ -184,6 +184,23 @@ def test_a_steps_run_gets_a_scalability_model_with_predicted_levels(run):
     assert m["sentence"].startswith("Contention σ = 0.1 dominates: a serialized step limits this system to about")
 
 
+def test_an_open_model_takes_its_concurrency_from_littles_law():
+    # given: levels of an open system whose concurrency N = X · R follows the USL with σ = 0.1
+    from portal.stats.scalability import usl
+
+    levels = []
+    for n in USL_USERS:
+        x = float(usl(n, 10.0, 0.1, 0.0))
+        levels.append({"users": 0, "pages_per_s": x, "apd_ms": 1000.0 * n / x})
+
+    m = analysis.scalability_model(levels, open_model=True)
+
+    # then: the model is fitted on N from Little's law, not on the (meaningless) users
+    assert m["concurrency"] == "Little's law (pages/s × APD)"
+    assert [lv["n"] for lv in m["levels"]] == pytest.approx(USL_USERS)
+    assert m["fitted"] is True and m["sigma"] == pytest.approx(0.1, abs=0.005)
+
+
 def test_a_steps_run_with_too_few_levels_says_there_is_no_model(alice_client, run):
     run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
     fill_levels(run, [(50, 100.0), (100, 120.0), (200, 400.0), (300, 1500.0)])  # still linear: no saturation
