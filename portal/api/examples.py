@@ -1017,6 +1017,7 @@ DOCUMENTS = {
     "projects_compare_retrieve": {
         "request": None,
         "response": {
+            "answers": [],
             "after": {"excluded": [], "label": "Run #1", "runs": ["90fdd7e0-1291-42ab-93a7-9b55ae033dac"]},
             "basis": "One run on each side: each run's measurement window is cut "
             "into up to 10 consecutive batches and each batch's figure is "
@@ -1046,6 +1047,7 @@ DOCUMENTS = {
                     "verdict": "within noise",
                 }
             ],
+            "models": None,
             "pages": [
                 {
                     "page": "Articles",

@@ -198,6 +198,8 @@ def report_dict(report: Report) -> dict:
         "total": [row(r) for r in report.total],
         "pages": [{"page": page, "rows": [row(r) for r in rows]} for page, rows in report.pages],
         "measurements": [row(r) for r in report.measurements],
+        "models": None if report.models is None else {k: v for k, v in report.models.items() if k != "before_after"},
+        "answers": [{k: v for k, v in a.items() if k != "number"} | {"run": str(a["run"])} for a in report.answers],
     }
 
 
@@ -352,6 +354,8 @@ class Report:
     # The scalability models (USL) of both sides' steps runs and what changed (`models_compared`).
     models: dict | None = None
     servers: list[Row] = field(default_factory=list)  # server series (portal.metrics), one sample per run
+    # What each counting run answered by itself (`run_answers`): a capacity search's capacity, when a drift began.
+    answers: list[dict] = field(default_factory=list)
 
     @property
     def apd(self) -> Row | None:
@@ -938,7 +942,42 @@ def compare_sides(before: Side, after: Side, *, title: str = "") -> Report:
         servers=_server_rows(before, after),
         title=title,
         models=models_compared(before, after) if samples else None,
+        answers=run_answers(before, after),
     )
+
+
+def run_answers(before: Side, after: Side) -> list[dict]:
+    """What each counting run answered on its own page, in its own words (issue 19).
+
+    A capacity search's answer ("Capacity: 4 users, 167 pages/s; at 6 users APD breaks …")
+    and, for a run that degraded, when the drift began and when it crossed its limit. A
+    comparison's rows say how the figures moved; these say what each run found, so a
+    capacity or an onset that moved can be read in words beside them. Runs with neither
+    are left out.
+    """
+    out = []
+    for name, side in (("before", before), ("after", after)):
+        for run in side.runs:
+            summary = run.summary or {}
+            cap = summary.get("capacity") or {}
+            d = summary.get("degradation") or {}
+            capacity = cap.get("answer") if cap.get("search") else None
+            degradation = None
+            if d.get("degraded"):
+                degradation = d.get("began_sentence") or d.get("sentence")
+            if capacity or degradation:
+                out.append(
+                    {
+                        "side": name,
+                        "run": run.code,
+                        "number": run.number,
+                        "capacity": capacity,
+                        "degradation": degradation,
+                        "began_s": d.get("began_s") if d.get("degraded") else None,
+                        "crossed_s": d.get("crossed_s") if d.get("degraded") else None,
+                    }
+                )
+    return out
 
 
 # --------------------------------------------------------------------------------------

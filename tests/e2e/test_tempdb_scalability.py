@@ -13,6 +13,7 @@ import pytest
 from portal.history import services as history
 from portal.history.comparison import compare_sides, side_for_run
 from portal.history.journey import environment_journey
+from portal.projects.management.commands.seed_demo import TEMPDB_LEVELS
 from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Step, TestCase
 from portal.runs.models import Run
 from portal.runs.services import run_create
@@ -20,7 +21,7 @@ from tests.processes import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-USERS = (1, 2, 3, 4, 6, 8)
+USERS = TEMPDB_LEVELS  # the seeded demo's capacity plan (1, 2, 3, 4, 6, 8 users), with shorter holds
 
 
 def finished(run: Run, timeout: float = 90) -> Run:
@@ -78,6 +79,11 @@ def test_more_tempdb_files_make_sigma_fall(project, alice, demo_target, celery_w
     print(f"  capacity search, 1 file: {before.summary['capacity']['answer']}")
     print(f"  capacity search, 8 files: {after.summary['capacity']['answer']}")
     assert m_before["fitted"] is True and m_before["sigma"] > 0.5, (m_before, levels)
+    # sensible values: λ is what one user got, within a third, and the fit's quality is reported
+    one_user = levels[before.number][0]
+    assert 0.67 * one_user <= m_before["lambda"] <= 1.5 * one_user, (m_before, levels)
+    assert m_before["r2"] is not None and len(m_before["levels"]) == len(USERS), m_before
+    print(f"  1 file: λ {m_before['lambda']}, σ {m_before['sigma']}, κ {m_before['kappa']}, r² {m_before['r2']}")
     assert m_before["sentence"].startswith("Contention σ = "), m_before
     # 8 files: σ fell, and the comparison and the journey say so
     report = compare_sides(side_for_run(before), side_for_run(after), title=change.title)

@@ -149,3 +149,61 @@ def test_a_done_capacity_search_counts_like_a_passed_run(plan):
     assert side.runs == [before] and side.excluded == []
     assert report.models["comparable"] is True and report.apd.comparison is not None
     assert environment_journey(plan.environment, plan)["counting"] == 2
+
+
+def test_a_comparison_of_capacity_searches_gives_each_answer_and_the_models_in_the_api(alice_client, plan, alice):
+    from tests.portal.api.conftest import session
+
+    # given: two capacity searches that ended done, before and after a change that removed contention
+    runs = []
+    for sigma in (0.21, 0.03):
+        run = usl_run(plan, sigma, status=Run.Status.DONE)
+        run.analysis_settings = {"capacity_search": True}
+        run.summary = summarize(run)
+        run.save()
+        runs.append(run)
+    before, after = runs
+
+    # when: they are compared
+    report = compare_sides(side_for_run(before), side_for_run(after))
+
+    # then: each search's answer is there, in words, on the page and in the API, with the models
+    answers = [(a["side"], a["capacity"]) for a in report.answers]
+    assert answers == [("before", before.summary["capacity"]["answer"]), ("after", after.summary["capacity"]["answer"])]
+    assert answers[0][1].startswith(f"Capacity: {USERS[-1]} users, ")
+    url = reverse("history:compare", args=[plan.project.code]) + f"?a={before.code}&b={after.code}"
+    page = alice_client.get(url).content.decode()
+    assert 'id="compare-answers"' in page and answers[1][1] in page
+    body = (
+        session(alice)
+        .get(f"/api/v1/projects/{plan.project.code}/compare/", {"a": str(before.code), "b": str(after.code)})
+        .json()
+    )
+    assert [a["capacity"] for a in body["answers"]] == [a for _, a in answers]
+    assert body["models"]["sentence"] == report.models["sentence"]
+    assert (
+        body["models"]["sentence"].startswith("σ fell from 0.2") and "removed contention" in body["models"]["sentence"]
+    )
+    assert {"lambda", "sigma", "kappa", "peak_users", "peak_pages_per_s", "r2"} <= set(body["models"]["before"])
+    assert "before_after" not in body["models"]
+
+
+def test_the_journey_and_the_change_read_a_side_that_scales_linearly_as_about_zero(alice_client, plan, alice):
+    # given: a steps run that saturates (σ = 0.21), the change, a steps run that scales linearly up to 80 users
+    usl_run(plan, 0.21)
+    change = services.change_create(
+        environment=plan.environment, user=alice, edits=[{"key": "tempdb.files", "value": "8"}], title="tempdb"
+    )
+    change = services.change_apply(change, user=alice)
+    usl_run(plan, 0.0005, tuning_change=change)
+
+    journey = alice_client.get(
+        reverse("history:environment-journey", args=[plan.environment.code]) + f"?plan={plan.code}"
+    ).content.decode()
+    ledger = alice_client.get(change.get_absolute_url()).content.decode()
+
+    # then: both say σ fell to about 0 and the peak lies beyond the last level, with no empty figure
+    for page in (journey, ledger):
+        assert "to about 0: after the change throughput grows linearly" in page
+        assert " → ≈ 0, κ " in page and "pages/s → beyond 80 users" in page
+        assert "→ ," not in page and "→  pages/s" not in page

@@ -184,6 +184,23 @@ def test_a_steps_run_gets_a_scalability_model_with_predicted_levels(run):
     assert m["sentence"].startswith("Contention σ = 0.1 dominates: a serialized step limits this system to about")
 
 
+def test_an_open_model_takes_its_concurrency_from_littles_law():
+    # given: levels of an open system whose concurrency N = X · R follows the USL with σ = 0.1
+    from portal.stats.scalability import usl
+
+    levels = []
+    for n in USL_USERS:
+        x = float(usl(n, 10.0, 0.1, 0.0))
+        levels.append({"users": 0, "pages_per_s": x, "apd_ms": 1000.0 * n / x})
+
+    m = analysis.scalability_model(levels, open_model=True)
+
+    # then: the model is fitted on N from Little's law, not on the (meaningless) users
+    assert m["concurrency"] == "Little's law (pages/s × APD)"
+    assert [lv["n"] for lv in m["levels"]] == pytest.approx(USL_USERS)
+    assert m["fitted"] is True and m["sigma"] == pytest.approx(0.1, abs=0.005)
+
+
 def test_a_steps_run_with_too_few_levels_says_there_is_no_model(alice_client, run):
     run = steps_run(run, [10, 20, 40, 60], thresholds={"apd_ms": 1000})
     fill_levels(run, [(50, 100.0), (100, 120.0), (200, 400.0), (300, 1500.0)])  # still linear: no saturation
@@ -884,3 +901,93 @@ def test_the_time_charts_shade_from_began_to_crossed_in_a_browser(tab, live_serv
     r, g, b = orange
     assert r > g > b and r - b > 30, orange
     assert page.errors == []
+
+
+# --------------------------------------------------------------------------------------
+# The API carries the three answers (issue 19)
+# --------------------------------------------------------------------------------------
+
+
+def test_the_api_carries_when_a_leak_began_and_when_it_crossed(alice, run):
+    from tests.portal.api.conftest import session
+
+    run = long_run(run)
+    leak(run, began_at=150)
+    finished(run)
+
+    for url in (f"/api/v1/runs/{run.code}/", f"/api/v1/runs/{run.code}/summary.json"):
+        d = session(alice).get(url).json()["summary"]["degradation"]
+        low, high = d["began_interval_s"]
+        assert low <= 150 <= high and low <= d["began_s"] <= high < d["crossed_s"] == d["onset_s"], (url, d)
+        assert d["began_sentence"].startswith("APD has been rising since 2 min "), (url, d)
+
+
+def test_the_api_carries_the_scalability_model_and_a_capacity_searchs_answer(alice, run):
+    from tests.portal.api.conftest import session
+
+    run = search_run(run, USL_USERS, USL_LEVELS, thresholds={})
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+    assert run.status == Run.Status.DONE
+
+    for url in (f"/api/v1/runs/{run.code}/", f"/api/v1/runs/{run.code}/summary.json"):
+        body = session(alice).get(url).json()
+        cap = body["summary"]["capacity"]
+        m = cap["model"]
+        assert m["fitted"] is True and m["sigma"] == pytest.approx(0.1, abs=0.01), (url, m)
+        assert {"lambda", "sigma", "kappa", "peak_users", "peak_pages_per_s", "r2", "levels"} <= set(m)
+        assert [lv["n"] for lv in m["levels"]] == USL_USERS
+        assert all(lv["predicted_pages_per_s"] > 0 for lv in m["levels"])
+        assert cap["search"] is True and cap["capacity_users"] == USL_USERS[-1], (url, cap)
+        assert cap["answer"].startswith(f"Capacity: {USL_USERS[-1]} users"), cap["answer"]
+
+
+def test_a_comparison_says_when_each_runs_degradation_began(alice, alice_client, run):
+    from portal.history.comparison import compare_sides, side_for_run
+    from tests.portal.api.conftest import session
+
+    # given: a run that held, then a run with a leak from second 150
+    steady = long_run(run)
+    fill(steady, range(RAMP_UP + HOLD), pages=shape(wobble(100)), apd_ms=lambda s: 20.0)
+    finished(steady)
+    leaky = Run.objects.create(
+        project=run.project,
+        number=2,
+        plan=run.plan,
+        environment=run.environment,
+        plan_name=run.plan_name,
+        environment_name=run.environment_name,
+        plan_snapshot=run.plan_snapshot,
+        created_by=alice,
+    )
+    leaky = long_run(leaky)
+    leak(leaky, began_at=150)
+    finished(leaky)
+    d = leaky.summary["degradation"]
+
+    # when: the two are compared
+    report = compare_sides(side_for_run(steady), side_for_run(leaky))
+
+    # then: the report, its page and the API say when the leaky run's drift began (the steady one has nothing to say)
+    assert [(a["side"], a["number"], a["began_s"], a["crossed_s"]) for a in report.answers] == [
+        ("after", 2, d["began_s"], d["crossed_s"])
+    ]
+    assert report.answers[0]["degradation"] == d["began_sentence"]
+    url = reverse("history:compare", args=[run.project.code]) + f"?a={steady.code}&b={leaky.code}"
+    page = alice_client.get(url).content.decode()
+    assert 'id="compare-answers"' in page and d["began_sentence"] in page
+    body = (
+        session(alice)
+        .get(f"/api/v1/projects/{run.project.code}/compare/", {"a": str(steady.code), "b": str(leaky.code)})
+        .json()
+    )
+    assert body["answers"] == [
+        {
+            "side": "after",
+            "run": str(leaky.code),
+            "capacity": None,
+            "degradation": d["began_sentence"],
+            "began_s": d["began_s"],
+            "crossed_s": d["crossed_s"],
+        }
+    ]
