@@ -33,8 +33,9 @@ from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.
 MAX_POINTS = 720
-# A live run's first chart load reads label rows (for p95, hits and bytes) for this many recent seconds.
-LIVE_DETAIL_S = 600
+# A live run's first chart load reads label rows (for p95, hits and bytes) for this many recent seconds:
+# two minutes of 20 pages is 2,400 rows to decode, which keeps the first load near a poll's cost (issue 9).
+LIVE_DETAIL_S = 120
 
 
 def _hist(d: dict) -> Histogram:
