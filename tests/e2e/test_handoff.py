@@ -206,6 +206,11 @@ def test_a_killed_worker_s_shard_resumes_on_another_with_the_gap_missing(worker_
     seconds = set(ShardInterval.objects.filter(run=run).values_list("second", flat=True))
     gap = set(range(last_flushed + 1, handoff["resumed_at_s"]))
     assert len(gap) >= 5 and not gap & seconds
+    # and the report counts them as missing: on the handoff, and on the measured window it fell in
+    assert handoff["missing_s"] == len(gap) == run.summary["windows"][0]["missing_seconds"]
+    assert f"({len(gap)} s missing)" in handoff["text"]
+    assert handoff["gap_s"] >= 5  # from its last heartbeat: at least the watchdog's timeout (5 s here)
+    print(f"SIGKILL: {handoff['text']}; window: {run.summary['windows'][0]['note']}")
     assert max(seconds) >= 29  # the load went on to the plan's end
     assert run.status == Run.Status.PASSED, (run.status, run.error_message)
 
