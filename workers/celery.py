@@ -10,12 +10,36 @@ import os
 import threading
 
 from celery import Celery
+from celery.apps.worker import Worker as CeleryWorker
 from celery.signals import worker_shutting_down
+from kombu.utils.objects import cached_property
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 logger = logging.getLogger(__name__)
-app = Celery("plimsoll")
+
+
+class Worker(CeleryWorker):
+    """The worker of ``celery worker``: a cold shutdown asks its shards to hand over first.
+
+    On a cold shutdown (SIGQUIT, a second Ctrl-C) Celery first waits out its soft shutdown
+    (``worker_soft_shutdown_timeout``) and only then sends ``worker_shutting_down``, too late for
+    a shard to hand over before its pool process is terminated. Celery has no signal for the
+    start of that wait, so the worker asks here, as the wait begins.
+    """
+
+    def wait_for_soft_shutdown(self):
+        _ask_to_hand_over(self.hostname, "cold shutdown")
+        super().wait_for_soft_shutdown()
+
+
+class Plimsoll(Celery):
+    @cached_property
+    def Worker(self):  # noqa: N802 (Celery's name)
+        return self.subclass_with_self(Worker)
+
+
+app = Plimsoll("plimsoll")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     task_default_queue="default",
@@ -61,9 +85,14 @@ def _hand_shards_over(sender: str, **kwargs) -> None:
     Celery sends this signal in the main process on a warm or cold shutdown (SIGTERM, SIGINT,
     SIGQUIT); the shards run in pool processes and learn of it at their next flush (about a
     second): they drain, flush, release themselves as continuations and re-queue their tasks,
-    then the warm shutdown, which waits for running tasks, completes. The database write runs
-    in a thread because this is called from the signal handler.
+    then the warm shutdown, which waits for running tasks, completes. (A cold shutdown has
+    asked already, as its soft shutdown began: ``Worker.wait_for_soft_shutdown``.)
     """
+    _ask_to_hand_over(sender, "shutting down")
+
+
+def _ask_to_hand_over(node: str, why: str) -> None:
+    """Marks the node's running shards for a handoff; in a thread, as it is called from a signal handler."""
 
     def ask() -> None:
         from django.db import connection
@@ -71,10 +100,10 @@ def _hand_shards_over(sender: str, **kwargs) -> None:
         from portal.runs.services import shards_hand_off
 
         try:
-            asked = shards_hand_off(worker_node=sender)
-            logger.warning("shutting down: %d running shard(s) asked to hand over", asked)
+            asked = shards_hand_off(worker_node=node)
+            logger.warning("%s: %d running shard(s) asked to hand over", why, asked)
         except Exception:
-            logger.exception("shutting down: could not ask the running shards to hand over")
+            logger.exception("%s: could not ask the running shards to hand over", why)
         finally:
             connection.close()
 

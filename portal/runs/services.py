@@ -1150,7 +1150,16 @@ def _offer_silent_shards(now, watched: timedelta) -> None:
             ).aggregate(n=Sum("iterations_started"))["n"]
             before = totals.get("data_taken") or {}
             totals["data_taken"] = {case: before.get(case, 0) + (started or 0) for case in unique}
-        if _shard_release(shard, worker=shard.worker, resume_second=resume, kind="lost", totals=totals or None):
+        # Its gap counts from its last heartbeat, when it went silent, not from this verdict.
+        released = _shard_release(
+            shard,
+            worker=shard.worker,
+            resume_second=resume,
+            kind="lost",
+            totals=totals or None,
+            stopped_at=shard.heartbeat_at,
+        )
+        if released:
             RunShard.objects.filter(id=shard.id).update(
                 error_message=f"no heartbeat for {settings.PLIMSOLL_SHARD_TIMEOUT} s (its worker {shard.worker} "
                 "probably died); every interval it recorded before is kept"

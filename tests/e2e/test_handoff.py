@@ -150,6 +150,32 @@ def test_a_worker_told_to_stop_hands_its_shard_to_another(worker_factory, projec
     assert RunShard.objects.get(run=run).totals["data_taken"] == {"Browse": started}
 
 
+def test_a_cold_shutdown_still_hands_the_shard_on(worker_factory, project, alice, demo_target):
+    # given: two workers, and a 30 s run on one of them
+    workers = [worker_factory("q1"), worker_factory("q2")]
+    demo_target.reset()
+    run = services.run_create(
+        plan=make_plan(project, demo_target.base_url, profile_kind="ramp", users=6, ramp_up=0, hold=30), user=alice
+    )
+    wait_until(lambda: ShardInterval.objects.filter(run=run).count() >= 5, timeout=30, what="5 s of the run")
+    victim = holder(run, workers)
+
+    # when: it gets a cold shutdown (SIGQUIT; a second Ctrl-C is one too), which used to lose the shard
+    sent = time.monotonic()
+    victim.proc.send_signal(signal.SIGQUIT)
+    victim.proc.wait(20)
+    took = time.monotonic() - sent
+
+    # then: Celery's soft shutdown (worker_soft_shutdown_timeout) let the shard hand over before the exit
+    assert took < 15, victim.output()[-3000:]
+    run = watch_until_ended(run, timeout=60)
+    print(f"SIGQUIT: worker exited {took:.1f} s after it; {run.summary['handoffs'][0]['text']}")
+    assert [h["kind"] for h in run.summary["handoffs"]] == ["stopped"]
+    assert run.summary["handoffs"][0]["resumed_on"]
+    assert run.status == Run.Status.PASSED, (run.status, run.error_message)
+    assert recorded(run) == demo_target.counters()["requests"] > 100
+
+
 def test_a_worker_stopped_with_no_other_worker_interrupts_its_shard(worker_factory, project, alice, demo_target):
     # given: one worker running a 40 s run
     worker = worker_factory("alone")
@@ -206,6 +232,11 @@ def test_a_killed_worker_s_shard_resumes_on_another_with_the_gap_missing(worker_
     seconds = set(ShardInterval.objects.filter(run=run).values_list("second", flat=True))
     gap = set(range(last_flushed + 1, handoff["resumed_at_s"]))
     assert len(gap) >= 5 and not gap & seconds
+    # and the report counts them as missing: on the handoff, and on the measured window it fell in
+    assert handoff["missing_s"] == len(gap) == run.summary["windows"][0]["missing_seconds"]
+    assert f"({len(gap)} s missing)" in handoff["text"]
+    assert handoff["gap_s"] >= 5  # from its last heartbeat: at least the watchdog's timeout (5 s here)
+    print(f"SIGKILL: {handoff['text']}; window: {run.summary['windows'][0]['note']}")
     assert max(seconds) >= 29  # the load went on to the plan's end
     assert run.status == Run.Status.PASSED, (run.status, run.error_message)
 

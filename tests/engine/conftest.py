@@ -22,6 +22,7 @@ class TargetServer:
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
         self.hits: Counter[str] = Counter()  # path -> requests served
+        self.rows: Counter[str] = Counter()  # the ``u`` query parameter (a data-set row) -> requests with it
         self.whoami_by_sid: Counter[str] = Counter()
         self.issued_sids: set[str] = set()
         self.unknown_sid_requests = 0
@@ -46,6 +47,7 @@ class TargetServer:
     def reset(self) -> None:
         with self._lock:
             self.hits.clear()
+            self.rows.clear()
             self.whoami_by_sid.clear()
             self.issued_sids.clear()
             self.unknown_sid_requests = 0
@@ -84,6 +86,8 @@ class TargetServer:
     async def _count(self, request: web.Request, handler):
         with self._lock:
             self.hits[request.path] += 1
+            if "u" in request.query:
+                self.rows[request.query["u"]] += 1
         return await handler(request)
 
     async def _home(self, request: web.Request) -> web.Response:

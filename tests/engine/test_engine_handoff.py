@@ -109,3 +109,10 @@ def test_unique_rows_continue_after_a_handoff(target):
     taken_first = first.data_taken["Browse"]
     assert 0 < taken_first < rest.data_taken["Browse"] <= 200
     assert rest.iterations_started == rest.data_taken["Browse"] - taken_first
+    # as the target saw it: every row it was sent came once, all of them among the rows taken, and
+    # none skipped beyond those of the iterations in flight when the first part handed over (4 users)
+    assert target.rows and max(target.rows.values()) == 1, target.rows.most_common(3)
+    taken = {f"u{n}" for n in range(rest.data_taken["Browse"])}
+    assert set(target.rows) <= taken
+    assert len(taken - set(target.rows)) <= 4
+    assert any(f"u{n}" in target.rows for n in range(taken_first, rest.data_taken["Browse"]))

@@ -39,3 +39,22 @@ def test_the_embedded_default_needs_no_variable(tmp_path):
     # a key of its own, readable only by its owner, and the broker folders under var/
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "broker" / "queue").is_dir()
+
+
+def test_the_embedded_broker_connects_without_the_no_hostname_warning(tmp_path):
+    # given: the embedded default broker (no CELERY_BROKER_URL), as `make run` and manage.py use it
+    environ = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    environ.update(PLIMSOLL_VAR_DIR=str(tmp_path))
+    # (the worker's start banner names the broker by app.connection().as_uri(), where kombu warned)
+    connect = (
+        "from workers.celery import app\nwith app.connection() as c: c.ensure_connection(max_retries=1); c.as_uri()"
+    )
+
+    # when: a manage.py command connects to it and names it, as a worker start does
+    result = subprocess.run(
+        [PYTHON, "manage.py", "shell", "-c", connect], cwd=ROOT, env=environ, capture_output=True, text=True
+    )
+
+    # then: kombu has a host name and says nothing (issue 17: "No hostname was supplied" was on every start)
+    assert result.returncode == 0, result.stderr
+    assert "No hostname" not in result.stdout + result.stderr

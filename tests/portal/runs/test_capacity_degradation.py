@@ -593,6 +593,42 @@ def test_a_stall_with_no_pages_counts_as_zero_throughput(run):
     assert d["degraded_pages_per_s"] == 0
 
 
+def test_a_handoff_gap_is_neither_a_degradation_nor_a_recovery(run):
+    # given: a steady 100 pages/s, except 40 s of reduced load (20 pages/s) from second 150, when the
+    # shard's worker stopped and another resumed it (issue 17): a drop that lasts longer than sustain_s
+    run = long_run(run)
+    fill(
+        run,
+        range(RAMP_UP + HOLD),
+        pages=shape(lambda s: 20 if 150 <= s < 190 else wobble(100)(s)),
+        apd_ms=lambda s: 20.0,
+    )
+    assert analysis.summarize(run)["degradation"]["degraded"] is True  # without the handoff, it is one
+
+    # when: the same seconds are a handoff's gap (the worker stopped at 151, the shard resumed at 189)
+    handoff = {
+        "kind": "stopped",
+        "worker": "h:1",
+        "stopped_at_s": 151,
+        "resumed_on": "h:2",
+        "resumed_at_s": 189,
+        "gap_s": 38.5,
+    }
+    RunShard.objects.create(run=run, shard_no=0, user_count=10, status="done", handoffs=[handoff])
+    summary = analysis.summarize(run)
+
+    # then: no degradation (nor a recovery after it), and the window counts the seconds of reduced load
+    d = summary["degradation"]
+    assert d["analysed"] is True and d["degraded"] is False and d["excursions"] == 0, d
+    (window,) = summary["windows"]
+    assert window["handoffs"] == 1 and window["reduced_seconds"] == 40
+    # the seconds from the stop to the resumption are the shard's missing ones (these synthetic rows aside)
+    assert summary["handoffs"][0]["missing_s"] == window["missing_seconds"] == 38
+    assert summary["handoffs"][0]["text"].endswith("resumed on h:2 after 38.5 s (38 s missing)")
+    assert "reduced the load for 40 s of this window" in window["note"]
+    assert summary["handoffs"][0]["window"] == window["label"]
+
+
 # --------------------------------------------------------------------------------------
 # Thresholds: pages/s at least
 # --------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ def test_the_watchdog_gives_grace_after_its_own_outage(running, settings):
 
     # when: it has watched a whole timeout and the shard is still silent
     WatchdogView.objects.update(watching_since=timezone.now() - timedelta(seconds=settings.PLIMSOLL_SHARD_TIMEOUT + 1))
+    last_heard = RunShard.objects.get(run=running).heartbeat_at
     services.watchdog()
 
     # then: its worker died; the rest of its schedule is offered from the second after its last flush
@@ -59,6 +60,8 @@ def test_the_watchdog_gives_grace_after_its_own_outage(running, settings):
     assert shard.status == RunShard.Status.PENDING and shard.released_at is not None
     assert shard.resume_second == 3
     assert [h["kind"] for h in shard.handoffs] == ["lost"] and shard.handoffs[0]["stopped_at_s"] == 3
+    # the gap a resumption reports counts from the last heartbeat (when it went silent), not from the verdict
+    assert shard.handoffs[0]["stopped_at"] == last_heard.isoformat()
     assert "no heartbeat" in shard.error_message
 
 

@@ -124,6 +124,28 @@ def test_the_shared_run_page_has_the_headline_the_figures_and_no_way_into_the_po
     assert link.events.filter(action="opened").count() == 1
 
 
+def test_a_shared_run_shows_its_handoffs_as_the_run_page_does(alice_client, plan):
+    # given: a shared run whose shard was handed from one worker to another (issue 17)
+    run = make_run(plan, 40)
+    text = "worker h:9 stopped at 2 s; shard 0 resumed on g:4 after 1.5 s"
+    run.summary["handoffs"] = [
+        {"kind": "stopped", "stopped_at_s": 2, "resumed_at_s": 4, "shard": 0, "text": text, "window": "Hold"}
+    ]
+    run.save(update_fields=["summary"])
+    _, token = share(alice_client, plan.project, kind="run", run=run.code)
+
+    # when
+    html = public(token).content.decode()
+
+    # then: the sentence, the window it fell in, and the markers' data and script, as on the run page
+    assert f"{text} — during “Hold”" in html
+    assert 'id="handoff-data"' in html and "handoff-markers.js" in html
+    # a run without handoffs has neither
+    other = make_run(plan, 41)
+    _, token = share(alice_client, plan.project, kind="run", run=other.code)
+    assert "handoff" not in public(token).content.decode()
+
+
 def test_the_run_series_answers_for_the_shared_run_only(alice_client, plan):
     a, b = make_run(plan, 40), make_run(plan, 20)
     _, token_a = share(alice_client, plan.project, kind="run", run=a.code)
