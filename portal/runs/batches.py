@@ -26,17 +26,19 @@ BATCH_FIGURES = ("apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
 WINDOW = "window"
 
 
-def _window_seconds(run: Run) -> list[int]:
-    """The seconds of the run's measurement windows, cut to what ran, in order."""
+def _window_seconds(run: Run) -> np.ndarray:
+    """The seconds of the run's measurement windows, cut to what ran, in order (a numpy array: a
+    48 h soak has 172,800 of them, which as a list and a dict of positions took 17 MB)."""
     last = [
         PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
         ShardInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
     ]
     last = [s for s in last if s is not None]
     if not last:
-        return []
+        return np.zeros(0, np.int64)
     windows = cut_windows(run, max(last))
-    return sorted({s for w in windows for s in range(w["start"], w["end"])})
+    spans = [np.arange(w["start"], w["end"], dtype=np.int64) for w in windows]
+    return np.unique(np.concatenate(spans)) if spans else np.zeros(0, np.int64)
 
 
 def batch_bounds(n: int, batches: int = BATCHES) -> list[int]:
@@ -60,6 +62,10 @@ class _BatchAcc:
     errors: int = 0
     apd_sum: float = 0.0  # sum of the per-second APDs (ms) of the batch's seconds with a page
     apd_seconds: int = 0
+    # A batch that ``add_columns`` filled keeps only its p95 once closed; its histogram went into
+    # the key's window histogram (210 merged histograms as dicts took 32 MB of a finalize).
+    closed: bool = False
+    p95_ms: float | None = None
 
 
 def run_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[str, list[float | None]]]:
@@ -81,15 +87,15 @@ def compute_batches(run: Run, batches: int = BATCHES) -> dict[str | None, dict[s
     Rows are read in order of seconds, so memory stays bounded for a soak of days.
     """
     sampler = BatchSampler(run, batches)
-    if not sampler.seconds:
+    if not len(sampler.seconds):
         return {}
     rows = (
-        PageInterval.objects.filter(run=run, second__gte=sampler.seconds[0], second__lte=sampler.seconds[-1])
+        PageInterval.objects.filter(run=run, second__gte=int(sampler.seconds[0]), second__lte=int(sampler.seconds[-1]))
         .order_by("second")
         .values_list("second", "label", "pages", "errors", "hist_bin", "hist")
     )
     for second, label, pages, errors, hist_bin, hist in rows.iterator(chunk_size=2000):
-        if second in sampler.position:
+        if sampler._position(second) is not None:
             sampler.add(second, label, pages, errors, storage.histogram(hist_bin, hist))
     return sampler.result()
 
@@ -100,17 +106,22 @@ class BatchSampler:
     def __init__(self, run: Run, batches: int = BATCHES):
         self.seconds = _window_seconds(run)
         self.bounds = batch_bounds(len(self.seconds), batches)
-        self.position = {s: i for i, s in enumerate(self.seconds)}
         self.accs: dict[str | None, list[_BatchAcc]] = {}
         self.current: int | None = None
         self.per_second: dict[str | None, list[int]] = {}  # key → [sum µs, count] of the current second
         self.batch: int | None = None  # the batch add_columns is filling, its histograms in groups
         self.groups = columns.Groups()
+        self.windows: dict[str | None, Histogram] = {}  # key → its closed batches' histograms merged
+
+    def _position(self, second: int) -> int | None:
+        """Where ``second`` is among the window's seconds; None when it is outside them."""
+        i = int(np.searchsorted(self.seconds, second))
+        return i if i < len(self.seconds) and int(self.seconds[i]) == second else None
 
     def _flush(self) -> None:
         if self.current is None:
             return
-        b = bisect.bisect_right(self.bounds, self.position[self.current]) - 1
+        b = bisect.bisect_right(self.bounds, self._position(self.current)) - 1
         for key, (total_us, count) in self.per_second.items():
             if count:
                 acc = self.accs[key][b]
@@ -120,14 +131,14 @@ class BatchSampler:
 
     def add_row(self, row) -> None:
         """A decoded row (portal.runs.analysis): one outside the window is skipped."""
-        if row.second in self.position:
+        if self._position(row.second) is not None:
             self.add(row.second, row.label, row.pages, row.errors, row.hist)
 
     def add(self, second: int, label: str, pages: int, errors: int, h: Histogram) -> None:
         if second != self.current:
             self._flush()
             self.current = second
-        b = bisect.bisect_right(self.bounds, self.position[second]) - 1
+        b = bisect.bisect_right(self.bounds, self._position(second)) - 1
         k = len(self.bounds) - 1
         for key in (None, label):
             acc = self.accs.setdefault(key, [_BatchAcc() for _ in range(k)])[b]
@@ -140,14 +151,15 @@ class BatchSampler:
 
     def cuts(self) -> list[int]:
         """The seconds where batches begin: a chunk of rows for ``add_columns`` never spans two batches."""
-        return [self.seconds[i] for i in self.bounds[:-1]]
+        return [int(self.seconds[i]) for i in self.bounds[:-1]]
 
     def add_columns(self, lo: int, hi: int, c, names: list[str]) -> None:
         """The rows of seconds [lo, hi) as columns (``portal.runs.columns.Chunk``; ``names``: label by id),
         the same as ``add`` for each row: all in one batch, or none in the window."""
-        if not c.size or int(c.second[0]) not in self.position:
+        at = self._position(int(c.second[0])) if c.size else None
+        if at is None:
             return
-        b = bisect.bisect_right(self.bounds, self.position[int(c.second[0])]) - 1
+        b = bisect.bisect_right(self.bounds, at) - 1
         k = len(self.bounds) - 1
         if b != self.batch:
             self.close()
@@ -190,7 +202,10 @@ class BatchSampler:
         if self.batch is None:
             return
         for key, b in list(self.groups.open):
-            self.accs[key][b].hist = self.groups.close((key, b))
+            h = self.groups.close((key, b))
+            acc = self.accs[key][b]
+            acc.closed, acc.p95_ms = True, h.percentile(95) / 1000.0 if h.count else None
+            self.windows.setdefault(key, Histogram()).merge(h)
         self.batch = None
 
     def result(self) -> dict[str | None, dict[str, list[float | None]]]:
@@ -200,11 +215,14 @@ class BatchSampler:
         out: dict[str | None, dict[str, list[float | None]]] = {}
         for key, batch_accs in self.accs.items():
             figures: dict = {key: [] for key in BATCH_FIGURES}
-            window = Histogram()
+            window = Histogram().merge(self.windows.get(key) or Histogram())
             for i, acc in enumerate(batch_accs):
                 length = self.bounds[i + 1] - self.bounds[i]
                 figures["apd_ms"].append(acc.apd_sum / acc.apd_seconds if acc.apd_seconds else None)
-                figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
+                if acc.closed:
+                    figures["p95_ms"].append(acc.p95_ms)
+                else:
+                    figures["p95_ms"].append(acc.hist.percentile(95) / 1000.0 if acc.hist.count else None)
                 figures["pages_per_s"].append(acc.pages / length)
                 figures["error_rate_pct"].append(100.0 * acc.errors / acc.pages if acc.pages else None)
                 window.merge(acc.hist)
