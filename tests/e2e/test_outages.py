@@ -123,12 +123,54 @@ def test_a_database_outage_during_a_run_loses_nothing_and_run_plan_waits_it_out(
     served = demo_target.counters()
     recorded = sum(PageInterval.objects.filter(run=run).values_list("hits", flat=True))
     assert served["in_flight"] == 0
+    print(f"\noutage of {OUTAGE_S} s: {served['requests']} requests served, {recorded} recorded; run {run.status}")
     assert recorded == served["requests"] > 200
     # and run_plan waited through the outage and exited 0 (passed)
     out, err = command.communicate(timeout=30)
     assert command.returncode == 0, (command.returncode, err[-2000:])
     assert "The database is unreachable" in err and "The database is back." in err
     assert '"status": "passed"' in out
+
+
+def test_run_plan_exits_could_not_tell_when_the_database_stays_away(project, alice, monkeypatch):
+    # given: `run_plan --wait` (in a thread: its own database connection) waiting for a queued run,
+    # with a 3 s limit for the outage instead of 60 s
+    import threading
+
+    from django.core.management import call_command
+
+    from portal.runs.management.commands import run_plan
+
+    monkeypatch.setattr(run_plan, "OUTAGE_LIMIT_S", 3)
+    monkeypatch.setattr(services, "_enqueue_start", lambda run_id: None)  # no worker: the run stays queued
+    plan = make_plan(project, "http://127.0.0.1:9", hold=5)
+    outcome = {}
+
+    def wait():
+        try:
+            call_command("run_plan", project.name, plan.name, "--user", "alice", "--wait", "--timeout", "60")
+        except SystemExit as exc:
+            outcome["code"] = exc.code
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: Run.objects.filter(plan=plan).exists(), timeout=30, what="the run")
+    # when: the test database stays unreachable for longer than the limit
+    name = connection.settings_dict["NAME"]
+    started = time.monotonic()
+    with admin_connection() as admin:
+        set_reachable(admin, name, False)
+        try:
+            thread.join(timeout=30)
+        finally:
+            set_reachable(admin, name, True)
+    connection.close()
+    # then: it exits 4 (could not tell), after waiting out the limit, not 1 (thresholds failed)
+    assert not thread.is_alive()
+    assert outcome.get("code") == run_plan.COULD_NOT_TELL == 4
+    assert time.monotonic() - started >= 3
 
 
 class RedisServer:
@@ -214,6 +256,7 @@ def test_a_broker_restart_loses_no_queued_run(worker_env, project, alice, demo_t
             interval=1,
             what="every queued run to start",
         )
+        print(f"\nbroker restarted under 50 queued runs: all started {time.monotonic() - back:.1f} s after it was back")
         assert time.monotonic() - back < 60
         assert not Run.objects.filter(status=Run.Status.ERROR).exists()
         assert RunShard.objects.filter(run__project=project).count() == 50  # each split into its shard

@@ -6,12 +6,14 @@ forbidden server" is something a test can see. DNS rebinding is reproduced with 
 test-only resolver hook: a resolver that answers differently on each call.
 """
 
+import ast
 import itertools
 import socket
 import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -345,3 +347,56 @@ def test_a_stored_malformed_hook_url_fails_the_change_with_a_message(settings, a
     # then
     change.refresh_from_db()
     assert change.status == TuningChange.Status.FAILED
+
+
+# --------------------------------------------------------------------------------------
+# Nothing else sends
+# --------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+# Modules that open connections: only portal.outbound may use them in the portal and its workers.
+NETWORK_MODULES = {"socket", "ssl", "http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
+# Who else may: the CI client talks to the portal (its user's own URL, not the server's), and
+# runs/services.py names its worker with socket.gethostname(). The engine (workers/engine) and the
+# demo target are not the portal: the engine checks every connection itself (workers/engine/targets.py).
+ALLOWED_USERS = {
+    "portal/outbound.py": NETWORK_MODULES,
+    "portal/client.py": {"urllib.request"},
+    "portal/runs/services.py": {"socket"},
+}
+
+
+def network_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        found |= {name for name in names if name in NETWORK_MODULES or name.split(".")[0] in NETWORK_MODULES}
+    return found
+
+
+def test_every_outbound_request_of_the_portal_goes_through_the_one_helper():
+    # A hook, a webhook, a metrics scrape, the next feature: none may open a connection of its own.
+    sources = [p for folder in ("portal", "workers") for p in (ROOT / folder).rglob("*.py")]
+    offenders = {}
+    for path in sources:
+        name = path.relative_to(ROOT).as_posix()
+        if name.startswith("workers/engine/"):
+            continue
+        if extra := network_imports(path) - ALLOWED_USERS.get(name, set()):
+            offenders[name] = sorted(extra)
+    assert len(sources) > 50
+    assert not offenders, f"use portal.outbound.request instead: {offenders}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import urllib.request", "from urllib.request import urlopen", "import requests", "from http import client"],
+)
+def test_the_guard_sees_a_connection_opened_elsewhere(tmp_path, source):
+    module = tmp_path / "webhooks.py"
+    module.write_text(f"{source}\n")
+    assert network_imports(module)

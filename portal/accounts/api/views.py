@@ -232,7 +232,9 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
     def member_remove(self, request, code=None, username=None):
         team = self._team_for_owner(code)
-        membership = team.memberships.filter(user__username=username).select_related("user", "team").first()
+        # A NUL byte names nobody (PostgreSQL refuses it in a text comparison: a 500, not a 404).
+        members = team.memberships.filter(user__username=username) if "\x00" not in username else None
+        membership = members.select_related("user", "team").first() if members is not None else None
         if membership is None:
             raise exceptions.NotFound("No such member of this team.")
         try:

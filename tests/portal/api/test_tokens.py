@@ -210,6 +210,13 @@ def test_the_last_owner_stays_and_unknown_users_get_the_forms_message(alice, tea
     assert Membership.objects.get(user=alice).role == "owner"
 
 
+def test_a_member_name_with_a_nul_byte_is_a_404_not_a_500(alice, bob, team):
+    # PostgreSQL refuses NUL in a text comparison; the malformed-request walk found the 500.
+    response = session(alice).delete(f"/api/v1/teams/{team.code}/members/bob%00/")
+    assert response.status_code == 404
+    assert Membership.objects.filter(team=team, user__username="bob").exists()
+
+
 def test_the_secret_appears_in_no_log(alice, team, plan, caplog, token_secret):
     import logging
 
