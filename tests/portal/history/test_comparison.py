@@ -27,7 +27,7 @@ from portal.projects.models import Project
 from portal.runs.analysis import summarize
 from portal.runs.models import Run
 from portal.stats import analysis
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -59,13 +59,8 @@ def make_run(
         snapshot["profile"] = profile
     if thresholds is not None:
         snapshot["thresholds"] = thresholds
-    run = Run.objects.create(
-        project=plan.project,
-        number=Run.objects.filter(project=plan.project).count() + 1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
+    run = plan_run(
+        plan,
         plan_snapshot=snapshot,
         config_snapshot=plan.environment.configuration,
         status=status,

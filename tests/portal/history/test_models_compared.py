@@ -14,7 +14,7 @@ from portal.history.journey import change_models, environment_journey
 from portal.runs.analysis import summarize
 from portal.runs.models import Run
 from portal.stats.scalability import usl
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +29,8 @@ PROFILE = {
 def usl_run(plan, sigma, *, kappa=0.0, tuning_change=None, status=Run.Status.PASSED):
     """A finished steps run whose levels serve λ = 10 pages/s per user, slowed by σ and κ (whole pages)."""
     snapshot = {**plan.to_engine_dict(), "profile": PROFILE, "thresholds": {}}
-    run = Run.objects.create(
-        project=plan.project,
-        number=Run.objects.filter(project=plan.project).count() + 1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
+    run = plan_run(
+        plan,
         plan_snapshot=snapshot,
         status=status,
         tuning_change=tuning_change,

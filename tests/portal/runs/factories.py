@@ -1,6 +1,8 @@
-"""Interval rows with known contents, for testing the analysis without running load."""
+"""Runs and interval rows with known contents, for testing the analysis without running load."""
 
-from portal.runs.models import PageInterval, ShardInterval
+from django.utils import timezone
+
+from portal.runs.models import PageInterval, Run, ShardInterval
 from workers.engine.histogram import Histogram
 
 
@@ -37,3 +39,19 @@ def add_second(run, second, *, shard_no=0, users=10, iterations=0, labels=None, 
             bytes_in=1000 * len(latencies),
             hist=hist_of(*latencies),
         )
+
+
+def plan_run(plan, **fields) -> Run:
+    """A run of ``plan`` (its project, environment and names; its snapshot; started now) saved with
+    ``fields`` over those defaults. Callers add its rows and summary."""
+    defaults = {
+        "project": plan.project,
+        "number": Run.objects.filter(project=plan.project).count() + 1,
+        "plan": plan,
+        "environment": plan.environment,
+        "plan_name": plan.name,
+        "environment_name": plan.environment.name,
+        "plan_snapshot": plan.to_engine_dict(),
+        "start_at": timezone.now(),
+    }
+    return Run.objects.create(**{**defaults, **fields})

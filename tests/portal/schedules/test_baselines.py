@@ -10,7 +10,7 @@ from portal.runs.analysis import summarize
 from portal.runs.models import Run
 from portal.schedules.baselines import run_judge
 from portal.schedules.models import Baseline, RunVerdict
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -29,14 +29,8 @@ def soak_plan(plan):
 def make_run(plan, seed, *, slow=None, status=Run.Status.PASSED):
     """A finished run whose pages took about BASE_MS (±5 %, random), ``slow`` {label: factor} slower."""
     rng = random.Random(seed)
-    run = Run.objects.create(
-        project=plan.project,
-        number=Run.objects.filter(project=plan.project).count() + 1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
+    run = plan_run(
+        plan,
         status=status,
         start_at=timezone.now(),
     )

@@ -10,7 +10,7 @@ from django.utils import timezone
 from portal.runs.analysis import summarize
 from portal.runs.models import Run
 from portal.schedules.baselines import run_judge
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -26,13 +26,8 @@ HELD = 100.0  # APD limit (ms)
 def search_run(plan, apds):
     """A capacity search that ended done: level i served 5 pages a second at ``apds[i]`` ms, APD at most 100 ms."""
     snapshot = {**plan.to_engine_dict(), "profile": PROFILE, "thresholds": {"apd_ms": HELD}}
-    run = Run.objects.create(
-        project=plan.project,
-        number=Run.objects.filter(project=plan.project).count() + 1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
+    run = plan_run(
+        plan,
         plan_snapshot=snapshot,
         analysis_settings={"capacity_search": True},
         status=Run.Status.DONE,

@@ -13,7 +13,7 @@ from portal.runs.analysis import summarize
 from portal.runs.models import Run
 from portal.schedules import soak
 from portal.schedules.baselines import run_judge
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 # ------------------------------------------------------------------ the rules, on explicit figures
 
@@ -105,14 +105,8 @@ def soak_plan(plan):
 def make_soak_run(plan, seed, *, leak_from=None, leak_ms_per_s=0.0):
     """A finished soak: pages at about LABELS' durations (±5 %), APD climbing after ``leak_from`` (a leak)."""
     rng = random.Random(seed)
-    run = Run.objects.create(
-        project=plan.project,
-        number=Run.objects.filter(project=plan.project).count() + 1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
+    run = plan_run(
+        plan,
         analysis_settings=plan.analysis_settings(),
         status=Run.Status.PASSED,
         start_at=timezone.now(),
