@@ -16,6 +16,7 @@ import statistics
 from collections import defaultdict, namedtuple
 
 import numpy as np
+from django.db import connection
 from django.db.models import Max, Q
 
 from portal import formatting
@@ -319,12 +320,20 @@ class _Series:
             low, seen = self.pages_min.get(start, (pages, 0))
             self.pages_min[start] = (min(low, pages), seen + 1)
 
-    def result(self, shard_rows: "ShardSeconds", last: int, *, totals_from: int | None = None) -> dict:
+    def result(
+        self,
+        shard_rows: "ShardSeconds",
+        last: int,
+        *,
+        totals_from: int | None = None,
+        early: dict[int, tuple[int, ...]] | None = None,
+    ) -> dict:
         """The buckets from ``totals_from`` (default: the first row's) to ``last``.
 
         Buckets before the rows read (a live run's first load reads label rows only for its
         last LIVE_DETAIL_S) come from the shards' per-second totals: pages, errors and APD,
-        without hits, bytes and p95, which only label rows hold.
+        without hits, bytes and p95, which only label rows hold. ``early`` (``_early_buckets``)
+        gives those buckets' totals ready summed; without it they are summed from ``shard_rows``.
         """
         self.close_seconds()
         # Per-bucket figures of the shards' rows, summed per second first (several shards), in numpy.
@@ -339,14 +348,14 @@ class _Series:
             return np.bincount(at, weights=shard_rows.c[field][keep], minlength=n_s).astype(np.int64)
 
         users_s, dropped_s = per_second("active_users"), per_second("iterations_dropped")
-        early: dict[int, list[int]] = {}  # bucket → pages, errors, µs, count
-        if len(sec) and base < self.first:
+        summed: dict[int, list[int]] = {}  # bucket → pages, errors, µs, count (before self.first)
+        if early is None and len(sec) and base < self.first:
             span_s = slice(0, min(self.first, last + 1) - base)
             totals = [per_second(f)[span_s] for f in ("pages", "errors", "latency_sum_us", "latency_count")]
             bucket_of = (np.arange(span_s.stop) + base) // self.bucket * self.bucket
             for b in np.unique(bucket_of).tolist():
                 mask = bucket_of == b
-                early[b] = [int(t[mask].sum()) for t in totals]
+                summed[b] = [int(t[mask].sum()) for t in totals]
         keys = ("users", "pages_per_s", "hits_per_s", "errors_per_s", "dropped_per_s", "apd_ms", "p95_ms")
         extremes = ("apd_max_ms", "pages_per_s_min")
         out = {"bucket_s": self.bucket, "t": [], **{k: [] for k in (*keys, *extremes)}, "bytes_per_s": []}
@@ -355,10 +364,15 @@ class _Series:
             n = stop - start
             lo, hi = max(start - base, 0), max(stop - base, 0)
             out["t"].append(start)
-            out["users"].append(int(users_s[lo:hi].max()) if hi > lo else 0)
-            out["dropped_per_s"].append(round(int(dropped_s[lo:hi].sum()) / n, 2))
+            if early is not None and start < self.first:
+                pages, errors, total_us, count, users, dropped = early.get(start, (0,) * 6)
+                out["users"].append(users)
+                out["dropped_per_s"].append(round(dropped / n, 2))
+            else:
+                out["users"].append(int(users_s[lo:hi].max()) if hi > lo else 0)
+                out["dropped_per_s"].append(round(int(dropped_s[lo:hi].sum()) / n, 2))
+                pages, errors, total_us, count = summed.get(start, (0, 0, 0, 0))
             if start < self.first:
-                pages, errors, total_us, count = early.get(start, (0, 0, 0, 0))
                 out["pages_per_s"].append(round(pages / n, 2))
                 out["errors_per_s"].append(round(errors / n, 2))
                 out["apd_ms"].append(round(total_us / count / 1000, 2) if count else None)
@@ -1214,9 +1228,32 @@ def series(run: Run, *, since: int | None = None) -> dict:
         if c.size:
             _chart_columns(chart, buckets, c)
     _close_buckets(chart, buckets, lambda start: True)
-    shard_rows = _shard_rows(run, since=start)
+    # The buckets before the detail, summed by the database (at most MAX_POINTS rows come back).
+    early = _early_buckets(run, bucket, before=detail) if since is None and detail > start else None
+    shard_rows = _shard_rows(run, since=detail if early is not None else start)
     seconds = ([int(shard_rows.c["second"].max())] if len(shard_rows) else []) + (
         [chart.last] if chart.last is not None else []
     )
     last = max(seconds, default=start - 1)
-    return {**chart.result(shard_rows, last, totals_from=start), "since": None if since is None else start}
+    result = chart.result(shard_rows, last, totals_from=start, early=early)
+    return {**result, "since": None if since is None else start}
+
+
+def _early_buckets(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
+    """Per chart bucket of the seconds before ``before``, from the shards' per-second rows: pages,
+    errors, latency sum and count, the most users in one second and the dropped iterations.
+
+    The database sums each second over the shards, then each bucket, so a live chart's first
+    load gets at most MAX_POINTS rows back however long the run has been going.
+    """
+    table = ShardInterval._meta.db_table
+    sql = (
+        "SELECT second / %s, SUM(pages), SUM(errors), SUM(us), SUM(n), MAX(users), SUM(dropped) FROM ("
+        "SELECT second, SUM(pages) AS pages, SUM(errors) AS errors, SUM(latency_sum_us) AS us, "
+        "SUM(latency_count) AS n, SUM(active_users) AS users, SUM(iterations_dropped) AS dropped "
+        f"FROM {table} WHERE run_id = %s AND second >= 0 AND second < %s GROUP BY second"
+        ") AS per_second GROUP BY second / %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [bucket, run.id, before, bucket])
+        return {int(b) * bucket: tuple(int(v or 0) for v in rest) for b, *rest in cursor.fetchall()}

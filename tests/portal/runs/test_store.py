@@ -6,10 +6,13 @@ profile, and for rows of the old JSON format.
 """
 
 import json
+import math
 import random
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -430,8 +433,12 @@ def test_a_live_first_load_reads_label_rows_only_for_the_recent_seconds(alice_cl
     expected = _json(reference_analysis.series(run))
     monkeypatch.setattr(analysis, "LIVE_DETAIL_S", 30)
 
-    data = alice_client.get(reverse("runs:series", args=[run.code])).json()
+    with CaptureQueriesContext(connection) as queries:
+        data = alice_client.get(reverse("runs:series", args=[run.code])).json()
 
+    # the shards' rows before the detail are summed by the database, never read one by one
+    row_reads = [q["sql"] for q in queries.captured_queries if '"runs_shardinterval"."active_users"' in q["sql"]]
+    assert row_reads and all('"runs_shardinterval"."second" >= 59' in sql for sql in row_reads), row_reads
     assert data["t"] == expected["t"] == list(range(90))
     early, recent = slice(0, 59), slice(59, 90)  # detail from (89 - 30) on
     for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s"):
@@ -440,6 +447,26 @@ def test_a_live_first_load_reads_label_rows_only_for_the_recent_seconds(alice_cl
     assert data["p95_ms"][early] == [None] * 59 and data["hits_per_s"][early] == [None] * 59
     for key in ("p95_ms", "hits_per_s", "bytes_per_s", "apd_ms"):
         assert data[key][recent] == expected[key][recent], key
+
+
+def test_a_live_first_load_of_wide_buckets_sums_the_earlier_ones_in_the_database(alice_client, run, monkeypatch):
+    # given: 90 s on two shards, charted in buckets of several seconds, label rows read for the last 30 s only
+    run = _record(run, PROFILES["constant"])
+    monkeypatch.setattr(analysis, "MAX_POINTS", 30)
+    monkeypatch.setattr(analysis, "LIVE_DETAIL_S", 30)
+
+    data = alice_client.get(reverse("runs:series", args=[run.code])).json()
+
+    bucket = data["bucket_s"]
+    monkeypatch.setattr(reference_analysis, "MAX_POINTS", math.ceil(90 / bucket))
+    expected = _json(reference_analysis.series(run))
+    # then: the early buckets (before the detail) are the shards' totals, bucket by bucket, as the reference's
+    early = (89 - 30) // bucket
+    assert bucket > 1 and expected["bucket_s"] == bucket and data["t"] == expected["t"] == list(range(0, 90, bucket))
+    for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s"):
+        assert data[key] == expected[key], key
+    assert data["apd_ms"][:early] == expected["apd_ms"][:early] and data["p95_ms"][:early] == [None] * early
+    assert data["p95_ms"][early:] == expected["p95_ms"][early:]
 
 
 def test_a_run_recorded_before_the_store_gets_its_figures_stored_by_a_command(run):
