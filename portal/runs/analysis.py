@@ -1239,13 +1239,71 @@ def series(run: Run, *, since: int | None = None) -> dict:
     return {**result, "since": None if since is None else start}
 
 
-def _early_buckets(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
-    """Per chart bucket of the seconds before ``before``, from the shards' per-second rows: pages,
-    errors, latency sum and count, the most users in one second and the dropped iterations.
+# A first load whose boundary rows are missing for more (shard, second) pairs than this (a shard
+# lost for hours) sums the rows instead of looking up each pair's latest row.
+EARLY_LOOKUPS_MAX = 50
 
-    The database sums each second over the shards, then each bucket, so a live chart's first
-    load gets at most MAX_POINTS rows back however long the run has been going.
+
+def _early_buckets(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
+    """Per chart bucket of the seconds before ``before``: pages, errors, latency sum and count, users
+    and dropped iterations, in a number of row reads that does not grow with the run's length.
+
+    Each shard's row holds running totals (``ShardInterval.pages_total`` …), so a bucket's sums are
+    the difference between the totals at its last second and at the previous bucket's last, summed
+    over the shards: about two rows per shard per bucket (at most MAX_POINTS buckets) whatever the
+    run's length. The users are the larger of the bucket's first and last seconds' (summed over the
+    shards): its peak whenever users only rise or only fall within it (ramps, steps, a steady hold);
+    a spike shorter than a bucket shows only in the finished run's chart, which is exact.
+
+    Rows without running totals (written before they existed) are summed by the database instead
+    (``_early_buckets_summed``), as are runs whose shards miss too many boundary rows.
     """
+    starts = list(range(0, before, bucket))
+    if not starts:
+        return {}
+    ends = [min(b + bucket, before) - 1 for b in starts]
+    wanted = sorted({*starts, *ends})
+    totals = ("pages_total", "errors_total", "latency_sum_total", "latency_count_total", "dropped_total")
+    rows = ShardInterval.objects.filter(run=run, second__in=wanted).values_list(
+        "shard_no", "second", "active_users", *totals
+    )
+    at: dict[tuple[int, int], tuple] = {}  # (shard, second) → (users, *totals)
+    for shard_no, second, users, *sums in rows:
+        at[shard_no, second] = (users, *sums)
+    shards = sorted(set(RunShard.objects.filter(run=run).values_list("shard_no", flat=True)) | {k[0] for k in at})
+    # The running totals at each bucket's last second: that second's row, or the shard's latest before it.
+    missing = [(n, e) for n in shards for e in ends if (n, e) not in at]
+    if len(missing) > EARLY_LOOKUPS_MAX:
+        return _early_buckets_summed(run, bucket, before=before)
+    cumulative = {key: value[1:] for key, value in at.items()}
+    for shard_no, end in missing:
+        latest = (
+            ShardInterval.objects.filter(run=run, shard_no=shard_no, second__lte=end)
+            .order_by("-second")
+            .values_list(*totals)
+            .first()
+        )
+        cumulative[shard_no, end] = latest or (0,) * len(totals)
+    if any(v is None for key in cumulative for v in cumulative[key]):
+        return _early_buckets_summed(run, bucket, before=before)
+    out = {}
+    previous = {n: (0,) * len(totals) for n in shards}
+    for first, last in zip(starts, ends, strict=True):
+        sums = [0] * len(totals)
+        for n in shards:
+            now = cumulative[n, last]
+            sums = [s + a - b for s, a, b in zip(sums, now, previous[n], strict=True)]
+            previous[n] = now
+        users = max(sum(at.get((n, second), (0,))[0] for n in shards) for second in (first, last))
+        pages, errors, total_us, count, dropped = sums
+        out[first] = (pages, errors, total_us, count, users, dropped)
+    return out
+
+
+def _early_buckets_summed(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
+    """``_early_buckets`` summed by the database from the shards' per-second rows (each second over the
+    shards, then each bucket: at most MAX_POINTS rows come back, but every row is read). The users are
+    the bucket's peak second."""
     table = ShardInterval._meta.db_table
     sql = (
         "SELECT second / %s, SUM(pages), SUM(errors), SUM(us), SUM(n), MAX(users), SUM(dropped) FROM ("

@@ -332,6 +332,12 @@ class ShardInterval(models.Model):
     # this second's), so the live page reads one row per shard whatever the run's length.
     pages_total = models.BigIntegerField(default=0)
     errors_total = models.BigIntegerField(default=0)
+    # The same for latency and dropped iterations, so that a live chart's first load sums any
+    # stretch of seconds as the difference of two rows (``analysis._early_buckets``). Null in
+    # rows written before they existed (and after such a row): readers then sum the rows.
+    latency_sum_total = models.BigIntegerField(null=True, blank=True)
+    latency_count_total = models.BigIntegerField(null=True, blank=True)
+    dropped_total = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         # Keyed so that a repeated flush replaces its row instead of counting twice; second before

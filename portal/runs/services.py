@@ -460,7 +460,17 @@ PAGE_INTERVAL_FIELDS = [
     "connect_count",
     "connect_sum_us",
 ]
-SHARD_TOTAL_FIELDS = ["pages", "errors", "latency_sum_us", "latency_count", "pages_total", "errors_total"]
+SHARD_TOTAL_FIELDS = [
+    "pages",
+    "errors",
+    "latency_sum_us",
+    "latency_count",
+    "pages_total",
+    "errors_total",
+    "latency_sum_total",
+    "latency_count_total",
+    "dropped_total",
+]
 
 
 def _page_row(run_id: int, shard_no: int, second: int, label: str, stats: dict) -> PageInterval:
@@ -484,24 +494,25 @@ def _page_row(run_id: int, shard_no: int, second: int, label: str, stats: dict) 
     )
 
 
-def _shard_totals(run_id: int, shard_no: int, second: int, labels: dict) -> dict:
-    """This second's totals over all labels, and the running totals up to it."""
-    pages = sum(stats.get("pages", 0) for stats in labels.values())
-    errors = sum(stats.get("errors", 0) for stats in labels.values())
-    before = (
-        ShardInterval.objects.filter(run_id=run_id, shard_no=shard_no, second__lt=second)
-        .order_by("-second")
-        .values_list("pages_total", "errors_total")
-        .first()
-    ) or (0, 0)
-    return {
-        "pages": pages,
-        "errors": errors,
+def _shard_totals(run_id: int, shard_no: int, second: int, labels: dict, dropped: int) -> dict:
+    """This second's totals over all labels, and the running totals up to it.
+
+    The running totals of latency and dropped iterations stay null after a row that lacks them
+    (written before they existed): a sum that starts from an unknown is unknown.
+    """
+    this = {
+        "pages": sum(stats.get("pages", 0) for stats in labels.values()),
+        "errors": sum(stats.get("errors", 0) for stats in labels.values()),
         "latency_sum_us": sum((stats.get("hist") or {}).get("sum", 0) for stats in labels.values()),
         "latency_count": sum((stats.get("hist") or {}).get("n", 0) for stats in labels.values()),
-        "pages_total": before[0] + pages,
-        "errors_total": before[1] + errors,
     }
+    before = ShardInterval.objects.filter(run_id=run_id, shard_no=shard_no, second__lt=second).order_by("-second")
+    totals = before.values_list(
+        "pages_total", "errors_total", "latency_sum_total", "latency_count_total", "dropped_total"
+    ).first() or (0, 0, 0, 0, 0)
+    adds = (this["pages"], this["errors"], this["latency_sum_us"], this["latency_count"], dropped)
+    keys = ("pages_total", "errors_total", "latency_sum_total", "latency_count_total", "dropped_total")
+    return this | {k: None if t is None else t + a for k, t, a in zip(keys, totals, adds, strict=True)}
 
 
 def interval_write(run_id: int, shard_no: int, report: dict) -> None:
@@ -527,7 +538,7 @@ def interval_write(run_id: int, shard_no: int, report: dict) -> None:
                 loop_lag_p99_ms=lag.get("p99"),
                 loop_lag_max_ms=lag.get("max"),
                 cpu_pct=report.get("cpu_pct"),
-                **_shard_totals(run_id, shard_no, second, labels),
+                **_shard_totals(run_id, shard_no, second, labels, report.get("iterations_dropped", 0)),
             )
         ],
         update_conflicts=True,

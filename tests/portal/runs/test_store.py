@@ -436,9 +436,14 @@ def test_a_live_first_load_reads_label_rows_only_for_the_recent_seconds(alice_cl
     with CaptureQueriesContext(connection) as queries:
         data = alice_client.get(reverse("runs:series", args=[run.code])).json()
 
-    # the shards' rows before the detail are summed by the database, never read one by one
+    # the shards' rows before the detail are never read one by one: their buckets are the differences
+    # of the running totals at the buckets' edges (two seconds per bucket: here, buckets of one second)
     row_reads = [q["sql"] for q in queries.captured_queries if '"runs_shardinterval"."active_users"' in q["sql"]]
-    assert row_reads and all('"runs_shardinterval"."second" >= 59' in sql for sql in row_reads), row_reads
+    detail = [sql for sql in row_reads if '"runs_shardinterval"."second" >= 59' in sql]
+    edges = [sql for sql in row_reads if '"runs_shardinterval"."second" IN (' in sql]
+    assert len(detail) == 1 and len(edges) == 1 and len(row_reads) == 2, row_reads
+    assert edges[0].count(",", edges[0].index("IN (")) == 59 - 1  # seconds 0 … 58, nothing later
+    assert not [q for q in queries.captured_queries if "SUM(" in q["sql"]]
     assert data["t"] == expected["t"] == list(range(90))
     early, recent = slice(0, 59), slice(59, 90)  # detail from (89 - 30) on
     for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s"):
@@ -449,7 +454,7 @@ def test_a_live_first_load_reads_label_rows_only_for_the_recent_seconds(alice_cl
         assert data[key][recent] == expected[key][recent], key
 
 
-def test_a_live_first_load_of_wide_buckets_sums_the_earlier_ones_in_the_database(alice_client, run, monkeypatch):
+def test_a_live_first_load_of_wide_buckets_gets_the_early_ones_from_running_totals(alice_client, run, monkeypatch):
     # given: 90 s on two shards, charted in buckets of several seconds, label rows read for the last 30 s only
     run = _record(run, PROFILES["constant"])
     monkeypatch.setattr(analysis, "MAX_POINTS", 30)
@@ -467,6 +472,73 @@ def test_a_live_first_load_of_wide_buckets_sums_the_earlier_ones_in_the_database
         assert data[key] == expected[key], key
     assert data["apd_ms"][:early] == expected["apd_ms"][:early] and data["p95_ms"][:early] == [None] * early
     assert data["p95_ms"][early:] == expected["p95_ms"][early:]
+
+
+def _early_equal(alice_client, run, monkeypatch):
+    """The first load's buckets before the detail (30 s) equal the reference's, with buckets of several seconds."""
+    monkeypatch.setattr(analysis, "MAX_POINTS", 30)
+    monkeypatch.setattr(analysis, "LIVE_DETAIL_S", 30)
+    data = alice_client.get(reverse("runs:series", args=[run.code])).json()
+    bucket = data["bucket_s"]
+    monkeypatch.setattr(reference_analysis, "MAX_POINTS", math.ceil(90 / bucket))
+    expected = _json(reference_analysis.series(run))
+    early = (89 - 30) // bucket
+    assert bucket > 1 and expected["bucket_s"] == bucket and data["t"] == expected["t"]
+    for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s", "apd_ms"):
+        assert data[key][:early] == expected[key][:early], key
+    return data, early
+
+
+def test_the_sinks_running_totals_count_a_rewritten_second_once(run):
+    run = _record(run, PROFILES["constant"])  # second 7 is flushed twice
+    for n in (0, 1):
+        rows = ShardInterval.objects.filter(run=run, shard_no=n).order_by("second")
+        last = rows.last()
+        assert last.latency_sum_total == sum(r.latency_sum_us for r in rows) > 0
+        assert last.latency_count_total == sum(r.latency_count for r in rows) > 0
+        assert last.dropped_total == sum(r.iterations_dropped for r in rows) > 0
+
+
+@pytest.mark.parametrize("case", ["gap", "rows_without_running_totals", "too_many_lookups"])
+def test_a_live_first_load_gets_the_same_early_buckets_when_the_edges_are_not_all_there(
+    alice_client, run, monkeypatch, case
+):
+    # given: a run whose shard 1 lost seconds 20-40 (a handoff gap: bucket edges missing), or whose
+    # rows were written before the running totals existed, or with more missing edges than are looked up
+    real = services.interval_write
+
+    def gap(run_id, shard_no, report):
+        if shard_no != 1 or not 20 <= report["second"] <= 40:
+            real(run_id, shard_no, report)
+
+    monkeypatch.setattr(services, "interval_write", gap)
+    run = _record(run, PROFILES["constant"])
+    assert not ShardInterval.objects.filter(run=run, shard_no=1, second=30).exists()
+    if case == "rows_without_running_totals":
+        ShardInterval.objects.filter(run=run, second__lte=10).update(latency_sum_total=None)
+    if case == "too_many_lookups":
+        monkeypatch.setattr(analysis, "EARLY_LOOKUPS_MAX", 2)
+
+    with CaptureQueriesContext(connection) as queries:
+        _early_equal(alice_client, run, monkeypatch)
+
+    # then: the same buckets; the edges are looked up, or the rows summed when the totals can't serve
+    summed = [q for q in queries.captured_queries if "SUM(" in q["sql"]]
+    assert bool(summed) == (case != "gap")
+
+
+def test_a_live_first_load_shows_a_ramps_peak_users_in_each_early_bucket(alice_client, run, monkeypatch):
+    # given: users that fall by one a second on each shard, then rise again (ramps down and up)
+    real = services.interval_write
+
+    def ramp(run_id, shard_no, report):
+        real(run_id, shard_no, {**report, "active_users": 1 + abs(30 - report["second"])})
+
+    monkeypatch.setattr(services, "interval_write", ramp)
+    run = _record(run, PROFILES["constant"])
+    # then: each early bucket shows its peak second's users (the larger of its two edges), as the reference
+    data, early = _early_equal(alice_client, run, monkeypatch)
+    assert len(set(data["users"][:early])) > 5
 
 
 def test_a_run_recorded_before_the_store_gets_its_figures_stored_by_a_command(run):
