@@ -228,9 +228,14 @@ def _copy_rows(src, dst) -> None:
             f"SELECT %s, {cols} FROM runs_pageinterval WHERE run_id = %s",
             [dst.id, src.id],
         )
+        # The running totals the sink writes, computed here too: rows kept before they existed lack them.
+        running = ", ".join(
+            f"SUM({col}) OVER (PARTITION BY shard_no ORDER BY second)"
+            for col in ("latency_sum_us", "latency_count", "iterations_dropped")
+        )
         c.execute(
-            f"INSERT INTO runs_shardinterval (run_id, {scols}) "
-            f"SELECT %s, {scols} FROM runs_shardinterval WHERE run_id = %s",
+            f"INSERT INTO runs_shardinterval (run_id, {scols}, latency_sum_total, latency_count_total, dropped_total) "
+            f"SELECT %s, {scols}, {running} FROM runs_shardinterval WHERE run_id = %s",
             [dst.id, src.id],
         )
 
@@ -253,6 +258,8 @@ def poller(argv: list[str]) -> int:
     p.add_argument("--run-id", type=int, required=True)
     p.add_argument("--flag", required=True)
     p.add_argument("--stop", required=True)
+    p.add_argument("--browsers", type=int, default=POLLERS)
+    p.add_argument("--every", type=float, default=0.0, help="seconds between a browser's polls (0: back to back)")
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=False)
     from django.test import Client
@@ -284,9 +291,11 @@ def poller(argv: list[str]) -> int:
             times.append(time.perf_counter() - t)
             if body.get("t"):
                 since = body["t"][-1] + 1
+            if args.every:  # as the live page does: the next poll a fixed interval after this one began
+                time.sleep(max(0.0, args.every - (time.perf_counter() - t)))
         connection.close()
 
-    threads = [threading.Thread(target=browse) for _ in range(POLLERS)]
+    threads = [threading.Thread(target=browse) for _ in range(args.browsers)]
     for t in threads:
         t.start()
     for t in threads:
@@ -295,9 +304,20 @@ def poller(argv: list[str]) -> int:
     return 0
 
 
-def _write(backend: str, pg_url: str, run, seconds: int) -> dict:
-    """Writes ``seconds`` of reports through the real sink; the sink's write time with and without
-    POLLERS browsers polling the live run (other processes), in alternating POLL_BLOCK_S blocks."""
+# Real time (``--real-time``): browsers as the live page polls, each every 2 s.
+BROWSERS = 5
+BROWSER_EVERY_S = 2.0
+
+
+def _write(
+    backend: str, pg_url: str, run, seconds: int, *, start: int = 0, real_time: bool = False, browsers: int = POLLERS
+) -> dict:
+    """Writes ``seconds`` of reports (from second ``start``) through the real sink; the sink's write time
+    with and without browsers polling the live run (another process), in alternating POLL_BLOCK_S blocks.
+
+    As fast as it can, with POLLERS browsers polling back to back (a stress case); or, with
+    ``real_time``, one second of run per wall second and each browser polling every BROWSER_EVERY_S,
+    as on the live page."""
     import tempfile
 
     from portal.runs import services
@@ -308,12 +328,15 @@ def _write(backend: str, pg_url: str, run, seconds: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-store-"))
     flag, stop = tmp / "poll", tmp / "stop"
     cmd = [sys.executable, "-m", "bench.store", "poller", "--backend", backend, "--pg-url", pg_url]
-    cmd += ["--run-id", str(run.id), "--flag", str(flag), "--stop", str(stop)]
+    cmd += ["--run-id", str(run.id), "--flag", str(flag), "--stop", str(stop), "--browsers", str(browsers)]
+    cmd += ["--every", str(BROWSER_EVERY_S if real_time else 0)]
     pollers = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     t0 = time.perf_counter()
     try:
-        for second in range(seconds):
-            on = seconds >= 4 * POLL_BLOCK_S and (second // POLL_BLOCK_S) % 2 == 1
+        for i, second in enumerate(range(start, start + seconds)):
+            if real_time:
+                time.sleep(max(0.0, t0 + i - time.perf_counter()))
+            on = seconds >= 4 * POLL_BLOCK_S and (i // POLL_BLOCK_S) % 2 == 1
             if on != flag.exists():
                 flag.touch() if on else flag.unlink()
             report = {
@@ -328,13 +351,13 @@ def _write(backend: str, pg_url: str, run, seconds: int) -> dict:
             t = time.perf_counter()
             sink(report)
             # A block's first seconds are a transition (pollers' first loads): counted on neither side.
-            if second % POLL_BLOCK_S >= 5:
+            if i % POLL_BLOCK_S >= 5:
                 (polled if on else alone).append(time.perf_counter() - t)
     finally:
         write_s = time.perf_counter() - t0
         stop.touch()
         polls = json.loads((pollers.communicate(timeout=120)[0].strip().splitlines() or ["[]"])[-1])
-    out = {"write_s": round(write_s, 1), "polls": len(polls)}
+    out = {"write_s": round(write_s, 1), "polls": len(polls), "browsers": browsers}
     for name, times in (("sink", alone), ("sink_polled", polled)):
         if times:
             times.sort()
@@ -372,8 +395,31 @@ def _dataset(seconds: int):
     return run, (run.source or {}).get("write") if run else None
 
 
+def _real_time(backend: str, pg_url: str, project, plan, user, run, seconds: int, extra: int) -> dict:
+    """``extra`` more seconds of ``run`` (a copy of it: the run itself is measured on), written in real
+    time, browsers on and off in turn; the copy is deleted after."""
+    from django.db import connection
+
+    rt = _new_run(project, plan, user, seconds + extra, 3)
+    _copy_rows(run, rt)
+    try:
+        return _write(backend, pg_url, rt, extra, start=seconds, real_time=True, browsers=BROWSERS)
+    finally:
+        with connection.cursor() as c:
+            for table in ("runs_pageinterval", "runs_shardinterval"):
+                c.execute(f"DELETE FROM {table} WHERE run_id = %s", [rt.id])
+        rt.delete()
+
+
 def measure(
-    backend: str, seconds: int, old: bool, *, pg_url: str = "", keep: bool = False, reuse: bool = False
+    backend: str,
+    seconds: int,
+    old: bool,
+    *,
+    pg_url: str = "",
+    keep: bool = False,
+    reuse: bool = False,
+    real_time: int = 0,
 ) -> dict:
     from django.test import Client
     from django.urls import reverse
@@ -419,6 +465,10 @@ def measure(
     out["live_fragment_ms"] = _timed(lambda: _ok(client.get(detail_url, headers={"HX-Request": "true"})))
     out["live_figures_ms"] = _timed(lambda: selectors.run_live_figures(run))
     out["live_first_load_ms"] = _timed(lambda: _ok(client.get(series_url)), repeat=1)
+    if real_time:
+        rt = _real_time(backend, pg_url, project, plan, user, run, seconds, real_time)
+        for key, value in rt.items():
+            out[f"rt_{key}"] = value
 
     if old:
         out["old_finalize_s"], out["old_finalize_mb"] = _peak_mb(
@@ -531,11 +581,18 @@ def child(argv: list[str]) -> int:
     p.add_argument("--keep", action="store_true")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--many", action="store_true")
+    p.add_argument("--real-time", type=int, default=0)
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
     for seconds in (int(s) for s in args.lengths.split(",") if s):
         row = measure(
-            args.backend, seconds, old=seconds <= args.old_upto, pg_url=args.pg_url, keep=args.keep, reuse=args.reuse
+            args.backend,
+            seconds,
+            old=seconds <= args.old_upto,
+            pg_url=args.pg_url,
+            keep=args.keep,
+            reuse=args.reuse,
+            real_time=args.real_time,
         )
         print(json.dumps(row), flush=True)
     if args.many:
@@ -578,6 +635,27 @@ def render(rows: list[dict], command: str) -> str:
             f"{r['report_ms']} ms | "
             f"{r['series_ms']} ms{old_series} | {r['compare_ms']} ms{old_cmp} |"
         )
+    timed = [r for r in rows if "rt_write_s" in r]
+    if timed:
+        lines += [
+            "",
+            "Real time (`--real-time`): each run continued one second per wall second (a copy of it, from its",
+            f"last second on), with {BROWSERS} browsers polling its chart data (`?since=`) and live fragment every",
+            f"{BROWSER_EVERY_S:g} s as the live page does, on and off in alternate {POLL_BLOCK_S} s blocks "
+            "(each block's first 5 s not counted).",
+            "",
+            "| backend | run | sink write mean / p99 / max, no browsers | the same, browsers polling "
+            "| poll median / p99 |",
+            "|---|---|---|---|---|",
+        ]
+        for r in timed:
+            lines.append(
+                f"| {r['backend']} | {_hours(r['seconds'])} | {r.get('rt_sink_mean_ms', '—')} / "
+                f"{r.get('rt_sink_p99_ms', '—')} / {r.get('rt_sink_max_ms', '—')} ms | "
+                f"{r.get('rt_sink_polled_mean_ms', '—')} / {r.get('rt_sink_polled_p99_ms', '—')} / "
+                f"{r.get('rt_sink_polled_max_ms', '—')} ms | {r.get('rt_poll_median_ms', '—')} / "
+                f"{r.get('rt_poll_p99_ms', '—')} ms |"
+            )
     for r in (r for r in rows if "many" in r):
         m = r["many"]
         lines += [
@@ -611,7 +689,17 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="copy the rows an earlier --keep kept instead of writing them again (with the kept write figures)",
     )
+    p.add_argument(
+        "--real-time",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help=f"also continue each run for SECONDS in real time, {BROWSERS} browsers polling every "
+        f"{BROWSER_EVERY_S:g} s in alternate {POLL_BLOCK_S} s blocks (at least {4 * POLL_BLOCK_S})",
+    )
     args = p.parse_args(argv)
+    if args.real_time and args.real_time < 4 * POLL_BLOCK_S:
+        p.error(f"--real-time needs at least {4 * POLL_BLOCK_S} seconds (two blocks with browsers, two without)")
     pg_url = os.environ.get("DATABASE_URL", "")
     rows = []
     for backend in args.backends.split(","):
@@ -634,6 +722,8 @@ def main(argv: list[str]) -> int:
             *(["--keep"] if args.keep else []),
             *(["--reuse"] if args.reuse else []),
             *(["--many"] if args.many else []),
+            "--real-time",
+            str(args.real_time),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:
