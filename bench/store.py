@@ -330,13 +330,13 @@ def _write(
     cmd = [sys.executable, "-m", "bench.store", "poller", "--backend", backend, "--pg-url", pg_url]
     cmd += ["--run-id", str(run.id), "--flag", str(flag), "--stop", str(stop), "--browsers", str(browsers)]
     cmd += ["--every", str(BROWSER_EVERY_S if real_time else 0)]
-    pollers = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    pollers = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) if browsers else None
     t0 = time.perf_counter()
     try:
         for i, second in enumerate(range(start, start + seconds)):
             if real_time:
                 time.sleep(max(0.0, t0 + i - time.perf_counter()))
-            on = seconds >= 4 * POLL_BLOCK_S and (i // POLL_BLOCK_S) % 2 == 1
+            on = bool(browsers) and seconds >= 4 * POLL_BLOCK_S and (i // POLL_BLOCK_S) % 2 == 1
             if on != flag.exists():
                 flag.touch() if on else flag.unlink()
             report = {
@@ -356,7 +356,7 @@ def _write(
     finally:
         write_s = time.perf_counter() - t0
         stop.touch()
-        polls = json.loads((pollers.communicate(timeout=120)[0].strip().splitlines() or ["[]"])[-1])
+        polls = json.loads((pollers.communicate(timeout=120)[0].strip().splitlines() or ["[]"])[-1]) if pollers else []
     out = {"write_s": round(write_s, 1), "polls": len(polls), "browsers": browsers}
     for name, times in (("sink", alone), ("sink_polled", polled)):
         if times:
@@ -420,6 +420,7 @@ def measure(
     keep: bool = False,
     reuse: bool = False,
     real_time: int = 0,
+    stress: bool = True,
 ) -> dict:
     from django.test import Client
     from django.urls import reverse
@@ -439,7 +440,7 @@ def measure(
     if kept is not None:
         _copy_rows(kept, run)  # the same rows as a fresh write; the write figures are the data set's
     else:
-        written = _write(backend, pg_url, run, seconds)
+        written = _write(backend, pg_url, run, seconds, browsers=POLLERS if stress else 0)
     label_seconds = seconds * LABELS
     live_bytes = _storage_bytes(backend) - base
     if keep and kept is None:
@@ -582,6 +583,7 @@ def child(argv: list[str]) -> int:
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--many", action="store_true")
     p.add_argument("--real-time", type=int, default=0)
+    p.add_argument("--no-stress", action="store_true")
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
     for seconds in (int(s) for s in args.lengths.split(",") if s):
@@ -593,6 +595,7 @@ def child(argv: list[str]) -> int:
             keep=args.keep,
             reuse=args.reuse,
             real_time=args.real_time,
+            stress=not args.no_stress,
         )
         print(json.dumps(row), flush=True)
     if args.many:
@@ -697,6 +700,11 @@ def main(argv: list[str]) -> int:
         help=f"also continue each run for SECONDS in real time, {BROWSERS} browsers polling every "
         f"{BROWSER_EVERY_S:g} s in alternate {POLL_BLOCK_S} s blocks (at least {4 * POLL_BLOCK_S})",
     )
+    p.add_argument(
+        "--no-stress",
+        action="store_true",
+        help=f"write without the {POLLERS} browsers polling back to back in alternate blocks (a faster write)",
+    )
     args = p.parse_args(argv)
     if args.real_time and args.real_time < 4 * POLL_BLOCK_S:
         p.error(f"--real-time needs at least {4 * POLL_BLOCK_S} seconds (two blocks with browsers, two without)")
@@ -724,6 +732,7 @@ def main(argv: list[str]) -> int:
             *(["--many"] if args.many else []),
             "--real-time",
             str(args.real_time),
+            *(["--no-stress"] if args.no_stress else []),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:
