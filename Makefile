@@ -27,11 +27,13 @@ run: migrate
 	PLIMSOLL_PORT=$(PORT) PLIMSOLL_DEMO_PORT=$(DEMO_PORT) $(BIN)/honcho start -f Procfile
 
 # Tests keep their database, broker folder and key under var/test, apart from a running `make run`.
-# Two passes: the tests that measure nothing in time run on two processes (pytest-xdist); then the
-# `serial` ones (the engine, the demo, the end-to-end tests and a few more: tests/conftest.py) run
-# alone. A pass that PYTEST_ARGS leaves without tests (pytest's exit 5) is not a failure.
+# Two passes: the tests that measure nothing in time run on two processes (pytest-xdist, each with a
+# broker and a var/test/gwN of its own; worksteal, so that a process left with long end-to-end tests
+# hands its queue to an idle one); then the `serial` ones (the engine, the demo, the end-to-end tests
+# that measure time and a few more: tests/conftest.py) run alone. A pass that PYTEST_ARGS leaves
+# without tests (pytest's exit 5) is not a failure.
 test: install
-	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -n 2 -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -n 2 --dist worksteal -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: install

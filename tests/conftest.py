@@ -7,20 +7,66 @@ bob gets 403 for a change.
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-# Tests that measure time or memory, push load, or start workers and targets: `make test` runs
-# them alone on the machine, after the others have run on two processes (pytest-xdist), so that
-# no other test's CPU is in their measurements. Whole folders, and a few portal modules.
-SERIAL_FOLDERS = {"e2e", "engine", "demo", "scripts"}
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs):
+    """Under pytest-xdist each process (gw0, gw1 …) gets a broker and a PLIMSOLL_VAR_DIR of its own.
+
+    End-to-end tests run in the parallel pass too: each purges its broker's queues and starts
+    Celery workers that take whatever shard they find there, so two processes must never share one.
+    On Redis, gwK uses database number (N + K) % 16, where N is CELERY_BROKER_URL's own (so N for
+    gw0; CI's 15 gives 15, 0, 1 …); the file-system broker is under PLIMSOLL_VAR_DIR, which becomes
+    its gwK/ subfolder. Set in each process's environment as xdist starts it, before pytest-django
+    loads the settings there (which read both); the Celery workers that tests start inherit them.
+    """
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    var = Path(os.environ.get("PLIMSOLL_VAR_DIR") or TESTS.parent / "var")
+    for spec in specs:
+        k = int(spec.id.removeprefix("gw"))
+        if url.startswith(("redis://", "rediss://")):
+            parts = urlsplit(url)
+            db = int(parts.path.strip("/") or 0)
+            spec.env["CELERY_BROKER_URL"] = parts._replace(path=f"/{(db + k) % 16}").geturl()
+        spec.env["PLIMSOLL_VAR_DIR"] = str(var / spec.id)
+
+
+# Tests that measure time or memory, or push load: `make test` runs them alone on the machine, after
+# the others have run on several processes (pytest-xdist), so that no other test's CPU is in their
+# measurements. Whole folders (the engine's runs and rates, the demo's knobs timed under load, the
+# keep-running wrapper's restart delays), a few portal modules, and the end-to-end tests whose
+# assertions are timings, rates or latencies. The other end-to-end tests (imports, browsers, mail,
+# the API, schedules, handoffs, outages …) start workers and targets and mostly wait on them: they
+# run in the parallel pass, each xdist process with a broker of its own (above).
+SERIAL_FOLDERS = {"engine", "demo", "scripts"}
 SERIAL_MODULES = {
     "test_store_polling.py",  # sink write times while pollers read
     "test_client_outage.py",  # retries timed against an outage
     "test_result_files.py",  # memory that must not grow with a file
     "test_result_files_tools.py",  # the same, for JMeter, Locust and Gatling files
+    # end to end
+    "test_soak_degradation.py",  # a throughput drop, and the second it began
+    "test_server_metrics_soak.py",  # the same soak (one run for both: tests/e2e/soak.py)
+    "test_tempdb_scalability.py",  # throughput at six levels of users, and σ from it
+    "test_server_metrics.py",  # request rates against hits/s, CPU at the knee
+    "test_baseline_end_to_end.py",  # latencies against a baseline: regressed, or within noise
+    "test_experiment_end_to_end.py",  # the same, before and after a change
+    "test_profiles_end_to_end.py",  # iterations started at the rate asked
+    "test_run_end_to_end.py",  # page durations, and Stop within two seconds
+    "test_distribution.py",  # two shards on two workers starting within 50 ms of each other
 }
 TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") and config.pluginmanager.hasplugin("django"):
+        from django.conf import settings
+
+        if settings.VAR_DIR.name != os.environ["PYTEST_XDIST_WORKER"]:
+            raise pytest.UsageError(f"{settings.VAR_DIR}: this xdist process has no broker of its own (above)")
 
 
 def pytest_collection_modifyitems(config, items):

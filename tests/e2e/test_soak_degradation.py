@@ -4,7 +4,8 @@ The SharePoint story on the demo target: every page adds an entry to a security-
 cache; past a number of entries (100,000 by default; 150,000 here, the knob
 ``token_cache.pressure``) each clean-up stalls every page (demo/tokencache.py), and
 throughput falls by half or more. A 90 s soak of 20 users without think time runs
-through the portal and a real Celery worker; the run report must call it degraded, with
+through the portal and a real Celery worker (once per session: test_server_metrics_soak.py reads
+the same run, tests/e2e/soak.py); the run report must call it degraded, with
 an onset after the steady state, in the second the target's first clean-up stall began
 (by the target's own clock) or within five seconds after it, and a change point ("began")
 whose interval holds that stall. The control, the same load
@@ -13,92 +14,39 @@ with the cache capped (``-T4618``), serves more than that many pages and must no
 
 import pytest
 
-from portal.projects.models import Environment, MixEntry, Plan, Step, TestCase
-from portal.runs.models import PageInterval, Run, ShardInterval
-from portal.runs.services import run_create
-from tests.processes import DemoTarget, wait_until
+from portal.runs.models import Run
+from tests.e2e.soak import (
+    CONTROL_HOLD_S,
+    HOLD_S,
+    PRESSURE_ENTRIES,
+    STALL_MS,
+    STEADY_S,
+    SUSTAIN_S,
+    run_through_the_portal,
+    soak_plan,
+)
+from tests.processes import DemoTarget
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-USERS = 20
-HOLD_S = 90
-CONTROL_HOLD_S = 75
-STEADY_S = 15  # the stall comes at PRESSURE_ENTRIES pages: 20-65 s into the run at 2,300-7,400 pages/s
-SUSTAIN_S = 10
-# The knob token_cache.pressure: clean-ups stall past this many entries. At the default 100,000 a
-# machine serving 7,400 pages/s stalled 13 s into the run, inside the steady state; at 150,000 the
-# stall comes after it up to ≈ 10,000 pages/s, and before HOLD_S - SUSTAIN_S down to ≈ 2,000.
-PRESSURE_ENTRIES = 150_000
-# A clean-up that held the lock this long is a stall (below the pressure line one costs microseconds).
-STALL_MS = 100
 
 
 @pytest.fixture(scope="module")
 def soak_target(tmp_path_factory):
-    """A target of our own: its cache must start empty and nobody else's run may feed it."""
+    """The control's target: its cache must start empty and nobody else's run may feed it."""
     target = DemoTarget(tmp_path_factory.mktemp("soak-demo"), items=1000)
     yield target
     target.close()
 
 
-def soak_plan(project, target, *, name: str, hold: float, **degradation) -> Plan:
-    env = Environment.objects.create(project=project, name=f"Demo {name}", base_url=target.base_url)
-    home = TestCase.objects.create(project=project, name=f"Home {name}")
-    Step.objects.create(test_case=home, position=0, name="Home", path="/", think_time=0)
-    plan = Plan.objects.create(
-        project=project,
-        environment=env,
-        name=name,
-        profile_kind=Plan.ProfileKind.CONSTANT,
-        users=USERS,
-        hold=hold,
-        degradation_steady_s=STEADY_S,
-        degradation_sustain_s=SUSTAIN_S,
-        **degradation,
-    )
-    MixEntry.objects.create(plan=plan, test_case=home, weight=1)
-    return plan
-
-
-def run_through_the_portal(plan: Plan, user, target: DemoTarget, *, cap: int) -> Run:
-    target.set_knobs(**{"token_cache.cap": cap, "token_cache.pressure": PRESSURE_ENTRIES, "latency_ms": 0})
-    target.reset()  # empties the token cache too
-    run = run_create(plan=plan, user=user)
-    wait_until(
-        lambda: Run.objects.get(id=run.id).status in Run.FINISHED,
-        timeout=plan.duration + 60,
-        interval=0.5,
-        what=f"run #{run.number} to end",
-    )
-    run.refresh_from_db()
-    return run
-
-
-def per_second(run: Run) -> list[tuple[int, int, float | None]]:
-    """(second, pages, generator CPU %) over the run: what a failed assertion needs to be read."""
-    pages: dict[int, int] = {}
-    for second, count in PageInterval.objects.filter(run=run).values_list("second", "pages"):
-        pages[second] = pages.get(second, 0) + count
-    cpu = dict(ShardInterval.objects.filter(run=run, shard_no=0).values_list("second", "cpu_pct"))
-    return [(second, pages[second], cpu.get(second)) for second in sorted(pages)]
-
-
-def test_an_uncapped_token_cache_degrades_and_the_report_says_when(project, alice, soak_target, celery_worker):
-    # given: 20 users without think time for 90 s; steady state = the first 15 s, a change must last 10 s
-    # The stall costs 48-67 % of the throughput and adds 100-220 % to APD. A host losing a quarter or more of its
-    # CPU to steal (seen on these machines) could cost the defaults' 30 % by itself: the limits sit between the
-    # two, so that the onset found is the stall's.
-    plan = soak_plan(
-        project, soak_target, name="Soak uncapped", hold=HOLD_S, degradation_drop_pct=40, degradation_rise_pct=90
-    )
-
-    # when: the cache has no cap
-    run = run_through_the_portal(plan, alice, soak_target, cap=0)
+def test_an_uncapped_token_cache_degrades_and_the_report_says_when(uncapped_soak):
+    # given: 20 users without think time for 90 s; steady state = the first 15 s, a change must last 10 s;
+    # when: the cache has no cap (tests/e2e/soak.py: the run, shared with test_server_metrics_soak.py)
+    run = uncapped_soak
 
     # then: the run finished, every page the target served was recorded, and the cache kept them all
-    assert run.status == Run.Status.PASSED, (run.status, run.error_message, celery_worker.output()[-3000:])
-    served = soak_target.counters()
-    recorded = sum(PageInterval.objects.filter(run=run).values_list("hits", flat=True))
+    assert run.status == Run.Status.PASSED, (run.status, run.error_message, run.worker_output)
+    served = run.served
+    recorded = run.recorded
     assert recorded == served["requests"], (recorded, served)
     assert served["requests"] > PRESSURE_ENTRIES, (
         f"the target served only {served['requests']} pages in {HOLD_S} s: too slow a machine to fill the cache "
@@ -136,8 +84,8 @@ def test_an_uncapped_token_cache_degrades_and_the_report_says_when(project, alic
     low, high = d["began_interval_s"]
     print(f"  began {d['began_s']} s (between {low} and {high}), crossed {d['crossed_s']} s\n  {d['began_sentence']}")
     assert d["crossed_s"] == onset and low <= d["began_s"] <= high <= onset, d
-    assert low <= stall_s < high + 1, (stall_s, d["began_interval_s"], per_second(run))
-    assert int(stall_s) <= onset <= stall_s + 5, (stall_s, onset, per_second(run))
+    assert low <= stall_s < high + 1, (stall_s, d["began_interval_s"], run.per_second)
+    assert int(stall_s) <= onset <= stall_s + 5, (stall_s, onset, run.per_second)
     # and no stall at all during the steady state
     assert stall_s >= STEADY_S, stall_s
 
