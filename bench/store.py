@@ -220,7 +220,7 @@ def _copy_rows(src, dst) -> None:
     scols = (
         "shard_no, second, active_users, iterations_started, iterations_completed, iterations_dropped, "
         "loop_lag_p99_ms, loop_lag_max_ms, cpu_pct, pages, errors, latency_sum_us, latency_count, "
-        "pages_total, errors_total"
+        "pages_total, errors_total, hits, bytes_in, hist_bin"
     )
     with connection.cursor() as c:
         c.execute(
@@ -395,12 +395,12 @@ def _dataset(seconds: int):
     return run, (run.source or {}).get("write") if run else None
 
 
-def _real_time(backend: str, pg_url: str, project, plan, user, run, seconds: int, extra: int) -> dict:
+def _real_time(backend: str, pg_url: str, project, plan, user, run, seconds: int, extra: int, hold: int) -> dict:
     """``extra`` more seconds of ``run`` (a copy of it: the run itself is measured on), written in real
     time, browsers on and off in turn; the copy is deleted after."""
     from django.db import connection
 
-    rt = _new_run(project, plan, user, seconds + extra, 3)
+    rt = _new_run(project, plan, user, max(hold, seconds + extra), 3)
     _copy_rows(run, rt)
     try:
         return _write(backend, pg_url, rt, extra, start=seconds, real_time=True, browsers=BROWSERS)
@@ -421,6 +421,7 @@ def measure(
     reuse: bool = False,
     real_time: int = 0,
     stress: bool = True,
+    planned: int = 0,
 ) -> dict:
     from django.test import Client
     from django.urls import reverse
@@ -435,7 +436,8 @@ def measure(
     user, project, plan = _fixtures()
     client = Client(SERVER_NAME="127.0.0.1")
     client.force_login(user)
-    run = _new_run(project, plan, user, seconds, 1)
+    hold = max(seconds, planned)  # a longer plan: the live chart's buckets are those of its length
+    run = _new_run(project, plan, user, hold, 1)
     kept, written = _dataset(seconds) if reuse else (None, None)
     if kept is not None:
         _copy_rows(kept, run)  # the same rows as a fresh write; the write figures are the data set's
@@ -467,7 +469,7 @@ def measure(
     out["live_figures_ms"] = _timed(lambda: selectors.run_live_figures(run))
     out["live_first_load_ms"] = _timed(lambda: _ok(client.get(series_url)), repeat=1)
     if real_time:
-        rt = _real_time(backend, pg_url, project, plan, user, run, seconds, real_time)
+        rt = _real_time(backend, pg_url, project, plan, user, run, seconds, real_time, hold)
         for key, value in rt.items():
             out[f"rt_{key}"] = value
 
@@ -481,7 +483,7 @@ def measure(
         lambda: analysis.summarize_with_series(run, sampler=comparison.BatchSampler(run))
     )
 
-    twin = _new_run(project, plan, user, seconds, 2)
+    twin = _new_run(project, plan, user, hold, 2)
     _copy_rows(run, twin)
     RunShard.objects.filter(run__in=[run, twin]).update(status=RunShard.Status.DONE)
     t = time.perf_counter()
@@ -584,6 +586,7 @@ def child(argv: list[str]) -> int:
     p.add_argument("--many", action="store_true")
     p.add_argument("--real-time", type=int, default=0)
     p.add_argument("--no-stress", action="store_true")
+    p.add_argument("--planned", type=int, default=0)
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
     for seconds in (int(s) for s in args.lengths.split(",") if s):
@@ -596,6 +599,7 @@ def child(argv: list[str]) -> int:
             reuse=args.reuse,
             real_time=args.real_time,
             stress=not args.no_stress,
+            planned=args.planned,
         )
         print(json.dumps(row), flush=True)
     if args.many:
@@ -705,6 +709,14 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help=f"write without the {POLLERS} browsers polling back to back in alternate blocks (a faster write)",
     )
+    p.add_argument(
+        "--planned",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="plan each run for SECONDS (written only for its --lengths): a live chart's buckets, and so "
+        "the rows a poll reads, are those of the planned length (a 48 h plan: 241 s)",
+    )
     args = p.parse_args(argv)
     if args.real_time and args.real_time < 4 * POLL_BLOCK_S:
         p.error(f"--real-time needs at least {4 * POLL_BLOCK_S} seconds (two blocks with browsers, two without)")
@@ -733,6 +745,8 @@ def main(argv: list[str]) -> int:
             "--real-time",
             str(args.real_time),
             *(["--no-stress"] if args.no_stress else []),
+            "--planned",
+            str(args.planned),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:

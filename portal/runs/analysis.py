@@ -1224,7 +1224,12 @@ def series(run: Run, *, since: int | None = None) -> dict:
     detail = start if since is not None else max(0, ((last_seen or 0) - LIVE_DETAIL_S) // bucket * bucket)
     chart = _Series(bucket, first=detail)
     buckets = columns.Groups()
-    for _, _, c in columns.chunks(run, {}, since=detail, align=bucket, ttfb=False):
+    # The shards' rows (all labels merged) when they carry the merged durations; else the label rows.
+    if columns.shards_merged(run, since=detail):
+        spans = columns.shard_chunks(run, since=detail, align=bucket)
+    else:
+        spans = columns.chunks(run, {}, since=detail, align=bucket, ttfb=False)
+    for _, _, c in spans:
         if c.size:
             _chart_columns(chart, buckets, c)
     _close_buckets(chart, buckets, lambda start: True)

@@ -338,6 +338,12 @@ class ShardInterval(models.Model):
     latency_sum_total = models.BigIntegerField(null=True, blank=True)
     latency_count_total = models.BigIntegerField(null=True, blank=True)
     dropped_total = models.BigIntegerField(null=True, blank=True)
+    # The second's hits and bytes over all labels, and its page durations over all labels merged
+    # (``Histogram.to_bytes``): a live chart reads these few rows, not one row per label, so a poll
+    # costs the same whatever the width of its bucket (issue 9). Null in rows written before.
+    hits = models.PositiveIntegerField(default=0)
+    bytes_in = models.BigIntegerField(default=0)
+    hist_bin = models.BinaryField(null=True, blank=True)
 
     class Meta:
         # Keyed so that a repeated flush replaces its row instead of counting twice; second before

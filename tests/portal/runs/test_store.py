@@ -216,6 +216,50 @@ def test_a_live_poll_reads_only_the_new_seconds(alice_client, run, django_assert
         assert part[key] == full[key][80:], key
 
 
+CHART_KEYS = (
+    "t",
+    "users",
+    "pages_per_s",
+    "hits_per_s",
+    "errors_per_s",
+    "bytes_per_s",
+    "dropped_per_s",
+    "apd_ms",
+    "p95_ms",
+    "apd_max_ms",
+    "pages_per_s_min",
+)
+
+
+@pytest.mark.parametrize("points", [720, 30])  # one second per point; several seconds per point
+@pytest.mark.parametrize("merged", ["all", "some", "none"])
+def test_a_live_chart_reads_the_shards_merged_rows_and_equals_the_label_rows(
+    alice_client, run, monkeypatch, points, merged
+):
+    # given: a live run on two shards whose shard rows carry all labels' page durations merged, or
+    # whose later (or all) rows were written before they did (those are read from the label rows)
+    run = _record(run, PROFILES["constant"])
+    if merged != "all":
+        ShardInterval.objects.filter(run=run, second__gte=0 if merged == "none" else 60).update(hist_bin=None)
+    monkeypatch.setattr(analysis, "MAX_POINTS", points)
+    url = reverse("runs:series", args=[run.code])
+
+    with CaptureQueriesContext(connection) as queries:
+        data = alice_client.get(url).json()
+        since = data["t"][-3]
+        part = alice_client.get(url, {"since": since}).json()
+
+    # then: the same chart as the reference's from every label row, p95 included
+    monkeypatch.setattr(reference_analysis, "MAX_POINTS", math.ceil(90 / data["bucket_s"]))
+    expected = _json(reference_analysis.series(run))
+    assert data["bucket_s"] == expected["bucket_s"] and (data["bucket_s"] > 1) == (points == 30)
+    for key in CHART_KEYS:
+        assert data[key] == expected[key], key
+        assert part[key] == data[key][-3:], key
+    label_reads = [q for q in queries.captured_queries if '"runs_pageinterval"."hist_bin"' in q["sql"]]
+    assert bool(label_reads) == (merged != "all")
+
+
 @pytest.mark.parametrize("since", ["soon", "-5", "²", "1" * 40, ""])
 def test_a_bad_since_is_refused_with_the_reason(alice_client, run, since):
     bad = alice_client.get(reverse("runs:series", args=[run.code]), {"since": since})
@@ -342,11 +386,15 @@ def test_after_finalize_the_label_rows_are_rolled_up_per_minute_and_nothing_is_l
     settings.PLIMSOLL_ROLLUP_AFTER = 3600
     services.watchdog()
     assert PageInterval.objects.filter(run=run).count() == len(raw)  # kept per second for an hour
+    assert not ShardInterval.objects.filter(run=run, hist_bin=None).exists()
     Run.objects.filter(id=run.id).update(finished_at=timezone.now() - timedelta(hours=2))
 
     services.watchdog()
 
     assert not PageInterval.objects.filter(run=run).exists()
+    # the shards' merged durations (only a live chart reads them) go too; their per-second totals stay
+    shard_rows = ShardInterval.objects.filter(run=run)
+    assert shard_rows.count() == 180 and not shard_rows.exclude(hist_bin=None).exists()
     rollups = list(PageRollup.objects.filter(run=run))
     assert {(r.second, r.span_s) for r in rollups} == {(0, 60), (60, 60)}
     assert sum(r.pages for r in rollups) == sum(r.pages for r in raw) == run.summary["whole_run"]["pages"]
@@ -428,7 +476,7 @@ def test_the_kept_per_second_totals_find_the_same_degradation_after_roll_up(run)
     )
 
 
-def test_a_live_first_load_reads_label_rows_only_for_the_recent_seconds(alice_client, run, monkeypatch):
+def test_a_live_first_load_reads_rows_of_each_second_only_for_the_recent_seconds(alice_client, run, monkeypatch):
     run = _record(run, PROFILES["constant"])
     expected = _json(reference_analysis.series(run))
     monkeypatch.setattr(analysis, "LIVE_DETAIL_S", 30)
