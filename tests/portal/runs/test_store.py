@@ -502,26 +502,6 @@ def test_a_live_first_load_reads_rows_of_each_second_only_for_the_recent_seconds
         assert data[key][recent] == expected[key][recent], key
 
 
-def test_a_live_first_load_of_wide_buckets_gets_the_early_ones_from_running_totals(alice_client, run, monkeypatch):
-    # given: 90 s on two shards, charted in buckets of several seconds, label rows read for the last 30 s only
-    run = _record(run, PROFILES["constant"])
-    monkeypatch.setattr(analysis, "MAX_POINTS", 30)
-    monkeypatch.setattr(analysis, "LIVE_DETAIL_S", 30)
-
-    data = alice_client.get(reverse("runs:series", args=[run.code])).json()
-
-    bucket = data["bucket_s"]
-    monkeypatch.setattr(reference_analysis, "MAX_POINTS", math.ceil(90 / bucket))
-    expected = _json(reference_analysis.series(run))
-    # then: the early buckets (before the detail) are the shards' totals, bucket by bucket, as the reference's
-    early = (89 - 30) // bucket
-    assert bucket > 1 and expected["bucket_s"] == bucket and data["t"] == expected["t"] == list(range(0, 90, bucket))
-    for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s"):
-        assert data[key] == expected[key], key
-    assert data["apd_ms"][:early] == expected["apd_ms"][:early] and data["p95_ms"][:early] == [None] * early
-    assert data["p95_ms"][early:] == expected["p95_ms"][early:]
-
-
 def _early_equal(alice_client, run, monkeypatch):
     """The first load's buckets before the detail (30 s) equal the reference's, with buckets of several seconds."""
     monkeypatch.setattr(analysis, "MAX_POINTS", 30)
@@ -534,7 +514,20 @@ def _early_equal(alice_client, run, monkeypatch):
     assert bucket > 1 and expected["bucket_s"] == bucket and data["t"] == expected["t"]
     for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s", "apd_ms"):
         assert data[key][:early] == expected[key][:early], key
-    return data, early
+    return data, expected, early
+
+
+def test_a_live_first_load_of_wide_buckets_gets_the_early_ones_from_running_totals(alice_client, run, monkeypatch):
+    # given: 90 s on two shards, charted in buckets of several seconds, label rows read for the last 30 s only
+    run = _record(run, PROFILES["constant"])
+
+    data, expected, early = _early_equal(alice_client, run, monkeypatch)
+
+    # then: the early buckets (before the detail) are the shards' totals, bucket by bucket, as the reference's
+    assert data["t"] == list(range(0, 90, data["bucket_s"]))
+    for key in ("pages_per_s", "errors_per_s", "users", "dropped_per_s"):
+        assert data[key] == expected[key], key
+    assert data["p95_ms"][:early] == [None] * early and data["p95_ms"][early:] == expected["p95_ms"][early:]
 
 
 def test_the_sinks_running_totals_count_a_rewritten_second_once(run):
@@ -585,7 +578,7 @@ def test_a_live_first_load_shows_a_ramps_peak_users_in_each_early_bucket(alice_c
     monkeypatch.setattr(services, "interval_write", ramp)
     run = _record(run, PROFILES["constant"])
     # then: each early bucket shows its peak second's users (the larger of its two edges), as the reference
-    data, early = _early_equal(alice_client, run, monkeypatch)
+    data, _, early = _early_equal(alice_client, run, monkeypatch)
     assert len(set(data["users"][:early])) > 5
 
 
