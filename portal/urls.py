@@ -5,6 +5,7 @@ from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
 from portal.accounts.forms import MailingPasswordResetForm
+from portal.runs.exporter import metrics_view
 
 
 class IdConverter:
@@ -56,6 +57,8 @@ urlpatterns = [
     path("", include("portal.runs.urls")),
     path("", include("portal.history.urls")),
     path("", include("portal.accounts.urls")),
+    # Plimsoll's own metrics for Prometheus (issue 29): a bearer token or an allowed address
+    path("metrics", metrics_view, name="metrics"),
     # Server metrics of runs (issue 14)
     path("", include("portal.metrics.urls")),
     # i12-schedules

@@ -17,6 +17,7 @@ PUBLIC = "public"  # anyone: log in and out, the API's schema and docs
 LOGIN = "login"  # the browser's pages: a session of a team member (anonymous → the login page)
 API = "api"  # /api/v1/: a bearer token or a session (anonymous → 401 JSON)
 ADMIN = "admin"  # Django's admin, staff only
+OPERATOR = "operator"  # Plimsoll's own /metrics: a bearer token, or a scrape from an allowed address
 TOKEN = "token"  # a secret link (share link, invitation): whoever holds it; an unknown token reveals nothing
 
 UI_TENANT = """
@@ -89,6 +90,7 @@ ROUTES = {
     "api/v1/schema/": PUBLIC,
     "api/v1/docs/": PUBLIC,
     "admin/…": ADMIN,
+    "metrics": OPERATOR,
     **{("" if r == "''" else r): LOGIN for r in UI_TENANT.split()},
     **dict.fromkeys(API_ROUTES.split(), API),
     **dict.fromkeys(PUBLIC_PAGES.split(), PUBLIC),
@@ -143,6 +145,13 @@ def test_api_routes_answer_anonymous_callers_401_or_405(client, route, method):
 @pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == PUBLIC])
 def test_public_pages_answer_anonymous_visitors(client, route):
     assert client.get(concrete(route)).status_code in ((301, 200, 405) if route == "favicon.ico" else (200, 405))
+
+
+@pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == OPERATOR])
+def test_operator_routes_refuse_a_visitor_from_elsewhere(client, route):
+    response = client.get(concrete(route), REMOTE_ADDR="192.0.2.7")
+    assert response.status_code == 403, (route, response.status_code)
+    assert b"plimsoll_" not in response.content
 
 
 @pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == TOKEN])
