@@ -34,6 +34,9 @@ MAX_EXTRACTIONS = 50  # per step
 MAX_RESOURCES = 200  # per step
 MAX_DATA_SET_COLUMNS = 100
 MAX_DATA_SET_ROWS = 1_000_000
+PROTOCOLS = ("auto", "http1", "h2c")  # docs/protocols.md
+STREAM_KINDS = ("sse", "chunked")
+MAX_CA_BUNDLE = 1_000_000  # characters of PEM
 
 
 class PlanError(ValueError):
@@ -65,6 +68,18 @@ class DataSet:
 
 
 @dataclass(frozen=True)
+class Stream:
+    """A streamed response (server-sent events or a chunked body of lines), timed event by event (streams.py)."""
+
+    kind: str  # sse | chunked
+    idle_timeout: float = 10.0  # seconds without a byte before the stream is an error (stream_stalled)
+    last_event_contains: str = ""  # "": no check; else the last event's data must contain it (check_failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "idle_timeout": self.idle_timeout, "last_event_contains": self.last_event_contains}
+
+
+@dataclass(frozen=True)
 class Step:
     """One page: a request (plus its resources), its checks, its extractions and the think time after it."""
 
@@ -82,8 +97,15 @@ class Step:
     max_duration_ms: float | None = None  # a slower page is an error (check_failed)
     extract: tuple[Extraction, ...] = ()
     resources: tuple[str, ...] = ()  # paths fetched in parallel after the main response
+    stream: Stream | None = None  # the main response is a stream (docs/protocols.md)
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._fields()
+        if self.stream is not None:  # left out when unset, so plans written before it read back the same
+            d["stream"] = self.stream.to_dict()
+        return d
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "method": self.method,
@@ -229,6 +251,9 @@ class Plan:
     think_time_mode: str = "fixed"
     request_timeout: float = 30.0
     thresholds: Thresholds = field(default_factory=Thresholds)
+    protocol: str = "auto"  # auto (ALPN over TLS) | http1 | h2c (cleartext HTTP/2 with prior knowledge)
+    tls_verify: bool = True  # verify the server's certificate (against the system CAs and ca_bundle)
+    ca_bundle: str = ""  # PEM certificates trusted in addition to the system's (a private CA)
 
     def url_for(self, step: Step) -> str:
         return self.base_url + step.path
@@ -246,6 +271,9 @@ class Plan:
             "think_time_mode": self.think_time_mode,
             "request_timeout": self.request_timeout,
             "thresholds": self.thresholds.to_dict(),
+            "protocol": self.protocol,
+            "tls_verify": self.tls_verify,
+            "ca_bundle": self.ca_bundle,
         }
 
     @classmethod
@@ -270,6 +298,13 @@ class Plan:
         if timeout > MAX_REQUEST_TIMEOUT:
             raise PlanError(f"request_timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
         thresholds = d.get("thresholds")
+        protocol = d.get("protocol", "auto")
+        if protocol not in PROTOCOLS:
+            raise PlanError(f"protocol: must be one of {', '.join(PROTOCOLS)}")
+        tls_verify = d.get("tls_verify", True)
+        if not isinstance(tls_verify, bool):
+            raise PlanError("tls_verify: must be true or false")
+        ca_bundle = _ca_bundle(d.get("ca_bundle", ""), "ca_bundle")
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -277,6 +312,9 @@ class Plan:
             think_time_mode=mode,
             request_timeout=timeout,
             thresholds=Thresholds() if thresholds is None else _thresholds(thresholds, "thresholds"),
+            protocol=protocol,
+            tls_verify=tls_verify,
+            ca_bundle=ca_bundle,
         )
 
     @classmethod
@@ -328,7 +366,7 @@ class Plan:
         )
 
 
-_PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds")
+_PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds", "protocol", "tls_verify", "ca_bundle")
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (
     "method",
@@ -343,6 +381,7 @@ _STEP_OPTIONAL = (
     "max_duration_ms",
     "extract",
     "resources",
+    "stream",
 )
 
 
@@ -401,6 +440,22 @@ def _base_url(v: Any, path: str) -> str:
     if parts.query or parts.fragment or parts.username or parts.password:
         raise PlanError(f"{path}: must not contain a query, a fragment or credentials")
     return url.rstrip("/")
+
+
+def _ca_bundle(v: Any, path: str) -> str:
+    """PEM text of one or more CA certificates, checked by loading it into a TLS context."""
+    text = _string(v, path, max_len=MAX_CA_BUNDLE).strip()
+    if not text:
+        return ""
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise PlanError(f"{path}: must be PEM text with at least one -----BEGIN CERTIFICATE----- block")
+    import ssl
+
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=text)
+    except (ssl.SSLError, ValueError) as exc:
+        raise PlanError(f"{path}: not a valid PEM certificate bundle ({exc})") from None
+    return text + "\n"
 
 
 def _test_case(d: Any, path: str) -> TestCase:
@@ -474,7 +529,22 @@ def _step(d: Any, path: str) -> Step:
         max_duration_ms=max_duration,
         extract=_extractions(d.get("extract", []), f"{path}.extract"),
         resources=_resources(d.get("resources", []), f"{path}.resources"),
+        stream=_stream(d.get("stream"), f"{path}.stream"),
     )
+
+
+def _stream(d: Any, path: str) -> Stream | None:
+    if d is None:
+        return None
+    _obj(d, path, required=("kind",), optional=("idle_timeout", "last_event_contains"))
+    kind = d["kind"]
+    if kind not in STREAM_KINDS:
+        raise PlanError(f"{path}.kind: must be one of {', '.join(STREAM_KINDS)}")
+    idle = _number(d.get("idle_timeout", 10.0), f"{path}.idle_timeout", minimum=0.0, exclusive=True)
+    if idle > MAX_REQUEST_TIMEOUT:
+        raise PlanError(f"{path}.idle_timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
+    contains = _string(d.get("last_event_contains", ""), f"{path}.last_event_contains", max_len=10_000)
+    return Stream(kind=kind, idle_timeout=idle, last_event_contains=contains)
 
 
 def _request_path(v: Any, path: str) -> str:

@@ -77,12 +77,13 @@ from typing import Any
 from . import errors, health
 from .datasets import DataFeed
 from .gcpolicy import GcPolicy
-from .h1 import make_h1_client
+from .h2 import make_client
 from .histogram import Histogram
 from .http import HttpClient, Response
 from .mix import Mix
-from .plan import DataSet, Plan, Step, TestCase
+from .plan import DataSet, Plan, Step, Stream, TestCase
 from .schedule import arrivals, measurement_windows, shard_user_ids, total_duration, user_windows, whole_seconds
+from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, check_url, parse_allowlist
 from .variables import (
     ExtractionError,
@@ -137,8 +138,22 @@ class LabelTotals:
     histogram: Histogram = field(default_factory=Histogram)
     connect_histogram: Histogram = field(default_factory=Histogram)  # new connections of successful pages
     ttfb_histogram: Histogram = field(default_factory=Histogram)  # time to first byte of successful pages
+    protocols: dict[str, int] = field(default_factory=dict)  # hits by protocol of the responses received
+    # Streamed responses (a step with ``stream``): time to first event, gaps between events, events per response
+    ttfe_histogram: Histogram = field(default_factory=Histogram)
+    gap_histogram: Histogram = field(default_factory=Histogram)
+    events_histogram: Histogram = field(default_factory=Histogram)  # values are event counts, not µs
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._base_dict()
+        if self.events_histogram.count:
+            d["ttfe_ms"] = latency_ms(self.ttfe_histogram)
+            d["gap_ms"] = latency_ms(self.gap_histogram)
+            e = self.events_histogram
+            d["events"] = {"total": e.sum, "per_response": {"mean": round(e.mean, 1), "min": e.min, "max": e.max}}
+        return d
+
+    def _base_dict(self) -> dict[str, Any]:
         return {
             "pages": self.pages,
             "hits": self.hits,
@@ -150,6 +165,7 @@ class LabelTotals:
             "latency_ms": latency_ms(self.histogram),
             "connect_ms": latency_ms(self.connect_histogram),
             "ttfb_ms": latency_ms(self.ttfb_histogram),
+            "protocols": dict(self.protocols),
         }
 
 
@@ -278,9 +294,17 @@ class _LabelInterval:
         "hist",
         "connect_hist",
         "ttfb_hist",
+        "protocols",
+        "ttfe_hist",
+        "gap_hist",
+        "events_hist",
     )
 
     def __init__(self) -> None:
+        self.ttfe_hist: Histogram | None = None  # streamed responses only (created on the first one)
+        self.gap_hist: Histogram | None = None
+        self.events_hist: Histogram | None = None
+        self.protocols: dict[str, int] = {}  # hits by protocol ("http/1.1", "h2"), of responses received
         self.pages = self.hits = self.errors = self.bytes_in = self.bytes_out = 0
         self.errors_by_kind: dict[str, int] = {}
         self.error_samples: dict[str, str] = {}
@@ -289,6 +313,14 @@ class _LabelInterval:
         self.ttfb_hist = Histogram()
 
     def to_report(self) -> dict[str, Any]:
+        d = self._base_report()
+        if self.events_hist is not None:
+            d["ttfe_hist"] = self.ttfe_hist.to_dict()
+            d["gap_hist"] = self.gap_hist.to_dict()
+            d["events_hist"] = self.events_hist.to_dict()
+        return d
+
+    def _base_report(self) -> dict[str, Any]:
         return {
             "pages": self.pages,
             "hits": self.hits,
@@ -300,6 +332,7 @@ class _LabelInterval:
             "hist": self.hist.to_dict(),
             "connect_hist": self.connect_hist.to_dict(),
             "ttfb_hist": self.ttfb_hist.to_dict(),
+            "protocols": dict(self.protocols),
         }
 
     def add_to(self, t: LabelTotals) -> None:
@@ -315,6 +348,12 @@ class _LabelInterval:
         t.histogram.merge(self.hist)
         t.connect_histogram.merge(self.connect_hist)
         t.ttfb_histogram.merge(self.ttfb_hist)
+        for protocol, n in self.protocols.items():
+            t.protocols[protocol] = t.protocols.get(protocol, 0) + n
+        if self.events_hist is not None:
+            t.ttfe_histogram.merge(self.ttfe_hist)
+            t.gap_histogram.merge(self.gap_hist)
+            t.events_histogram.merge(self.events_hist)
 
 
 class _Interval:
@@ -366,6 +405,7 @@ class _CompiledStep:
     max_duration_ms: float | None
     extractors: tuple[Extractor, ...]
     resources: tuple[tuple[str, str], ...]  # (path, url)
+    stream: Stream | None  # the main response is a stream: timed event by event
     data_set: DataSet | None  # the test case's
     templated: bool
     base_url: str
@@ -404,6 +444,7 @@ class _CompiledStep:
             max_duration_ms=step.max_duration_ms,
             extractors=tuple(Extractor(e.name, e.source, e.expression) for e in step.extract),
             resources=tuple((p, plan.base_url + p) for p in step.resources),
+            stream=step.stream,
             data_set=tc.data_set,
             templated=bool(path_template or header_templates or body_template),
             base_url=plan.base_url,
@@ -1064,8 +1105,16 @@ class _Run:
                 message = step.missing.get(exc.name, "") if isinstance(exc, MissingVariable) else ""
                 self._record_error(step, errors.EXTRACTION_FAILED, message or errors.short(str(exc)), 0, 0, 0)
                 return False
+        observer = None
         try:
-            resp = await client.request(step.method, url, headers, body, step.timeout)
+            if step.stream is None:
+                resp = await client.request(step.method, url, headers, body, step.timeout)
+            else:
+                observer = StreamObserver(step.stream.kind, step.stream.idle_timeout)
+                try:
+                    resp = await client.request(step.method, url, headers, body, step.timeout, observer)
+                finally:
+                    observer.close()
         except asyncio.CancelledError:
             self.totals.aborted += 1
             raise
@@ -1075,6 +1124,8 @@ class _Run:
                 detail = f"no complete response within {step.timeout:g} s"
             self._record_error(step, kind, errors.request_message(step.method, step.path, detail), 1, 0, len(body))
             return False
+        protocols = self._label(step.label).protocols
+        protocols[resp.protocol] = protocols.get(resp.protocol, 0) + resp.hits
         status_ok = 200 <= resp.status < 400 if step.expect_status is None else resp.status == step.expect_status
         if not status_ok:
             detail = f"{resp.status} {resp.reason}".strip()
@@ -1107,6 +1158,12 @@ class _Run:
             if resp.connect_s > 0:
                 li.connect_hist.record(resp.connect_s * 1_000_000)
             return False
+        if observer is not None:
+            message = self._stream_failure(step, observer)
+            if message is not None:
+                kind, message = message
+                self._record_error(step, kind, message, hits, bytes_in, bytes_out)
+                return False
         for extractor in step.extractors:
             try:
                 values[extractor.name] = extractor.extract(page)
@@ -1122,7 +1179,31 @@ class _Run:
         li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
         if resp.connect_s > 0:  # 0: the main request went over a connection already open
             li.connect_hist.record(resp.connect_s * 1_000_000)
+        if observer is not None:
+            if li.events_hist is None:
+                li.ttfe_hist, li.gap_hist, li.events_hist = Histogram(), Histogram(), Histogram()
+            li.ttfe_hist.record((observer.first_event - observer.start) * 1_000_000)
+            gap_hist = li.gap_hist
+            for gap in observer.gaps:
+                gap_hist.record(gap * 1_000_000)
+            li.events_hist.record(observer.events)
         return True
+
+    @staticmethod
+    def _stream_failure(step: _CompiledStep, observer: StreamObserver) -> tuple[str, str] | None:
+        """(kind, message) when a complete streamed response is not what the step expects, else None."""
+        try:
+            observer.finish()
+        except Exception as exc:
+            kind, detail = errors.classify(exc)
+            return kind, errors.request_message(step.method, step.path, detail)
+        if observer.events == 0:
+            return errors.CHECK_FAILED, errors.request_message(step.method, step.path, "the stream sent no event")
+        expected = step.stream.last_event_contains
+        if expected and expected not in observer.last_event:
+            detail = f"the last event {observer.last_event[:60]!r} does not contain {expected!r}"
+            return errors.CHECK_FAILED, errors.short(detail)
+        return None
 
     async def _resources(self, client: HttpClient, step: _CompiledStep) -> tuple[int, int, int, tuple[str, str] | None]:
         """Fetch the step's resources, at most RESOURCE_CONNECTIONS at once.
@@ -1151,8 +1232,10 @@ class _Run:
             await asyncio.gather(*(fetch() for _ in range(workers)))
         hits = bytes_in = bytes_out = 0
         failure: tuple[str, str] | None = None
+        protocols = self._label(step.label).protocols
         for (path, _), r in zip(resources, results, strict=True):
             if isinstance(r, Response):
+                protocols[r.protocol] = protocols.get(r.protocol, 0) + r.hits
                 hits += r.hits
                 bytes_in += r.bytes_in
                 bytes_out += r.bytes_out
@@ -1291,7 +1374,8 @@ async def run(
                                      "bytes_in": 181000, "bytes_out": 0,
                                      "hist": Histogram.to_dict() of the successful pages,
                                      "connect_hist": ... of their new connections' connect times,
-                                     "ttfb_hist": ... of their times to first byte}}}
+                                     "ttfb_hist": ... of their times to first byte,
+                                     "protocols": {"h2": 30}}}}
 
     ``active_users`` is the peak of users running at once in that second (in
     ``arrival_rate``, the users busy with an iteration). ``hist`` is timed
@@ -1322,8 +1406,10 @@ async def run(
             )
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, check_url, plan.base_url, allow)
-    # The engine's own HTTP/1.1 layer (h1.py): about 7x less CPU per request than aiohttp.
-    factory = client_factory or functools.partial(make_h1_client, allow)
+    # The engine's own HTTP layer (h1.py, and h2.py for HTTP/2): about 7x less CPU per request than aiohttp.
+    factory = client_factory or functools.partial(
+        make_client, allow, protocol=plan.protocol, verify=plan.tls_verify, ca_bundle=plan.ca_bundle or None
+    )
     return await _Run(plan, sink, ids, seed, factory, shard, resume_at, data_taken).execute(start_at)
 
 
