@@ -30,7 +30,8 @@ Endpoints (``?`` parameters override the knob of the same meaning for one reques
 * ``GET /chunked?chunks=&gap_ms=``: the same pacing as a plain chunked body
   (``text/plain``, one line per chunk);
 * ``WS /ws``: echo; each text message comes back as it was sent (after
-  ``ws.delay_ms``); a message ``{"chat": "..."}`` is also sent to every other
+  ``ws.delay_ms``), except ``/handshake``, answered with the cookie and ``x-``
+  headers of the upgrade request as JSON; a message ``{"chat": "..."}`` is also sent to every other
   open ``/ws`` session as ``{"from": n, "chat": "..."}``;
 * ``GET/POST /_demo/knobs``, ``GET /_demo/counters``, ``POST /_demo/counters/reset``
   (never counted).
@@ -290,7 +291,10 @@ class StreamsApp:
                 if self.knobs["ws.delay_ms"]:
                     await asyncio.sleep(self.knobs["ws.delay_ms"] / 1000)
                 c.ws_messages_out += 1
-                if text is not None:
+                if text == "/handshake":  # the cookie and x- headers of the upgrade request, as JSON
+                    seen = {k.decode(): v.decode() for k, v in scope["headers"] if k == b"cookie" or k[:2] == b"x-"}
+                    await send({"type": "websocket.send", "text": json.dumps(seen)})
+                elif text is not None:
                     await send({"type": "websocket.send", "text": text})
                     self._chat(number, text)
                 else:

@@ -27,6 +27,8 @@ STREAM_RESET = "stream_reset"  # the server reset an HTTP/2 stream (RST_STREAM) 
 FLOW_CONTROL_STALLED = "flow_control_stalled"  # a body could not be sent in time: the peer's window stayed shut
 STREAM_STALLED = "stream_stalled"  # a streamed response sent nothing for its idle timeout
 STREAM_INCOMPLETE = "stream_incomplete"  # a streamed response ended in the middle of an event
+WS_CLOSED = "ws_closed"  # the server closed a WebSocket session (or its connection) while the step needed it
+MESSAGE_TOO_BIG = "message_too_big"  # a WebSocket message over the step's max_message_bytes
 
 KINDS = (
     CONNECTION_REFUSED,
@@ -42,6 +44,8 @@ KINDS = (
     FLOW_CONTROL_STALLED,
     STREAM_STALLED,
     STREAM_INCOMPLETE,
+    WS_CLOSED,
+    MESSAGE_TOO_BIG,
 )
 
 MAX_MESSAGE = 200
