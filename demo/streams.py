@@ -110,6 +110,8 @@ class StreamCounters:
         self.sse_dropped = 0
         self.sse_stalled = 0
         self.first_event_sent: deque[float] = deque(maxlen=FIRST_EVENT_TIMES)
+        # seconds from the request reaching the application to its first event's send (the server's own TTFE)
+        self.first_event_delay: deque[float] = deque(maxlen=FIRST_EVENT_TIMES)
         self.chunked_streams = 0
         self.ws_sessions = 0
         self.ws_messages_in = 0
@@ -128,6 +130,7 @@ class StreamCounters:
             "sse_dropped": self.sse_dropped,
             "sse_stalled": self.sse_stalled,
             "first_event_sent": list(self.first_event_sent),
+            "first_event_delay": list(self.first_event_delay),
             "chunked_streams": self.chunked_streams,
             "ws_sessions": self.ws_sessions,
             "ws_messages_in": self.ws_messages_in,
@@ -224,6 +227,7 @@ class StreamsApp:
         return count, first, gap
 
     async def _sse(self, send: Any, query: dict[str, str]) -> None:
+        arrived = time.time()
         count, first, gap = self._pace(query, "sse")
         k = self.knobs
         drop_after, stall_after = k["sse.drop_after"], k["sse.stall_after"]
@@ -244,6 +248,7 @@ class StreamsApp:
             sent = time.time()
             if i == 0:
                 c.first_event_sent.append(sent)
+                c.first_event_delay.append(sent - arrived)
             event = f'id: {i}\nevent: token\ndata: {{"i": {i}, "t": {sent:.6f}}}\n\n'
             c.sse_events += 1  # counted before the send returns: the client may have it by then
             await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
