@@ -118,15 +118,22 @@ def test_alpn_falls_back_to_http11_on_the_same_connection(tmp_path):
     ctx, ca_pem = tls_server_context(tmp_path)
     server = AppServer(ssl_context=ctx)  # aiohttp over TLS: no h2 in its ALPN
     try:
+        opened = []
+
+        class Counting(H2Client):
+            async def _open(self, prep, protocol, ctx):
+                opened.append(type(protocol).__name__)
+                return await super()._open(prep, protocol, ctx)
 
         async def go():
-            client = H2Client(protocol="auto", ca_bundle=ca_pem)
+            client = Counting(protocol="auto", ca_bundle=ca_pem)
             try:
                 return [await client.request("GET", f"{server.url}/hello", {}, b"", 5) for _ in range(5)]
             finally:
                 await client.close()
 
         responses = _run(go())
+        assert opened == ["_H2Conn"]  # one TCP connection and TLS handshake, offering h2: no second one
         assert [r.protocol for r in responses] == ["http/1.1"] * 5
         assert all(r.status == 200 for r in responses)
         assert server.connections == 1  # the ALPN connection itself served them all: no second handshake

@@ -595,6 +595,7 @@ class H2Client(H1Client):
         pool.count += 1
         conn.pool = pool
         pool.conns.add(conn)
+        conn.keep_alive = True  # fresh: nothing said otherwise yet (_finish would discard it)
         self._finish(conn)
 
     async def close(self) -> None:
