@@ -310,7 +310,7 @@ def test_the_allowlist_check_uses_the_same_parser():
 def test_a_hook_to_a_rebinding_name_reaches_only_the_address_it_checked(settings, alice, environment, servers):
     # given: a change whose hook names a host that resolves to the allowed server first, then the forbidden one
     allowed, forbidden = servers
-    settings.PLIMSOLL_ALLOWED_TARGETS = ONLY_ALLOWED
+    settings.PLIMSOLL_OUTBOUND_ALLOWED = ONLY_ALLOWED
     allowed.answer = (200, {}, b'{"ok": true}')
     forbidden.answer = (200, {}, b"secret from the forbidden server")
     change = services.change_create(
@@ -357,12 +357,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # Modules that open connections: only portal.outbound may use them in the portal and its workers.
 NETWORK_MODULES = {"socket", "ssl", "http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
 # Who else may: the CI client talks to the portal (its user's own URL, not the server's), and
-# runs/services.py names its worker with socket.gethostname(). The engine (workers/engine) and the
+# runs/services/shards.py names its worker with socket.gethostname(). The engine (workers/engine) and the
 # demo target are not the portal: the engine checks every connection itself (workers/engine/targets.py).
 ALLOWED_USERS = {
     "portal/outbound.py": NETWORK_MODULES,
     "portal/client.py": {"urllib.request"},
-    "portal/runs/services.py": {"socket"},
+    "portal/runs/services/shards.py": {"socket"},
 }
 
 
