@@ -18,6 +18,7 @@ from workers.engine import errors
 from workers.engine.h2 import FlowControlStalled, H2Client, H2ProtocolError, StreamReset, make_client
 from workers.engine.plan import Plan, PlanError
 from workers.engine.runner import run_sync
+from workers.engine.targets import TargetNotAllowed
 
 from .protocol_servers import NginxH2, RawH2Server, StreamsServer, tls_server_context
 from .servers import NGINX, AppServer
@@ -177,6 +178,19 @@ def test_nginx_serves_h2_over_tls_and_h2c_to_the_engine():
     finally:
         nginx.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_allowlist_refuses_an_h2_connection_before_it_is_opened(demo):
+    async def go():
+        client = H2Client("10.0.0.0/8", protocol="h2c")
+        try:
+            await client.request("GET", f"{demo.http_url}/page", {}, b"", 5)
+        finally:
+            await client.close()
+
+    with pytest.raises(TargetNotAllowed):
+        _run(go())
+    assert demo.app.counters.snapshot()["requests"] == 0
 
 
 # -- a server that misbehaves ----------------------------------------------------------------------
