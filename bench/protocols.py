@@ -329,6 +329,64 @@ def _ws_echo_server(port: int) -> None:
     uvloop.run(main())
 
 
+def ws_memory(args: argparse.Namespace, work: Path, sessions: int = 1000) -> dict[str, Any]:
+    """Memory per virtual user holding an open WebSocket: its client (cookie jar, pools) and its session.
+
+    Measured in this process: Python allocations (tracemalloc) and resident memory before and after
+    opening ``sessions`` sessions against the echo server, each from its own client.
+    """
+    import gc
+    import resource  # noqa: F401 - Linux only, as the rest of the bench
+    import tracemalloc
+
+    from workers.engine.h1 import H1Client
+    from workers.engine.ws import open_websocket
+
+    port = _free_port()
+    echo = [sys.executable, "-m", "bench.protocols", "_ws_echo", str(port)]
+    procs.REGISTRY.start(pin(args.server_core, echo), cwd=str(REPO))
+
+    def rss_kb() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+    async def run() -> dict[str, Any]:
+        url = f"ws://127.0.0.1:{port}/"
+        warm = H1Client()
+        s, _ = await open_websocket(warm, url, {}, 10)
+        await s.send("warm")
+        await s.receive(5)
+        gc.collect()
+        tracemalloc.start()
+        rss0, (py0, _) = rss_kb(), tracemalloc.get_traced_memory()
+        held = []
+        for _ in range(sessions):
+            client = H1Client()
+            session, _ = await open_websocket(client, url, {}, 10)
+            held.append((client, session))
+        await asyncio.gather(*(session.send("hello") for _, session in held))
+        await asyncio.gather(*(session.receive(10) for _, session in held))
+        gc.collect()
+        rss1, (py1, _) = rss_kb(), tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        for client, session in held:
+            await session.close(0.5)
+            await client.close()
+        return {
+            "sessions": sessions,
+            "python_bytes_per_session": round((py1 - py0) / sessions),
+            "rss_kb_per_session": round((rss1 - rss0) / sessions, 1),
+        }
+
+    try:
+        _wait_port(port)
+        import uvloop
+
+        return uvloop.run(run())
+    finally:
+        procs.REGISTRY.stop_all()
+
+
 # -- 3. time to first event -------------------------------------------------------------------------------
 
 
@@ -411,10 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--gen-core", type=int, default=0)
     p.add_argument("--server-core", type=int, default=1)
-    p.add_argument("--only", choices=("h2", "ws", "ttfe"), action="append")
+    p.add_argument("--only", choices=("h2", "ws", "wsmem", "ttfe"), action="append")
     args = p.parse_args(argv)
     results: dict[str, Any] = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    todo = args.only or ["h2", "ws", "ttfe"]
+    todo = args.only or ["h2", "ws", "wsmem", "ttfe"]
     with tempfile.TemporaryDirectory(prefix="plimsoll-bench-protocols-") as tmp:
         work = Path(tmp)
         Path(tmp).chmod(0o755)
@@ -425,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
             if "ws" in todo:
                 results["ws"] = ws_messages(args, work)
                 print("ws", json.dumps(results["ws"]), flush=True)
+            if "wsmem" in todo:
+                results["wsmem"] = ws_memory(args, work)
+                print("wsmem", json.dumps(results["wsmem"]), flush=True)
             if "ttfe" in todo:
                 results["ttfe"] = ttfe(args, work)
                 print("ttfe", json.dumps(results["ttfe"]), flush=True)
