@@ -43,6 +43,7 @@ says so and the server agrees; the protocol of each request is recorded in
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections import deque
 from typing import Any
@@ -53,6 +54,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack.hpack
 
 from .h1 import (
     HTTP11,
@@ -87,6 +89,25 @@ MAX_HEADER_LIST = 1 << 16
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"})
 _ORIGIN_H1 = 1  # an origin spoken to over HTTP/1.1
 _ORIGIN_H2 = 2  # an origin spoken to over HTTP/2
+
+
+# HPACK: servers such as nginx send their response headers as Huffman-coded literals without indexing,
+# the same few strings (Server, Content-Type, ETag, Date within a second...) on every response, and
+# hpack decodes each bit by bit in Python: about a third of the CPU of a request. The decoded strings
+# are cached (bytes in, bytes out, both immutable; errors are raised as before, never cached).
+_huffman = hpack.hpack.decode_huffman
+
+
+@functools.lru_cache(maxsize=4096)
+def _huffman_cached(data: bytes) -> bytes:
+    return _huffman(data)
+
+
+def _decode_huffman(data: bytes | bytearray | memoryview) -> bytes:
+    return _huffman_cached(bytes(data))
+
+
+hpack.hpack.decode_huffman = _decode_huffman
 
 
 class H2ProtocolError(ConnectionError):
