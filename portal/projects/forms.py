@@ -658,6 +658,8 @@ class PlanForm(ProjectScopedForm):
             "max_users",
             "think_time_mode",
             "request_timeout",
+            "protocol",
+            "tls_accept_any",
             "threshold_apd_ms",
             "threshold_p95_ms",
             "threshold_error_rate_pct",
@@ -673,6 +675,7 @@ class PlanForm(ProjectScopedForm):
         self.fields["environment"].queryset = self.project.environments.all()
         self.fields["environment"].to_field_name = "code"
         self.fields["environment"].empty_label = None
+        self.fields["protocol"].required = False  # left out (older clients, scripts): automatic
         for name in ("ramp_up", "hold", "ramp_down", "pacing", "rate", "rate_start", "request_timeout"):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
@@ -744,6 +747,9 @@ class PlanForm(ProjectScopedForm):
     def _check_duration(self, kind: str, cleaned: dict) -> None:
         if message := rules.profile_duration_error(kind, cleaned):
             self.add_error("hold", message)
+
+    def clean_protocol(self):
+        return self.cleaned_data.get("protocol") or Plan.Protocol.AUTO
 
     def service_values(self) -> dict:
         """The cleaned form as services.plan_save's keyword arguments."""

@@ -343,6 +343,11 @@ class Plan(TimeStamped):
 
     team_path = "project__team"
 
+    class Protocol(models.TextChoices):  # the engine's plan option (docs/protocols.md)
+        AUTO = "auto", "Automatic: HTTP/2 over TLS when the server offers it, else HTTP/1.1"
+        HTTP1 = "http1", "HTTP/1.1 only"
+        H2C = "h2c", "HTTP/2, also in clear text (h2c with prior knowledge)"
+
     class ThinkTimeMode(models.TextChoices):
         FIXED = "fixed", "Fixed"
         UNIFORM = "uniform", "Uniform (mean ± 50 %)"
@@ -414,6 +419,17 @@ class Plan(TimeStamped):
     think_time_mode = models.CharField(max_length=12, choices=ThinkTimeMode.choices, default=ThinkTimeMode.FIXED)
     request_timeout = models.FloatField(
         "request timeout (s)", default=30, validators=[MinValueValidator(0.1), MaxValueValidator(600)]
+    )
+    protocol = models.CharField(
+        max_length=8,
+        choices=Protocol.choices,
+        default=Protocol.AUTO,
+        help_text="HTTP/2 multiplexes a page's resources on one connection per user, as a browser does",
+    )
+    tls_accept_any = models.BooleanField(
+        "accept any TLS certificate",
+        default=False,
+        help_text="For a test system with a self-signed certificate; certificates are verified otherwise",
     )
     threshold_apd_ms = models.PositiveIntegerField("APD at most (ms)", null=True, blank=True)
     threshold_p95_ms = models.PositiveIntegerField("p95 at most (ms)", null=True, blank=True)
@@ -598,6 +614,9 @@ class Plan(TimeStamped):
                 "error_rate_pct": self.threshold_error_rate_pct,
                 "min_pages_per_s": self.threshold_min_pages_per_s,
             },
+            # Only when they differ from the engine's defaults (as a step's newer keys).
+            **({"protocol": self.protocol} if self.protocol != self.Protocol.AUTO else {}),
+            **({"tls_verify": False} if self.tls_accept_any else {}),
         }
 
     def analysis_settings(self) -> dict:

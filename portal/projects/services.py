@@ -270,6 +270,8 @@ PLAN_VALUES = (
     *Plan.PROFILE_INPUTS,
     "think_time_mode",
     "request_timeout",
+    "protocol",
+    "tls_accept_any",
     "threshold_apd_ms",
     "threshold_p95_ms",
     "threshold_error_rate_pct",

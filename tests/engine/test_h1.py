@@ -806,7 +806,7 @@ def test_tls_verification_rejects_a_self_signed_certificate(tls_app, loop):
         try:
             with pytest.raises(ssl.SSLCertVerificationError) as info:
                 await get(client, f"{tls_app.url}/hello")
-            assert errors.classify(info.value)[0] == errors.CONNECTION_ERROR
+            assert errors.classify(info.value) == (errors.TLS_ERROR, "TLS handshake failed: self-signed certificate")
         finally:
             await client.close()
 

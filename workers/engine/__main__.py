@@ -186,6 +186,7 @@ def _json_summary(t: RunTotals) -> dict[str, Any]:
         "cpu_pct_max": round(t.cpu_pct_max, 1),
         "max_rss_kb": _max_rss_kb(),
         "windows": [w.to_dict() for w in t.windows],
+        "labels": {label: lt.to_dict() for label, lt in t.labels.items()},
     }
 
 

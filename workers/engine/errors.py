@@ -10,6 +10,7 @@ runs.
 from __future__ import annotations
 
 import errno
+import ssl
 
 from .targets import TargetNotAllowed
 
@@ -20,6 +21,14 @@ HTTP_STATUS = "http_status"  # a response, but not the expected status
 CHECK_FAILED = "check_failed"  # expected status, but a text check failed
 TARGET_NOT_ALLOWED = "target_not_allowed"  # refused by the allowlist before connecting
 EXTRACTION_FAILED = "extraction_failed"  # a {{variable}} had no value (nothing sent), or an extraction found nothing
+TLS_ERROR = "tls_error"  # the TLS handshake failed: certificate not trusted, wrong host name, no common protocol...
+PROTOCOL_ERROR = "protocol_error"  # the server broke HTTP/2 (malformed frames or headers) or WebSocket framing
+STREAM_RESET = "stream_reset"  # the server reset an HTTP/2 stream (RST_STREAM) before its response was complete
+FLOW_CONTROL_STALLED = "flow_control_stalled"  # a body could not be sent in time: the peer's window stayed shut
+STREAM_STALLED = "stream_stalled"  # a streamed response sent nothing for its idle timeout
+STREAM_INCOMPLETE = "stream_incomplete"  # a streamed response ended in the middle of an event
+WS_CLOSED = "ws_closed"  # the server closed a WebSocket session (or its connection) while the step needed it
+MESSAGE_TOO_BIG = "message_too_big"  # a WebSocket message over the step's max_message_bytes
 
 KINDS = (
     CONNECTION_REFUSED,
@@ -29,6 +38,14 @@ KINDS = (
     CHECK_FAILED,
     TARGET_NOT_ALLOWED,
     EXTRACTION_FAILED,
+    TLS_ERROR,
+    PROTOCOL_ERROR,
+    STREAM_RESET,
+    FLOW_CONTROL_STALLED,
+    STREAM_STALLED,
+    STREAM_INCOMPLETE,
+    WS_CLOSED,
+    MESSAGE_TOO_BIG,
 )
 
 MAX_MESSAGE = 200
@@ -46,8 +63,16 @@ def classify(exc: BaseException) -> tuple[str, str]:
         if isinstance(e, TargetNotAllowed):
             return TARGET_NOT_ALLOWED, short(str(e))
     for e in chain:
+        kind = getattr(e, "kind", None)  # the engine's own named failures (h2.py, streams, WebSocket)
+        if isinstance(kind, str) and kind in KINDS:
+            return kind, short(str(e) or type(e).__name__)
+    for e in chain:
         if isinstance(e, TimeoutError):
             return TIMEOUT, "timed out"
+    for e in chain:
+        if isinstance(e, ssl.SSLError | ssl.CertificateError):
+            reason = getattr(e, "verify_message", None) or getattr(e, "reason", None) or str(e)
+            return TLS_ERROR, short(f"TLS handshake failed: {reason}")
     for e in chain:
         if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
             return CONNECTION_REFUSED, "connection refused"

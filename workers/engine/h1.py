@@ -94,6 +94,7 @@ import brotli
 from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 
 from .http import MAX_REDIRECTS, USER_AGENT, BodyDecodeError, Response, decode_body
+from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, TargetGuard
 
 __all__ = [
@@ -113,6 +114,7 @@ IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE"})
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 CLOSE_GRACE_S = 1.0  # close(): how long a graceful close (TLS close_notify) may take before an abort
 _PREPARED_CACHE_MAX = 4096
+HTTP11 = "http/1.1"  # Response.protocol of a request sent over HTTP/1.1
 _now = time.perf_counter
 _current_task = asyncio.current_task
 
@@ -369,6 +371,10 @@ class _Prepared:
         "close",
         "head",
         "idempotent",
+        "target",
+        "authority",
+        "fields",
+        "h2",
     )
 
 
@@ -466,6 +472,10 @@ def _build(method: str, url: str, user_headers: tuple[tuple[str, str], ...]) -> 
     p.close = "connection" in fields and "close" in fields["connection"][1].lower()
     p.head = method == "HEAD"
     p.idempotent = method in IDEMPOTENT
+    p.target = target
+    p.authority = host_header
+    p.fields = tuple((lname, str(value)) for lname, (_, value) in fields.items())
+    p.h2 = None  # HTTP/2 header block, built by h2.py on first use
     return p
 
 
@@ -530,9 +540,11 @@ class _Conn(asyncio.Protocol):
         "lost_waiter",
         "served",
         "pool",
+        "observer",
     )
 
     def __init__(self) -> None:
+        self.observer: StreamObserver | None = None  # fed every body piece of a streamed response
         self.transport: asyncio.Transport | None = None
         self.parser = HttpResponseParser(self)
         self.waiter: asyncio.Future[None] | None = None
@@ -557,7 +569,8 @@ class _Conn(asyncio.Protocol):
 
     # -- used by the client --
 
-    def start(self, waiter: asyncio.Future[None], head: bool) -> None:
+    def start(self, waiter: asyncio.Future[None], head: bool, observer: StreamObserver | None = None) -> None:
+        self.observer = observer
         if self.reset_parser:
             self.parser = HttpResponseParser(self)
             self.reset_parser = False
@@ -576,6 +589,11 @@ class _Conn(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+    def stall(self, exc: BaseException) -> None:
+        """A streamed response went idle too long (StreamObserver): fail the request, close the connection."""
+        self._fail(exc)
+        self.abort()
 
     # -- asyncio callbacks --
 
@@ -675,6 +693,8 @@ class _Conn(asyncio.Protocol):
             return
         self.headers_done = True
         self.t_headers = _now()
+        if self.observer is not None:
+            self.observer.touch()
         raw = self.raw_headers
         h = Headers({n.decode("latin-1").lower(): v.decode("latin-1") for n, v in raw})
         if len(h) != len(raw):  # a repeated field
@@ -693,6 +713,9 @@ class _Conn(asyncio.Protocol):
         if self.waiter is None:  # a body after a HEAD response: the framing is broken, data_received aborts
             raise _StrayResponse("a body after a response without one")
         self.chunks.append(body)
+        observer = self.observer
+        if observer is not None:
+            observer.feed(body)
 
     def on_message_complete(self) -> None:
         if self.interim or self.waiter is None:
@@ -842,9 +865,18 @@ class H1Client:
         self.last_connect_s = 0.0  # connect time of the last request (0 on a reused connection)
 
     async def request(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes, timeout: float | None
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float | None,
+        stream: StreamObserver | None = None,
     ) -> Response:
+        """One request, its redirects and its whole body; ``stream`` (streams.py) observes a streamed body."""
         start = _now()
+        if stream is not None:
+            stream.start = start
         self.last_connect_s = 0.0
         loop = self._loop
         if loop is None:
@@ -855,17 +887,17 @@ class H1Client:
         if body and type(body) is not bytes:
             body = bytes(body)
         if timeout is None:
-            return await self._exchange(method, url, headers, body or b"", start)
+            return await self._exchange(method, url, headers, body or b"", start, stream)
         # The whole request under one deadline, like asyncio.timeout() but ~10x cheaper (see _Deadlines).
         task = _current_task()
         if task is None:  # not in a task (a bare coroutine runner): the standard way
             async with asyncio.timeout(timeout):
-                return await self._exchange(method, url, headers, body or b"", start)
+                return await self._exchange(method, url, headers, body or b"", start, stream)
         deadlines = self._deadlines
         cancelling = task.cancelling()
         slot = deadlines.arm(loop, loop.time() + timeout, task)
         try:
-            return await self._exchange(method, url, headers, body or b"", start)
+            return await self._exchange(method, url, headers, body or b"", start, stream)
         except asyncio.CancelledError:
             if deadlines.expired(task) and task.uncancel() <= cancelling:
                 raise TimeoutError(f"no complete response within {timeout:g} s") from None
@@ -873,20 +905,21 @@ class H1Client:
         finally:
             deadlines.disarm(slot, task)
 
-    async def _exchange(self, method: str, url: str, headers: Mapping[str, str], body: bytes, start: float) -> Response:
+    async def _exchange(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        start: float,
+        stream: StreamObserver | None = None,
+    ) -> Response:
         """The request and its redirects."""
         prep = _prepare(method, url, headers)
         bytes_in = bytes_out = 0
         hops = 0
         while True:
-            conn = await self._roundtrip(prep, body)
-            status = conn.status
-            reason = conn.reason
-            hdrs = conn.headers
-            raw = conn.body()
-            t_headers = conn.t_headers
-            t_done = conn.t_done
-            self._finish(conn, prep.close)
+            status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream)
             bytes_in += len(raw)
             bytes_out += len(body)
             multi = hdrs._multi
@@ -919,7 +952,20 @@ class H1Client:
             hits=1 + hops,
             url=prep.url,
             connect_s=self.last_connect_s,
+            protocol=protocol,
         )
+
+    async def _hop(
+        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None
+    ) -> tuple[int, str, Headers, bytes, float, float, str]:
+        """One request without redirects: (status, reason, headers, raw body, t_headers, t_done, protocol).
+
+        The seam where ``h2.H2Client`` sends a hop over HTTP/2 instead.
+        """
+        conn = await self._roundtrip(prep, body, stream)
+        result = (conn.status, conn.reason, conn.headers, conn.body(), conn.t_headers, conn.t_done, HTTP11)
+        self._finish(conn, prep.close)
+        return result
 
     def _store_cookie(self, header: str, prep: _Prepared) -> None:
         self.cookies.set_cookie(header, prep.host, prep.path, prep.secure, prep.ip is not None)
@@ -941,7 +987,7 @@ class H1Client:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
         return _prepare(method, url, headers), headers, body
 
-    async def _roundtrip(self, prep: _Prepared, body: bytes) -> _Conn:
+    async def _roundtrip(self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None) -> _Conn:
         """Send one request and wait for its whole response; returns the connection holding it."""
         pool = self._pools.get(prep.origin)
         if pool is None:
@@ -963,7 +1009,9 @@ class H1Client:
                 cookie = self._cookie(prep)
                 data = prep.block + cookie + prep.tail if cookie else prep.full
             waiter = loop.create_future()
-            conn.start(waiter, prep.head)
+            conn.start(waiter, prep.head, stream)
+            if stream is not None:
+                stream.begin(loop, conn.stall)
             conn.transport.write(data)
             try:
                 await waiter
@@ -1079,7 +1127,20 @@ class H1Client:
         return conn
 
     async def _connect(self, prep: _Prepared) -> _Conn:
-        """Resolve, check every address against the allowlist, connect (TCP_NODELAY, TLS for https)."""
+        conn = _Conn()
+        ctx = self._tls(prep) if prep.scheme == "https" else None
+        await self._open(prep, conn, ctx)
+        return conn
+
+    def _tls(self, prep: _Prepared) -> ssl.SSLContext:
+        """The TLS context of an HTTP/1.1 connection (made when first needed: loading the CAs takes time)."""
+        return self._ssl_context or _tls_context(self._verify)
+
+    async def _open(self, prep: _Prepared, protocol: asyncio.Protocol, ctx: ssl.SSLContext | None) -> None:
+        """Resolve, check every address against the allowlist, connect ``protocol`` (TCP_NODELAY, TLS with ``ctx``).
+
+        Adds the time taken to ``last_connect_s``.
+        """
         loop = self._loop
         t0 = _now()
         guard = self._guard
@@ -1095,12 +1156,7 @@ class H1Client:
                 raise OSError(f"{host} did not resolve to any address")
             # Refuses a name with any address outside the allowlist, or vouches for an allowed name's addresses.
             guard.check_resolved(host, [{"hostname": host, "host": i[4][0], "port": port} for i in infos])  # type: ignore[misc]
-        if prep.scheme == "https":
-            ctx = self._ssl_context or _tls_context(self._verify)
-            server_hostname: str | None = host
-        else:
-            ctx = None
-            server_hostname = None
+        server_hostname = host if ctx is not None else None
         errors: list[OSError] = []
         for info in infos:
             sock = guard.socket_factory(info)  # TargetNotAllowed here: nothing connected
@@ -1115,15 +1171,14 @@ class H1Client:
             except BaseException:
                 sock.close()
                 raise
-            conn = _Conn()
             try:
-                await loop.create_connection(lambda c=conn: c, sock=sock, ssl=ctx, server_hostname=server_hostname)
+                await loop.create_connection(lambda: protocol, sock=sock, ssl=ctx, server_hostname=server_hostname)
             except BaseException:
                 if sock.fileno() != -1:
                     sock.close()
                 raise
             self.last_connect_s += _now() - t0
-            return conn
+            return
         if len(errors) == 1:
             raise errors[0]
         if all(isinstance(e, ConnectionRefusedError) for e in errors):

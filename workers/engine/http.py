@@ -42,6 +42,7 @@ class Response:
     hits: int = 1  # HTTP requests this took: 1 + redirects followed
     url: str = ""  # final URL, after redirects
     connect_s: float = 0.0  # time spent opening new connections (TCP + TLS) for this request; 0.0 = reused
+    protocol: str = "http/1.1"  # the protocol of the final hop: "http/1.1" or "h2"
 
 
 class HttpClient(Protocol):

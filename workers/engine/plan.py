@@ -34,6 +34,11 @@ MAX_EXTRACTIONS = 50  # per step
 MAX_RESOURCES = 200  # per step
 MAX_DATA_SET_COLUMNS = 100
 MAX_DATA_SET_ROWS = 1_000_000
+PROTOCOLS = ("auto", "http1", "h2c")  # docs/protocols.md
+STREAM_KINDS = ("sse", "chunked")
+WS_CHECKS = ("contains", "regex", "json")
+MAX_WS_ACTIONS = 1000
+MAX_CA_BUNDLE = 1_000_000  # characters of PEM
 
 
 class PlanError(ValueError):
@@ -65,6 +70,58 @@ class DataSet:
 
 
 @dataclass(frozen=True)
+class Stream:
+    """A streamed response (server-sent events or a chunked body of lines), timed event by event (streams.py)."""
+
+    kind: str  # sse | chunked
+    idle_timeout: float = 10.0  # seconds without a byte before the stream is an error (stream_stalled)
+    last_event_contains: str = ""  # "": no check; else the last event's data must contain it (check_failed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "idle_timeout": self.idle_timeout, "last_event_contains": self.last_event_contains}
+
+
+@dataclass(frozen=True)
+class WsAction:
+    """One action of a WebSocket session: send a message, expect one, or wait."""
+
+    kind: str  # send | expect | wait
+    text: str = ""  # send: the message ({{variables}} filled in)
+    check: str = ""  # expect: contains | regex | json
+    value: str = ""  # expect: the text, the pattern, or the JSON path
+    equals: str | None = None  # expect json: the value the path must have (None: only present)
+    timeout: float | None = None  # expect: seconds (None: the step's timeout)
+    seconds: float = 0.0  # wait
+    extract: tuple[Extraction, ...] = ()  # expect: values from the matching message (regex or json)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.kind == "send":
+            return {"send": self.text}
+        if self.kind == "wait":
+            return {"wait": self.seconds}
+        expect: dict[str, Any] = {self.check: self.value}
+        if self.equals is not None:
+            expect["equals"] = self.equals
+        return {"expect": expect, "timeout": self.timeout, "extract": [e.to_dict() for e in self.extract]}
+
+
+@dataclass(frozen=True)
+class WebSocket:
+    """A WebSocket session step: connect to the step's path (ws:// or wss://), run the actions, hold, close."""
+
+    actions: tuple[WsAction, ...]
+    hold: float = 0.0  # seconds the session stays open after the last action
+    max_message_bytes: int = 1 << 20  # a larger message ends the session (message_too_big)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "actions": [a.to_dict() for a in self.actions],
+            "hold": self.hold,
+            "max_message_bytes": self.max_message_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class Step:
     """One page: a request (plus its resources), its checks, its extractions and the think time after it."""
 
@@ -82,8 +139,18 @@ class Step:
     max_duration_ms: float | None = None  # a slower page is an error (check_failed)
     extract: tuple[Extraction, ...] = ()
     resources: tuple[str, ...] = ()  # paths fetched in parallel after the main response
+    stream: Stream | None = None  # the main response is a stream (docs/protocols.md)
+    websocket: WebSocket | None = None  # the step is a WebSocket session (docs/protocols.md)
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._fields()
+        if self.stream is not None:  # left out when unset, so plans written before it read back the same
+            d["stream"] = self.stream.to_dict()
+        if self.websocket is not None:
+            d["websocket"] = self.websocket.to_dict()
+        return d
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "method": self.method,
@@ -229,6 +296,9 @@ class Plan:
     think_time_mode: str = "fixed"
     request_timeout: float = 30.0
     thresholds: Thresholds = field(default_factory=Thresholds)
+    protocol: str = "auto"  # auto (ALPN over TLS) | http1 | h2c (cleartext HTTP/2 with prior knowledge)
+    tls_verify: bool = True  # verify the server's certificate (against the system CAs and ca_bundle)
+    ca_bundle: str = ""  # PEM certificates trusted in addition to the system's (a private CA)
 
     def url_for(self, step: Step) -> str:
         return self.base_url + step.path
@@ -246,6 +316,9 @@ class Plan:
             "think_time_mode": self.think_time_mode,
             "request_timeout": self.request_timeout,
             "thresholds": self.thresholds.to_dict(),
+            "protocol": self.protocol,
+            "tls_verify": self.tls_verify,
+            "ca_bundle": self.ca_bundle,
         }
 
     @classmethod
@@ -270,6 +343,13 @@ class Plan:
         if timeout > MAX_REQUEST_TIMEOUT:
             raise PlanError(f"request_timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
         thresholds = d.get("thresholds")
+        protocol = d.get("protocol", "auto")
+        if protocol not in PROTOCOLS:
+            raise PlanError(f"protocol: must be one of {', '.join(PROTOCOLS)}")
+        tls_verify = d.get("tls_verify", True)
+        if not isinstance(tls_verify, bool):
+            raise PlanError("tls_verify: must be true or false")
+        ca_bundle = _ca_bundle(d.get("ca_bundle", ""), "ca_bundle")
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -277,6 +357,9 @@ class Plan:
             think_time_mode=mode,
             request_timeout=timeout,
             thresholds=Thresholds() if thresholds is None else _thresholds(thresholds, "thresholds"),
+            protocol=protocol,
+            tls_verify=tls_verify,
+            ca_bundle=ca_bundle,
         )
 
     @classmethod
@@ -328,7 +411,7 @@ class Plan:
         )
 
 
-_PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds")
+_PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds", "protocol", "tls_verify", "ca_bundle")
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (
     "method",
@@ -343,6 +426,8 @@ _STEP_OPTIONAL = (
     "max_duration_ms",
     "extract",
     "resources",
+    "stream",
+    "websocket",
 )
 
 
@@ -403,6 +488,22 @@ def _base_url(v: Any, path: str) -> str:
     return url.rstrip("/")
 
 
+def _ca_bundle(v: Any, path: str) -> str:
+    """PEM text of one or more CA certificates, checked by loading it into a TLS context."""
+    text = _string(v, path, max_len=MAX_CA_BUNDLE).strip()
+    if not text:
+        return ""
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise PlanError(f"{path}: must be PEM text with at least one -----BEGIN CERTIFICATE----- block")
+    import ssl
+
+    try:
+        ssl.create_default_context().load_verify_locations(cadata=text)
+    except (ssl.SSLError, ValueError) as exc:
+        raise PlanError(f"{path}: not a valid PEM certificate bundle ({exc})") from None
+    return text + "\n"
+
+
 def _test_case(d: Any, path: str) -> TestCase:
     _obj(d, path, required=("name", "steps"), optional=_CASE_OPTIONAL)
     name = _string(d["name"], f"{path}.name", non_empty=True, max_len=200)
@@ -459,7 +560,7 @@ def _step(d: Any, path: str) -> Step:
     max_duration = d.get("max_duration_ms")
     if max_duration is not None:
         max_duration = _number(max_duration, f"{path}.max_duration_ms", minimum=0.0, exclusive=True)
-    return Step(
+    step = Step(
         name=name,
         method=method,
         path=step_path,
@@ -474,7 +575,79 @@ def _step(d: Any, path: str) -> Step:
         max_duration_ms=max_duration,
         extract=_extractions(d.get("extract", []), f"{path}.extract"),
         resources=_resources(d.get("resources", []), f"{path}.resources"),
+        stream=_stream(d.get("stream"), f"{path}.stream"),
+        websocket=_websocket(d.get("websocket"), f"{path}.websocket"),
     )
+    if step.websocket is not None and (step.method != "GET" or step.body or step.resources or step.stream is not None):
+        raise PlanError(f"{path}.websocket: a WebSocket step has no method but GET, no body, resources or stream")
+    return step
+
+
+def _websocket(d: Any, path: str) -> WebSocket | None:
+    if d is None:
+        return None
+    _obj(d, path, required=("actions",), optional=("hold", "max_message_bytes"))
+    actions = d["actions"]
+    if not isinstance(actions, list) or len(actions) > MAX_WS_ACTIONS:
+        raise PlanError(f"{path}.actions: must be a list of at most {MAX_WS_ACTIONS} actions")
+    parsed = tuple(_ws_action(a, f"{path}.actions[{i}]") for i, a in enumerate(actions))
+    hold = _number(d.get("hold", 0.0), f"{path}.hold")
+    max_bytes = _int(d.get("max_message_bytes", 1 << 20), f"{path}.max_message_bytes", minimum=1, maximum=1 << 26)
+    return WebSocket(actions=parsed, hold=hold, max_message_bytes=max_bytes)
+
+
+def _ws_action(d: Any, path: str) -> WsAction:
+    if not isinstance(d, dict) or len({"send", "expect", "wait"} & set(d)) != 1:
+        raise PlanError(f"{path}: must be an object with one of send, expect or wait")
+    if "send" in d:
+        _obj(d, path, required=("send",), optional=())
+        return WsAction(kind="send", text=_string(d["send"], f"{path}.send", max_len=10_000_000))
+    if "wait" in d:
+        _obj(d, path, required=("wait",), optional=())
+        return WsAction(kind="wait", seconds=_number(d["wait"], f"{path}.wait"))
+    _obj(d, path, required=("expect",), optional=("timeout", "extract"))
+    e = d["expect"]
+    checks = [c for c in WS_CHECKS if isinstance(e, dict) and c in e]
+    if len(checks) != 1:
+        raise PlanError(f"{path}.expect: must be an object with one of {', '.join(WS_CHECKS)}")
+    check = checks[0]
+    _obj(e, f"{path}.expect", required=(check,), optional=("equals",) if check == "json" else ())
+    value = _string(e[check], f"{path}.expect.{check}", non_empty=True)
+    if check == "regex":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise PlanError(f"{path}.expect.regex: not a valid regular expression ({exc})") from None
+    elif check == "json":
+        try:
+            variables.parse_jsonpath(value)
+        except ValueError as exc:
+            raise PlanError(f"{path}.expect.json: {exc}") from None
+    equals = e.get("equals")
+    if equals is not None:
+        equals = _string(equals, f"{path}.expect.equals")
+    timeout = d.get("timeout")
+    if timeout is not None:
+        timeout = _number(timeout, f"{path}.timeout", minimum=0.0, exclusive=True)
+    extract = _extractions(d.get("extract", []), f"{path}.extract")
+    for i, x in enumerate(extract):
+        if x.source not in ("regex", "json"):
+            raise PlanError(f"{path}.extract[{i}].source: a message has only regex or json extractions")
+    return WsAction(kind="expect", check=check, value=value, equals=equals, timeout=timeout, extract=extract)
+
+
+def _stream(d: Any, path: str) -> Stream | None:
+    if d is None:
+        return None
+    _obj(d, path, required=("kind",), optional=("idle_timeout", "last_event_contains"))
+    kind = d["kind"]
+    if kind not in STREAM_KINDS:
+        raise PlanError(f"{path}.kind: must be one of {', '.join(STREAM_KINDS)}")
+    idle = _number(d.get("idle_timeout", 10.0), f"{path}.idle_timeout", minimum=0.0, exclusive=True)
+    if idle > MAX_REQUEST_TIMEOUT:
+        raise PlanError(f"{path}.idle_timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
+    contains = _string(d.get("last_event_contains", ""), f"{path}.last_event_contains", max_len=10_000)
+    return Stream(kind=kind, idle_timeout=idle, last_event_contains=contains)
 
 
 def _request_path(v: Any, path: str) -> str:

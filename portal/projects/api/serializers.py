@@ -166,6 +166,8 @@ PLAN_FIELDS = (
     "max_users",
     "think_time_mode",
     "request_timeout",
+    "protocol",
+    "tls_accept_any",
     "threshold_apd_ms",
     "threshold_p95_ms",
     "threshold_error_rate_pct",
@@ -197,6 +199,10 @@ class PlanSerializer(StrictSerializer):
     max_users = serializers.IntegerField(required=False, allow_null=True)
     think_time_mode = serializers.ChoiceField(choices=Plan.ThinkTimeMode.choices, default=Plan.ThinkTimeMode.FIXED)
     request_timeout = serializers.FloatField(default=30)
+    protocol = serializers.ChoiceField(
+        choices=Plan.Protocol.choices, default=Plan.Protocol.AUTO, help_text="auto | http1 | h2c (docs/protocols.md)"
+    )
+    tls_accept_any = serializers.BooleanField(default=False, help_text="Accept any TLS certificate (self-signed)")
     threshold_apd_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_p95_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_error_rate_pct = serializers.FloatField(required=False, allow_null=True)

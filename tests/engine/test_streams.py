@@ -1,0 +1,170 @@
+"""Streamed responses (workers/engine/streams.py): SSE and chunked bodies against the demo target's streams.
+
+What the engine recorded is compared with what the target says it served
+(``demo.streams`` counters), over HTTP/2 (h2c) and HTTP/1.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from workers.engine import errors
+from workers.engine.h2 import H2Client
+from workers.engine.plan import Plan, PlanError
+from workers.engine.runner import run_sync
+from workers.engine.streams import StreamIncomplete, StreamObserver
+
+from .protocol_servers import StreamsServer
+
+pytestmark = pytest.mark.serial
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    server = StreamsServer(tmp_path_factory.mktemp("streams"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def demo(streams):
+    streams.set_knobs(
+        **{"sse.drop_after": 0, "sse.stall_after": 0, "sse.final_newline": "on", "sse.tokens": 20, "sse.first_ms": 0}
+    )
+    streams.reset()
+    return streams
+
+
+def _plan(base_url: str, path: str, *, protocol: str = "h2c", users: int = 2, hold: float = 0.6, **stream) -> dict:
+    return {
+        "base_url": base_url,
+        "protocol": protocol,
+        "test_cases": [{"name": "S", "steps": [{"name": "tokens", "path": path, "stream": {"kind": "sse", **stream}}]}],
+        "profile": {"kind": "constant", "users": users, "hold": hold},
+        "request_timeout": 5,
+    }
+
+
+@pytest.mark.parametrize("protocol", ["h2c", "http1"])
+def test_sse_figures_match_what_the_target_streamed(demo, protocol):
+    plan = _plan(demo.http_url, "/sse?tokens=8&first_ms=60&gap_ms=15", protocol=protocol, last_event_contains="[DONE]")
+
+    totals = run_sync(plan, sink=None)
+
+    served = demo.app.counters.snapshot()
+    label = totals.labels["S: tokens"]
+    assert totals.errors == 0 and label.pages >= 2
+    assert label.protocols == {"h2" if protocol == "h2c" else "http/1.1": label.pages}
+    # every token event and the final "done" event, counted on both sides
+    assert label.events_histogram.sum == served["sse_events"] + served["sse_done"] == 9 * label.pages
+    assert (label.events_histogram.min, label.events_histogram.max) == (9, 9)
+    d = label.to_dict()
+    # The target waits 60 ms before its first token, then sends one every 15 ms (the bounds leave room for
+    # a loaded machine; bench/ measures the accuracy).
+    assert label.ttfe_histogram.min >= 60_000 and d["ttfe_ms"]["p50"] < 100
+    assert 12 <= d["gap_ms"]["mean"] <= 25  # an absolute schedule: a late token is followed by an early one
+    assert d["ttfb_ms"]["p50"] < 20  # headers come at once
+    assert d["latency_ms"]["p50"] >= 60 + 7 * 15  # time to last byte
+
+
+def test_chunked_lines_are_events(demo):
+    plan = _plan(demo.http_url, "/chunked?chunks=5&gap_ms=10", protocol="http1", users=1, hold=0.3)
+    plan["test_cases"][0]["steps"][0]["stream"] = {"kind": "chunked", "last_event_contains": "chunk 4"}
+
+    totals = run_sync(plan, sink=None)
+
+    label = totals.labels["S: tokens"]
+    assert totals.errors == 0
+    assert label.events_histogram.sum == 5 * label.pages == 5 * demo.app.counters.snapshot()["chunked_streams"]
+    assert 8 <= label.to_dict()["gap_ms"]["mean"] <= 20
+
+
+def test_a_stalled_stream_is_a_named_error_and_only_its_stream_is_reset(demo):
+    demo.set_knobs(**{"sse.stall_after": 2})
+    plan = _plan(demo.http_url, "/sse?gap_ms=5", users=1, hold=0.5, idle_timeout=0.15)
+
+    totals = run_sync(plan, sink=None)
+
+    served = demo.app.counters.snapshot()
+    assert totals.pages >= 2  # the user went on after each stall
+    assert totals.errors_by_kind == {errors.STREAM_STALLED: totals.pages}
+    assert served["sse_stalled"] == totals.pages
+    assert "sent nothing for 0.15 s (after 2 events)" in totals.error_samples[errors.STREAM_STALLED]
+    assert served["connections"] == 1  # HTTP/2: the stalled streams were reset, the connection kept
+
+
+def test_an_event_without_its_final_newline_is_incomplete(demo):
+    demo.set_knobs(**{"sse.final_newline": "off"})
+    totals = run_sync(_plan(demo.http_url, "/sse?tokens=3&gap_ms=1", users=1, hold=0.3), sink=None)
+
+    assert totals.pages >= 2
+    assert totals.errors_by_kind == {errors.STREAM_INCOMPLETE: totals.pages}
+    assert "'event: done\\ndata: [DONE]' has no blank line after it" in totals.error_samples[errors.STREAM_INCOMPLETE]
+
+
+def test_a_dropped_stream_and_a_failed_last_event_check_are_errors(demo):
+    demo.set_knobs(**{"sse.drop_after": 3})
+    dropped = run_sync(_plan(demo.http_url, "/sse?gap_ms=1", protocol="http1", users=1, hold=0.3), sink=None)
+    served = demo.app.counters.snapshot()
+    demo.set_knobs(**{"sse.drop_after": 0})
+    checked = run_sync(
+        _plan(demo.http_url, "/sse?tokens=2&gap_ms=1", users=1, hold=0.2, last_event_contains="nope"), sink=None
+    )
+
+    assert dropped.errors == dropped.pages == served["sse_dropped"] >= 2
+    assert set(dropped.errors_by_kind) == {errors.CONNECTION_ERROR}
+    assert checked.errors_by_kind == {errors.CHECK_FAILED: checked.pages}
+    assert checked.error_samples[errors.CHECK_FAILED] == "the last event '[DONE]' does not contain 'nope'"
+
+
+def test_time_to_first_event_against_the_servers_send_time(demo):
+    async def go():
+        client = H2Client(protocol="h2c")
+        try:
+            out = []
+            for _ in range(5):
+                obs = StreamObserver("sse", 5)
+                wall, perf = time.time(), time.perf_counter()
+                await client.request("GET", f"{demo.http_url}/sse?tokens=2&first_ms=30&gap_ms=1", {}, b"", 5, obs)
+                obs.finish()
+                out.append((wall + (obs.first_event - perf), obs))
+            return out
+        finally:
+            await client.close()
+
+    seen = asyncio.run(go())
+    sent = demo.app.counters.snapshot()["first_event_sent"]
+    assert len(sent) == 5
+    delays_ms = sorted((engine - server) * 1000 for (engine, _), server in zip(seen, sent, strict=True))
+    # same machine, same clock: the engine saw each first event after the server sent it, and soon after
+    assert 0 <= delays_ms[2] < 3, delays_ms
+
+
+def test_the_sse_parser_reads_line_ends_comments_and_split_pieces():
+    obs = StreamObserver("sse", 5)
+    for piece in (b": keep-alive\r\n\r\n", b"data: a\r", b"\ndata: b\r\n\r\nevent: x\n", b"data:c\n\n", b"data: d\n"):
+        obs.feed(piece)
+    assert obs.events == 2 and obs.last_event == "c"
+    with pytest.raises(StreamIncomplete):
+        obs.finish()
+    lines = StreamObserver("chunked", 5)
+    lines.feed(b'{"t": 1}\n{"t"')
+    lines.feed(b': 2}\n\n{"t": 3}')
+    lines.finish()
+    assert lines.events == 3 and lines.last_event == '{"t": 3}'
+
+
+def test_stream_options_are_validated():
+    with pytest.raises(PlanError, match=r"^test_cases\[0\]\.steps\[0\]\.stream\.kind: must be one of sse, chunked$"):
+        Plan.from_dict(_plan("http://127.0.0.1:1", "/", kind="ws"))
+    with pytest.raises(PlanError, match=r"stream\.idle_timeout: must be greater than 0$"):
+        Plan.from_dict(_plan("http://127.0.0.1:1", "/", idle_timeout=0))
+    plan = Plan.from_dict(_plan("http://127.0.0.1:1", "/", idle_timeout=2))
+    assert plan.to_dict()["test_cases"][0]["steps"][0]["stream"] == {
+        "kind": "sse",
+        "idle_timeout": 2.0,
+        "last_event_contains": "",
+    }

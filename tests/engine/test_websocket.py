@@ -1,0 +1,211 @@
+"""WebSocket session steps (workers/engine/ws.py) against the demo target's /ws and a server that breaks framing."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import threading
+
+import pytest
+
+from workers.engine import errors
+from workers.engine.h1 import H1Client
+from workers.engine.plan import Plan, PlanError
+from workers.engine.runner import run_sync
+from workers.engine.targets import TargetNotAllowed
+from workers.engine.ws import open_websocket
+
+from .protocol_servers import StreamsServer
+
+pytestmark = pytest.mark.serial
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    server = StreamsServer(tmp_path_factory.mktemp("ws"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def demo(streams):
+    streams.set_knobs(**{"ws.drop_after": 0, "ws.delay_ms": 0})
+    streams.reset()
+    return streams
+
+
+def _plan(base_url: str, actions: list, *, users: int = 1, hold: float = 0.5, **ws) -> dict:
+    return {
+        "base_url": base_url,
+        "test_cases": [
+            {
+                "name": "W",
+                "steps": [{"name": "chat", "path": "/ws", "websocket": {"actions": actions, **ws}}],
+            }
+        ],
+        "profile": {"kind": "constant", "users": users, "hold": hold},
+        "request_timeout": 2,
+    }
+
+
+ECHO = [
+    {"send": '{"id": 7, "text": "hello"}'},
+    {"expect": {"json": "$.id", "equals": "7"}, "extract": [{"name": "id", "source": "json", "expression": "$.id"}]},
+    {"send": "id was {{id}}"},
+    {"expect": {"regex": "^id was (\\d+)$"}},
+    {"wait": 0.01},
+]
+
+
+def test_a_session_sends_expects_extracts_and_times_each_round_trip(demo):
+    totals = run_sync(_plan(demo.http_url, ECHO, users=2, hold=0.6), sink=None)
+
+    served = demo.app.counters.snapshot()
+    label = totals.labels["W: chat"]
+    assert totals.errors == 0 and label.pages >= 4
+    assert served["ws_sessions"] == label.pages
+    assert label.ws_sent == served["ws_messages_in"] == 2 * label.pages
+    assert label.ws_received == served["ws_messages_out"] == 2 * label.pages
+    assert label.rtt_histogram.count == 2 * label.pages
+    d = label.to_dict()
+    assert d["ws_messages"] == {"sent": label.ws_sent, "received": label.ws_received}
+    assert 0 < d["rtt_ms"]["p50"] < d["latency_ms"]["p50"]  # a round trip is a part of the session
+
+
+def test_a_slower_server_shows_in_the_round_trips(demo):
+    demo.set_knobs(**{"ws.delay_ms": 40})
+    totals = run_sync(_plan(demo.http_url, ECHO[:2], hold=0.3), sink=None)
+
+    assert totals.errors == 0
+    assert totals.labels["W: chat"].rtt_histogram.min >= 40_000
+
+
+def test_the_handshake_carries_the_users_cookies_and_the_steps_headers(demo):
+    async def go():
+        client = H1Client()
+        client.cookies.set_cookie("sid=abc123", "127.0.0.1", "/", True, True)
+        session, _ = await open_websocket(client, demo.http_url.replace("http", "ws") + "/ws", {"X-Team": "blue"}, 2)
+        try:
+            await session.send("/handshake")
+            message, _ = await session.receive(2)
+            return message
+        finally:
+            await session.close()
+            await client.close()
+
+    assert json.loads(asyncio.run(go())) == {"cookie": "sid=abc123", "x-team": "blue"}
+
+
+def test_a_session_the_server_closes_is_a_named_error_with_its_code_and_the_user_goes_on(demo):
+    demo.set_knobs(**{"ws.drop_after": 1})
+    totals = run_sync(_plan(demo.http_url, ECHO, hold=0.4), sink=None)
+
+    served = demo.app.counters.snapshot()
+    assert totals.pages >= 2 and totals.errors == totals.pages == served["ws_dropped"]
+    assert totals.errors_by_kind == {errors.WS_CLOSED: totals.pages}
+    assert (
+        "the server closed the session (1011 dropped by the ws.drop_after knob)"
+        in (totals.error_samples[errors.WS_CLOSED])
+    )
+
+
+def test_a_message_over_the_limit_ends_the_session(demo):
+    actions = [{"send": "x" * 5000}, {"expect": {"contains": "x"}}]
+    totals = run_sync(_plan(demo.http_url, actions, hold=0.3, max_message_bytes=1000), sink=None)
+
+    assert totals.pages >= 2 and totals.errors_by_kind == {errors.MESSAGE_TOO_BIG: totals.pages}
+
+
+def test_an_unmatched_expectation_and_a_refused_upgrade_are_errors(demo):
+    unmatched = run_sync(
+        _plan(demo.http_url, [{"send": "a"}, {"expect": {"contains": "b"}, "timeout": 0.1}], hold=0.3), sink=None
+    )
+    plan = _plan(demo.http_url, [{"send": "a"}], hold=0.2)
+    plan["test_cases"][0]["steps"][0]["path"] = "/not-a-socket"
+    refused = run_sync(plan, sink=None)
+
+    assert unmatched.errors_by_kind == {errors.CHECK_FAILED: unmatched.pages}
+    assert unmatched.error_samples[errors.CHECK_FAILED] == "WS /ws -> no message matching contains 'b' within 0.1 s"
+    assert refused.errors_by_kind == {errors.HTTP_STATUS: refused.pages} and refused.pages >= 2
+    assert "the server refused the WebSocket upgrade (403)" in refused.error_samples[errors.HTTP_STATUS]
+
+
+def test_the_allowlist_is_checked_when_the_session_connects(demo):
+    async def go():
+        client = H1Client("10.0.0.0/8")
+        try:
+            await open_websocket(client, demo.http_url.replace("http", "ws") + "/ws", {}, 2)
+        finally:
+            await client.close()
+
+    with pytest.raises(TargetNotAllowed):
+        asyncio.run(go())
+    assert demo.app.counters.snapshot()["ws_sessions"] == 0
+
+
+class _BadFramesServer:
+    """Accepts the upgrade properly, then sends a frame with a reserved opcode (0xF): not RFC 6455."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def handle(reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            key = next(
+                line.split(b":", 1)[1].strip()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key")
+            )
+            accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+            writer.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n" + b"\x8f\x02ok"
+            )
+            await writer.drain()
+            await reader.read()  # until the client closes
+            writer.close()
+
+        async def start():
+            self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.url = f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+            ready.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(start()), self.loop.run_forever()))
+        self.thread.daemon = True
+        self.thread.start()
+        ready.wait(5)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def test_malformed_frames_are_a_protocol_error():
+    server = _BadFramesServer()
+    try:
+        totals = run_sync(_plan(server.url, [{"expect": {"contains": "ok"}, "timeout": 1}], hold=0.3), sink=None)
+    finally:
+        server.stop()
+    assert totals.pages >= 1 and totals.errors_by_kind == {errors.PROTOCOL_ERROR: totals.pages}
+    assert "invalid WebSocket data from the server" in totals.error_samples[errors.PROTOCOL_ERROR]
+
+
+@pytest.mark.parametrize(
+    ("websocket", "message"),
+    [
+        ({"actions": [{"send": "a", "wait": 1}]}, r"actions\[0\]: must be an object with one of send, expect or wait"),
+        ({"actions": [{"expect": {"regex": "("}}]}, r"actions\[0\]\.expect\.regex: not a valid regular expression"),
+        ({"actions": [{"expect": {"contains": "a", "equals": "b"}}]}, r"actions\[0\]\.expect\.equals: unknown key"),
+        ({"actions": [], "max_message_bytes": 0}, r"websocket\.max_message_bytes: must be within"),
+    ],
+)
+def test_websocket_steps_are_validated(websocket, message):
+    plan = _plan("http://127.0.0.1:1", [])
+    plan["test_cases"][0]["steps"][0]["websocket"] = websocket
+    with pytest.raises(PlanError, match=message):
+        Plan.from_dict(plan)
+    ok = _plan("http://127.0.0.1:1", ECHO, hold=1, max_message_bytes=4096)
+    assert Plan.from_dict(Plan.from_dict(ok).to_dict()) == Plan.from_dict(ok)
