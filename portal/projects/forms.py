@@ -794,7 +794,7 @@ class MixAddForm(forms.ModelForm):
         self.fields["test_case"].queryset = plan.project.test_cases.exclude(mix_entries__plan=plan)
         self.fields["test_case"].to_field_name = "code"
         self.fields["test_case"].empty_label = None
-        self.fields["weight"].widget.attrs.update(min=1, style="max-width:6rem")
+        self.fields["weight"].widget.attrs.update(min=1)  # its width is in plimsoll.css: the CSP refuses style=""
 
 
 class MixWeightForm(forms.ModelForm):
