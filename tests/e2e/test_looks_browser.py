@@ -34,8 +34,8 @@ def test_experiment_test_case_step_plan_and_api_docs_pages_break_no_policy(
     browser,
     live_server,
     alice,
-    story,
-    test_case,  # noqa: F811 (the fixture imported above)
+    story,  # noqa: F811 (the fixture imported above)
+    test_case,
 ):
     # given: an experiment with its trial sets, and a test case with a step
     step = Step.objects.filter(test_case=test_case).first()
@@ -60,3 +60,76 @@ def test_experiment_test_case_step_plan_and_api_docs_pages_break_no_policy(
         context.close()
     # then
     assert refused == []
+
+
+def _shot(page, tmp_path, name):
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+
+
+# The means and the legend of every curve chart: [{legend, legend_h, area_h, canvas_h, means, trials, top}]
+CURVES = """() => Object.entries(window.PlimsollCompare.charts).map(([id, c]) => {
+    const metas = c.getSortedVisibleDatasetMetas();
+    return {
+      id: id,
+      legend: c.legend.legendItems.map((i) => i.text),
+      legend_h: c.legend.height, area_h: c.chartArea.bottom - c.chartArea.top, canvas_h: c.height,
+      means: c.data.datasets.filter((d) => d.$mean).map((d) => ({ side: d.side, width: d.borderWidth })),
+      trials: c.data.datasets.filter((d) => !d.$mean).map((d) => d.borderWidth),
+      top: metas.length ? ((d) => d.side + (d.$mean ? " mean" : ""))(c.data.datasets[metas[0].index]) : null,
+    };
+})"""
+
+# How many pixels of the chart area carry a colour (r, g, b) within a tolerance.
+PIXELS_OF = """([id, rgb]) => {
+    const c = window.PlimsollCompare.charts[id], a = c.chartArea, r = window.devicePixelRatio || 1;
+    const img = c.ctx.getImageData(a.left * r, a.top * r, (a.right - a.left) * r, (a.bottom - a.top) * r).data;
+    let n = 0;
+    for (let i = 0; i < img.length; i += 4) {
+      if (img[i + 3] > 200 && Math.abs(img[i] - rgb[0]) < 12 && Math.abs(img[i + 1] - rgb[1]) < 12
+          && Math.abs(img[i + 2] - rgb[2]) < 12) n++;
+    }
+    return n;
+}"""
+
+
+def test_trial_set_curves_group_the_legend_by_side_with_bold_means(
+    browser,
+    live_server,
+    alice,
+    story,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
+    # given: the TFS experiment, 3 trials before and 3 after (12 legend entries and the after line
+    # drawn under the before one, until the legend listed each side's means)
+    project = story["experiment"].project
+    url = reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
+    context, page = _context(browser)
+    try:
+        _log_in(page, live_server)
+        # when
+        page.goto(f"{live_server.url}{url}")
+        wait_for_js(page, "document.getElementById('compare-curves').dataset.drawn === '1'")
+        page.locator("#compare-curves").scroll_into_view_if_needed()
+        charts = {c["id"]: c for c in page.evaluate(CURVES)}
+        after_pixels = page.evaluate(PIXELS_OF, ["chart-compare-duration", [0x1F, 0x5F, 0xBF]])
+        _shot(page, tmp_path, "compare-curves")
+    finally:
+        context.close()
+    # then: one legend entry per side (and per series), the plot keeps most of the canvas
+    duration = charts["chart-compare-duration"]
+    assert duration["legend"] == [
+        "Before, mean APD",
+        "Before, mean p95",
+        "After, mean APD",
+        "After, mean p95",
+    ], duration["legend"]
+    for chart in charts.values():
+        assert chart["legend_h"] <= 40, chart  # one line (each line is ~22 px over 10 of padding)
+        assert chart["area_h"] >= 0.5 * chart["canvas_h"], chart  # was 45 of 280 px with 12 entries
+        # trials thin, each side's mean bold, and an after mean drawn on top
+        assert max(chart["trials"]) < min(m["width"] for m in chart["means"]), chart
+        assert chart["top"] == "after mean", chart
+    # the after mean's colour is on the canvas
+    assert after_pixels > 200
