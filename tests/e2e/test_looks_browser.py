@@ -133,3 +133,133 @@ def test_trial_set_curves_group_the_legend_by_side_with_bold_means(
         assert chart["top"] == "after mean", chart
     # the after mean's colour is on the canvas
     assert after_pixels > 200
+
+
+# Every cell of a table inside the viewport and inside the box that holds the table (no cut, no
+# sideways scroll); the tallest cell of a column in lines of text.
+TABLE_FIT = """([selector, column]) => {
+    const table = document.querySelector(selector);
+    const box = table.parentElement;
+    const cells = Array.from(table.querySelectorAll("th, td"));
+    const right = Math.max(...cells.map((c) => c.getBoundingClientRect().right));
+    const boxRight = box.getBoundingClientRect().right;
+    let lines = 0;
+    if (column !== null) {
+      for (const row of table.tBodies[0].rows) {
+        const cell = row.cells[column];
+        const style = getComputedStyle(cell);
+        const inner = cell.getBoundingClientRect().height
+          - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+        lines = Math.max(lines, Math.round(inner / parseFloat(style.lineHeight)));
+      }
+    }
+    return { right: right, viewport: window.innerWidth, box_right: boxRight,
+             scroll: box.scrollWidth - box.clientWidth, lines: lines };
+}"""
+
+
+def _fits(fit):
+    return fit["right"] <= fit["viewport"] and fit["right"] <= fit["box_right"] + 0.5 and fit["scroll"] <= 0
+
+
+def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path):  # noqa: F811
+    # given: six runs of a plan with a long name, each under a tuning change, in trial sets
+    plan = story["experiment"].plan
+    plan.name = "Soak: token cache, 20 users for 15 min"
+    plan.save(update_fields=["name"])
+    story["experiment"].runs = None
+    from portal.runs.models import Run
+
+    Run.objects.filter(plan=plan).update(plan_name=plan.name)
+    project = plan.project
+    compare = (
+        reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
+    )
+    context, page = _context(browser, width=1366)
+    try:
+        _log_in(page, live_server)
+        # when
+        page.goto(f"{live_server.url}{reverse('runs:list')}")
+        runs = page.evaluate(TABLE_FIT, ["#runs", 2])
+        _shot(page, tmp_path, "runs-1366")
+        page.goto(f"{live_server.url}{compare}")
+        pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        _shot(page, tmp_path, "compare-1366")
+    finally:
+        context.close()
+    # then
+    assert _fits(runs), runs
+    assert runs["lines"] <= 2, runs  # the plan's name
+    assert _fits(pages), pages
+
+
+# WCAG contrast ratio of an element's text against the first opaque background behind it.
+CONTRAST = """(selector) => {
+    const el = document.querySelector(selector);
+    const rgb = (s) => s.match(/[\\d.]+/g).map(Number);
+    let bg = null;
+    for (let n = el; n; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) { bg = c; break; }
+    }
+    bg = bg || [255, 255, 255];
+    const lum = (c) => { const [r, g, b] = c.slice(0, 3).map((v) => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(bg);
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+# Where the first page's verdicts are, and whether the page itself scrolls sideways.
+PHONE = """() => {
+    const badges = Array.from(document.querySelectorAll("#compare-pages tbody tr:first-child [data-verdict]"));
+    const table = document.querySelector("#compare-pages");
+    const box = table.closest(".table-scroll") || table;
+    return { first_right: badges.length ? badges[0].getBoundingClientRect().right : null, badges: badges.length,
+             viewport: window.innerWidth, page_scroll: document.documentElement.scrollWidth - window.innerWidth,
+             table_scrolls: box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === "auto" };
+}"""
+
+
+def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
+    browser,
+    live_server,
+    alice,
+    story,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
+    from portal.sharing import services
+
+    # given: an experiment whose description holds the team's instruction, shared
+    experiment = story["experiment"]
+    experiment.description = "Press Start: three baseline trials, the index built, three trials after."
+    experiment.save(update_fields=["description"])
+    _, token = services.share_create(
+        project=experiment.project, kind="experiment", title="Index", user=alice, experiment=experiment
+    )
+    url = f"{live_server.url}/s/{token}/"
+    # when: a stakeholder opens it on a laptop
+    context, page = _context(browser, width=1366)
+    try:
+        page.goto(url)
+        brand = page.evaluate(CONTRAST, ".share-top .brand")
+        text = page.locator("main").inner_text()
+        pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        _shot(page, tmp_path, "share-1366")
+    finally:
+        context.close()
+    # and on a phone
+    context, page = _context(browser, width=390, height=844, is_mobile=True, has_touch=True)
+    try:
+        page.goto(url)
+        page.locator("#compare-pages").scroll_into_view_if_needed()
+        phone = page.evaluate(PHONE)
+        _shot(page, tmp_path, "share-phone")
+    finally:
+        context.close()
+    # then
+    assert brand >= 4.5, brand  # WCAG AA for text; it was white on the near-white bar (1.1)
+    assert "Press Start" not in text
+    assert _fits(pages), pages
+    assert phone["badges"] == 4 and phone["first_right"] <= phone["viewport"], phone  # APD's verdict on screen
+    assert phone["page_scroll"] <= 0, phone  # the table scrolls, not the page
