@@ -67,6 +67,8 @@ ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+# The bundled demo target's address (`make run DEMO_PORT=…` passes its port): the example in forms' hints.
+DEMO_BASE_URL = f"http://127.0.0.1:{os.environ.get('PLIMSOLL_DEMO_PORT') or '8001'}"
 # Links in mail and webhooks. Without SITE_URL: the address `make run PORT=…` serves on (portal/site_url.py).
 SITE_URL = (
     os.environ.get("SITE_URL")
