@@ -320,12 +320,9 @@ class EnvironmentForm(ProjectScopedForm):
         super().__init__(*args, **kwargs)
         self.fields["metrics_interval_s"].required = False
         # The example is where this instance's demo target listens (make run DEMO_PORT=…), not a fixed port.
-        self.fields[
-            "base_url"
-        ].help_text = (
-            f"Scheme, host and port of the system under test, e.g. {settings.DEMO_BASE_URL} (the bundled demo target)"
-        )
-        self.fields["base_url"].widget.attrs["placeholder"] = settings.DEMO_BASE_URL
+        demo, base_url = settings.DEMO_BASE_URL, self.fields["base_url"]
+        base_url.help_text = f"Scheme, host and port of the system under test, e.g. {demo} (the bundled demo target)"
+        base_url.widget.attrs["placeholder"] = demo
         if self.instance.pk:
             # Once the environment exists its configuration changes only through tuning changes
             # (portal.history), so that every run can name the configuration it measured.
