@@ -263,3 +263,49 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
     assert _fits(pages), pages
     assert phone["badges"] == 4 and phone["first_right"] <= phone["viewport"], phone  # APD's verdict on screen
     assert phone["page_scroll"] <= 0, phone  # the table scrolls, not the page
+
+
+def _styled(page, selector):
+    """The computed look of a form control: an unstyled one keeps the browser's 2 px inset border."""
+    return page.locator(selector).evaluate(
+        "(el) => { const s = getComputedStyle(el); return { radius: parseFloat(s.borderTopLeftRadius),"
+        " border: s.borderTopColor, font: s.fontSize, width: el.getBoundingClientRect().width }; }"
+    )
+
+
+def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
+    browser, live_server, alice, team, plan, tmp_path
+):
+    context, page = _context(browser)
+    try:
+        _log_in(page, live_server)
+        # when: the Teams page
+        page.goto(f"{live_server.url}{reverse('accounts:teams')}")
+        email = _styled(page, ".invite-form input[type=email]")
+        username = _styled(page, "#member-username")
+        _shot(page, tmp_path, "teams")
+        # and the schedule form, kind by kind
+        page.goto(f"{live_server.url}{reverse('schedules:project', args=[plan.project.code])}")
+        shown = {}
+        for kind in ("daily", "hours", "cron"):
+            page.select_option("#schedule-form [name=kind]", kind)
+            shown[kind] = sorted(
+                name
+                for name in ("at_time", "every_hours", "cron")
+                if page.locator(f"#schedule-form [name={name}]").is_visible()
+            )
+        # and saves one that runs every 6 hours
+        page.select_option("#schedule-form [name=plan]", str(plan.id))
+        page.select_option("#schedule-form [name=kind]", "hours")
+        page.fill("#schedule-form [name=every_hours]", "6")
+        page.fill("#schedule-form [name=at_time]", "00:15")
+        page.get_by_role("button", name="Save schedule").click()
+        page.locator(".messages, .alert, [role=status]").first.wait_for()  # saved, back on the list
+        next_fire = page.locator("[data-next-fire]").inner_text()
+        _shot(page, tmp_path, "schedules")
+    finally:
+        context.close()
+    # then: the e-mail field looks like the username field beside it
+    assert email == {**username, "width": email["width"]}, (email, username)
+    assert shown == {"daily": ["at_time"], "hours": ["at_time", "every_hours"], "cron": ["cron"]}
+    assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire
