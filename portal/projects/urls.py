@@ -34,6 +34,7 @@ testcase_urls = [
     path("<uuid:code>/edit/", views.testcase_edit, name="testcase-edit"),
     path("<uuid:code>/delete/", views.testcase_delete, name="testcase-delete"),
     path("<uuid:code>/steps/new/", views.step_new, name="step-new"),
+    path("<uuid:code>/try/", views.testcase_try, name="testcase-try"),
     path("<uuid:code>/data-set/", views.data_set_upload, name="data-set-upload"),
     path("<uuid:code>/data-set/mode/", views.data_set_mode, name="data-set-mode"),
     path("<uuid:code>/data-set/delete/", views.data_set_delete, name="data-set-delete"),
