@@ -313,8 +313,8 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "description", "metrics_interval_s"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3}), "config_url": forms.URLInput()}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -347,7 +347,7 @@ class EnvironmentForm(ProjectScopedForm):
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
-        values = {k: data[k] for k in ("name", "base_url", "description", "metrics_interval_s")}
+        values = {k: data[k] for k in ("name", "base_url", "config_url", "description", "metrics_interval_s")}
         if "configuration_text" in self.fields:
             values["configuration"] = data["configuration_text"]
         return values

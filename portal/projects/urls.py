@@ -26,6 +26,7 @@ environment_urls = [
     path("<uuid:code>/", views.environment_detail, name="environment"),
     path("<uuid:code>/edit/", views.environment_edit, name="environment-edit"),
     path("<uuid:code>/delete/", views.environment_delete, name="environment-delete"),
+    path("<uuid:code>/verify/", views.environment_verify, name="environment-verify"),
 ]
 
 # /testcases/

@@ -29,7 +29,7 @@ from portal.common import Invalid, plural
 from portal.history.models import TuningChange
 from portal.history.selectors import environment_history
 
-from . import har, selectors, services, tryit
+from . import drift, har, selectors, services, tryit
 from .forms import (
     DataSetModeForm,
     DataSetUploadForm,
@@ -206,6 +206,7 @@ def environment_detail(request, code):
         "plans": environment.plans.prefetch_related("levels"),
         "can_write": _can_write(request.user, environment.project),
         "target_problem": selectors.target_problem(base_url=environment.base_url),
+        "same_origin": drift.same_origin_environments(environment),
         "nav": "projects",
         # The results history: its ledger of tuning changes, a past configuration, measurements.
         **environment_history(environment, at=request.GET.get("at")),
@@ -213,6 +214,17 @@ def environment_detail(request, code):
     if _fragment(request) and "at" in request.GET:
         return render(request, "projects/environment_detail.html#config-at", context)
     return render(request, "projects/environment_detail.html", context)
+
+
+@login_required
+@require_POST
+def environment_verify(request, code):
+    """Verify: the target's actual configuration against the ledger (portal/projects/drift.py)."""
+    environment = access.get_for_user(
+        request.user, Environment.objects.select_related("project__team"), code=code, write=True
+    )
+    context = {"environment": environment, "can_write": True, "verification": drift.configuration_drift(environment)}
+    return render(request, "projects/environment_detail.html#verify", context)
 
 
 def _environment_form(request, project: Project, environment: Environment | None):
