@@ -19,6 +19,9 @@ install: $(VENV)/.installed
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
 
+# Every process of `make run` knows the port it serves on: links in mail and webhooks follow it (SITE_URL).
+run: export PLIMSOLL_PORT = $(PORT)
+run: export PLIMSOLL_DEMO_PORT = $(DEMO_PORT)
 run: migrate
 	$(BIN)/python manage.py seed_demo --base-url http://127.0.0.1:$(DEMO_PORT)
 	@echo

@@ -18,3 +18,17 @@ def _without_server_header(self):
 
 
 wsgi.Response.default_headers = _without_server_header
+
+
+def when_ready(server):
+    """Warns once at start when SITE_URL (links in mail and webhooks) names another address than the one served."""
+    import os
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    from django.conf import settings
+
+    from portal.site_url import mismatch
+
+    bound = [tuple(listener.sock.getsockname()[:2]) for listener in server.LISTENERS if listener.FAMILY != 1]
+    if problem := mismatch(settings.SITE_URL, bound):
+        server.log.warning(problem)

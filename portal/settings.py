@@ -15,6 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal import site_url as _site_url
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLIMSOLL_VAR_DIR", BASE_DIR / "var"))
 
@@ -66,7 +68,13 @@ ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# The bundled demo target's address (`make run DEMO_PORT=…` passes its port): the example in forms' hints.
+DEMO_BASE_URL = f"http://127.0.0.1:{os.environ.get('PLIMSOLL_DEMO_PORT') or '8001'}"
+# Links in mail and webhooks. Without SITE_URL: the address `make run PORT=…` serves on (portal/site_url.py).
+SITE_URL = (
+    os.environ.get("SITE_URL")
+    or _site_url.default_site_url(os.environ.get("PLIMSOLL_HOST"), os.environ.get("PLIMSOLL_PORT"))
+).rstrip("/")
 
 # HTTPS and browser protections (issue 10). Each reads its variable; the default is secure
 # when DEBUG is off and the portal answers more than loopback names (ALLOWED_HOSTS), i.e.

@@ -29,6 +29,7 @@ DOCUMENTS = {
         },
         "response": {
             "base_url": "http://127.0.0.1:8001",
+            "config_url": "",
             "code": "d36bc273-1ac2-44ca-ade5-b97c8cd0fe9d",
             "configuration": [
                 {"key": "sql.startup_flags", "value": "-T1118"},
@@ -335,6 +336,7 @@ DOCUMENTS = {
         "request": None,
         "response": {
             "base_url": "http://127.0.0.1:8001",
+            "config_url": "",
             "code": "dee7d28f-3a9d-4143-8ae2-21330adad6e8",
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
@@ -353,6 +355,7 @@ DOCUMENTS = {
         },
         "response": {
             "base_url": "http://127.0.0.1:8001",
+            "config_url": "",
             "code": "d36bc273-1ac2-44ca-ade5-b97c8cd0fe9d",
             "configuration": [
                 {"key": "sql.startup_flags", "value": "-T1118"},
@@ -378,6 +381,7 @@ DOCUMENTS = {
         "request": None,
         "response": {
             "base_url": "http://127.0.0.1:8001",
+            "config_url": "",
             "code": "dee7d28f-3a9d-4143-8ae2-21330adad6e8",
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
@@ -401,6 +405,7 @@ DOCUMENTS = {
         },
         "response": {
             "base_url": "http://127.0.0.1:8001",
+            "config_url": "",
             "code": "d36bc273-1ac2-44ca-ade5-b97c8cd0fe9d",
             "configuration": [
                 {"key": "sql.startup_flags", "value": "-T1118"},

@@ -11,6 +11,7 @@ import json
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.utils import timezone
 
 from portal import outbound
@@ -124,9 +125,9 @@ class ChangeForm(forms.ModelForm):
         max_length=500,
         required=False,
         help_text="Optional: an HTTP request Plimsoll sends to make the change, e.g. the demo target's "
-        "<code>http://127.0.0.1:8001/_demo/knobs</code>. Leave it empty when a person makes the change. "
+        f"<code>{settings.DEMO_BASE_URL}/_demo/knobs</code>. Leave it empty when a person makes the change. "
         "Only the hosts in the PLIMSOLL_OUTBOUND_ALLOWED setting are called; redirects are not followed.",
-        widget=forms.URLInput(attrs={"placeholder": "http://127.0.0.1:8001/_demo/knobs"}),
+        widget=forms.URLInput(attrs={"placeholder": f"{settings.DEMO_BASE_URL}/_demo/knobs"}),
     )
 
     class Meta:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from portal.common import plural
+
 SOFTWARE_CPU_MAX_PCT = 70.0
 HARDWARE_CPU_MIN_PCT = 90.0
 FALL_MIN = 0.2  # throughput's last third at least 20 % below its first third
@@ -79,8 +81,10 @@ def knee_hints(
     if not hot and measured and not generator_saturated:
         peak = {name: max(values) for name, values in measured.items()}
         if all(v <= SOFTWARE_CPU_MAX_PCT for v in peak.values()):
-            evidence = [f"throughput stopped growing after {knee_users} users (the knee)"]
-            evidence += [f"{name} CPU at most {_pct(v)} from {knee_users} users up" for name, v in peak.items()]
+            evidence = [f"throughput stopped growing after {plural(knee_users, 'user')} (the knee)"]
+            evidence += [
+                f"{name} CPU at most {_pct(v)} from {plural(knee_users, 'user')} up" for name, v in peak.items()
+            ]
             evidence.append("the load generator was healthy")
             hints.append(
                 Hint(

@@ -293,12 +293,12 @@ class ProjectScopedForm(forms.ModelForm):
 class EnvironmentForm(ProjectScopedForm):
     name_taken = "This project already has an environment called “{name}”."
 
-    base_url = forms.URLField(
+    # A CharField read by rules.clean_base_url (the strict target parser, with its reasons), not Django's
+    # URLField, whose "Enter a valid URL." came first for htp://… and 127.1.
+    base_url = forms.CharField(
         label="Base URL",
         max_length=500,
-        assume_scheme="http",
-        help_text=Environment._meta.get_field("base_url").help_text,
-        widget=forms.URLInput(attrs={"placeholder": "http://127.0.0.1:8001"}),
+        widget=forms.URLInput(),
     )
 
     configuration_text = forms.CharField(
@@ -313,12 +313,16 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "description", "metrics_interval_s"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3}), "config_url": forms.URLInput()}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["metrics_interval_s"].required = False
+        # The example is where this instance's demo target listens (make run DEMO_PORT=…), not a fixed port.
+        demo, base_url = settings.DEMO_BASE_URL, self.fields["base_url"]
+        base_url.help_text = f"Scheme, host and port of the system under test, e.g. {demo} (the bundled demo target)"
+        base_url.widget.attrs["placeholder"] = demo
         if self.instance.pk:
             # Once the environment exists its configuration changes only through tuning changes
             # (portal.history), so that every run can name the configuration it measured.
@@ -343,7 +347,7 @@ class EnvironmentForm(ProjectScopedForm):
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
-        values = {k: data[k] for k in ("name", "base_url", "description", "metrics_interval_s")}
+        values = {k: data[k] for k in ("name", "base_url", "config_url", "description", "metrics_interval_s")}
         if "configuration_text" in self.fields:
             values["configuration"] = data["configuration_text"]
         return values
@@ -787,8 +791,23 @@ class PlanForm(ProjectScopedForm):
         return errors
 
 
+def _weight_field() -> forms.IntegerField:
+    """A mix weight: 1 to 10,000, with one rule in its message whatever the number (the model field's
+    PositiveIntegerField said "≥ 0" for −1 and its validator "≥ 1" for 0)."""
+    message = "Give a whole number from 1 to 10,000."
+    return forms.IntegerField(
+        label="Weight",
+        min_value=1,
+        max_value=10_000,
+        initial=1,
+        error_messages={"min_value": message, "max_value": message, "invalid": message},
+    )
+
+
 class MixAddForm(forms.ModelForm):
     """Adds one of the project's test cases, not yet in the mix, to a plan."""
+
+    weight = _weight_field()
 
     class Meta:
         model = MixEntry
@@ -800,10 +819,12 @@ class MixAddForm(forms.ModelForm):
         self.fields["test_case"].queryset = plan.project.test_cases.exclude(mix_entries__plan=plan)
         self.fields["test_case"].to_field_name = "code"
         self.fields["test_case"].empty_label = None
-        self.fields["weight"].widget.attrs.update(min=1, style="max-width:6rem")
+        self.fields["weight"].widget.attrs.update(min=1)  # its width is in plimsoll.css: the CSP refuses style=""
 
 
 class MixWeightForm(forms.ModelForm):
+    weight = _weight_field()
+
     class Meta:
         model = MixEntry
         fields = ["weight"]

@@ -54,6 +54,14 @@ class Environment(TimeStamped):
     description = models.TextField(blank=True)
     # Ordered [{"key": ..., "value": ...}]: order is the author's (grouped by server, say), not alphabetical.
     configuration = models.JSONField(default=list, blank=True)
+    # Where the target reports its actual configuration, for Verify (portal/projects/drift.py).
+    config_url = models.CharField(
+        "configuration URL",
+        max_length=500,
+        blank=True,
+        help_text="Optional: where the system under test reports its actual configuration, as a JSON object of "
+        "key → value (the demo target: /_demo/knobs). Verify on the environment's page compares it with the ledger.",
+    )
     # Server metrics (portal.metrics): how often each server's metrics endpoint is scraped during a run.
     metrics_interval_s = models.PositiveSmallIntegerField(
         "scrape servers every (s)",

@@ -38,15 +38,20 @@ def clean_base_url(url: str) -> tuple[str, list[str]]:
     url = (url or "").strip()
     if url and "://" not in url:
         url = f"http://{url}"  # as the form's URLField(assume_scheme="http")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return url, ["Use an http:// or https:// URL."]  # htp://… and ftp://… alike
     try:
         URLValidator()(url)
     except ValidationError:
+        # The strict parser says what is wrong (127.1: another IPv4 spelling; a space; a bad port) where it can.
+        try:
+            parse_target_url(url)
+        except BadTargetURL as exc:
+            return url, [str(exc)]
         return url, ["Enter a valid URL."]
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        return url, ["Use an http:// or https:// URL."]
     if not parts.hostname:
-        return url, ["Give a host name, e.g. http://127.0.0.1:8001"]
+        return url, ["Give a host name, e.g. http://shop.test:8080"]
     if parts.username or parts.password:
         return url, ["Leave credentials out of the URL; put them in a step's headers."]
     if parts.path not in ("", "/") or parts.query or parts.fragment:

@@ -14,6 +14,7 @@ from django.db.models import Max, QuerySet
 
 from portal.accounts.models import Team
 from portal.common import Invalid
+from workers.engine.targets import BadTargetURL, parse_target_url
 
 from . import har, rules
 from .models import DataSet, Environment, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
@@ -97,6 +98,7 @@ def environment_save(
     metrics_interval_s: int | None = None,
     configuration: list[dict] | None = None,
     servers: list[ServerSpec] | None = None,
+    config_url: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -123,6 +125,14 @@ def environment_save(
             ]
         elif messages := rules.configuration_errors(configuration):
             errors["configuration"] = messages
+    if config_url is not None:  # None: unchanged
+        config_url = config_url.strip()
+        if config_url:
+            try:
+                parse_target_url(config_url)
+            except BadTargetURL as exc:
+                errors["config_url"] = [str(exc)]
+        env.config_url = config_url
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
     if environment is None:

@@ -26,6 +26,7 @@ environment_urls = [
     path("<uuid:code>/", views.environment_detail, name="environment"),
     path("<uuid:code>/edit/", views.environment_edit, name="environment-edit"),
     path("<uuid:code>/delete/", views.environment_delete, name="environment-delete"),
+    path("<uuid:code>/verify/", views.environment_verify, name="environment-verify"),
 ]
 
 # /testcases/
@@ -34,6 +35,7 @@ testcase_urls = [
     path("<uuid:code>/edit/", views.testcase_edit, name="testcase-edit"),
     path("<uuid:code>/delete/", views.testcase_delete, name="testcase-delete"),
     path("<uuid:code>/steps/new/", views.step_new, name="step-new"),
+    path("<uuid:code>/try/", views.testcase_try, name="testcase-try"),
     path("<uuid:code>/data-set/", views.data_set_upload, name="data-set-upload"),
     path("<uuid:code>/data-set/mode/", views.data_set_mode, name="data-set-mode"),
     path("<uuid:code>/data-set/delete/", views.data_set_delete, name="data-set-delete"),

@@ -12,7 +12,7 @@ plain form posts and redirect back to the page.
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.http import Http404, JsonResponse
@@ -29,7 +29,7 @@ from portal.common import Invalid, plural
 from portal.history.models import TuningChange
 from portal.history.selectors import environment_history
 
-from . import har, selectors, services
+from . import drift, har, selectors, services, tryit
 from .forms import (
     DataSetModeForm,
     DataSetUploadForm,
@@ -206,6 +206,7 @@ def environment_detail(request, code):
         "plans": environment.plans.prefetch_related("levels"),
         "can_write": _can_write(request.user, environment.project),
         "target_problem": selectors.target_problem(base_url=environment.base_url),
+        "same_origin": drift.same_origin_environments(environment),
         "nav": "projects",
         # The results history: its ledger of tuning changes, a past configuration, measurements.
         **environment_history(environment, at=request.GET.get("at")),
@@ -213,6 +214,17 @@ def environment_detail(request, code):
     if _fragment(request) and "at" in request.GET:
         return render(request, "projects/environment_detail.html#config-at", context)
     return render(request, "projects/environment_detail.html", context)
+
+
+@login_required
+@require_POST
+def environment_verify(request, code):
+    """Verify: the target's actual configuration against the ledger (portal/projects/drift.py)."""
+    environment = access.get_for_user(
+        request.user, Environment.objects.select_related("project__team"), code=code, write=True
+    )
+    context = {"environment": environment, "can_write": True, "verification": drift.configuration_drift(environment)}
+    return render(request, "projects/environment_detail.html#verify", context)
 
 
 def _environment_form(request, project: Project, environment: Environment | None):
@@ -299,6 +311,8 @@ def _testcase_context(request, test_case: TestCase, **extra) -> dict:
         "nav": "projects",
     }
     if can_write:
+        context["try_environments"] = list(test_case.project.environments.order_by("name"))
+        context["try_bound_s"] = tryit.BOUND_S
         context["upload_form"] = DataSetUploadForm(initial={"mode": data_set.mode} if data_set else None)
         context["mode_form"] = DataSetModeForm(instance=data_set) if data_set else None
     return {**context, **extra}
@@ -333,6 +347,32 @@ def testcase_detail(request, code):
     if _fragment(request):
         return render(request, "projects/testcase_detail.html#steps-list", context)
     return render(request, "projects/testcase_detail.html", context)
+
+
+@login_required
+@require_POST
+def testcase_try(request, code):
+    """*Try it*: one user, one iteration on the chosen environment, every exchange shown (portal/projects/tryit.py)."""
+    test_case = access.get_for_user(
+        request.user, TestCase.objects.select_related("project__team"), code=code, write=True
+    )
+    try:  # one of this project's environments, by its code; anything else is no choice
+        environment = test_case.project.environments.filter(code=request.POST.get("environment", "")).first()
+    except ValidationError:
+        environment = None
+    context = _testcase_context(request, test_case, try_environment=environment)
+    if environment is None:
+        context["try_error"] = "Choose one of this project's environments."
+    elif not context["steps"]:
+        context["try_error"] = "Add a step first: an iteration of no step sends nothing."
+    elif problems := context["step_problems"]:
+        context["try_error"] = " ".join(problems)
+    else:
+        context["try_result"] = tryit.test_case_try(test_case=test_case, environment=environment)
+    status = 400 if "try_error" in context else 200
+    if _fragment(request):
+        return render(request, "projects/testcase_detail.html#try-it", context, status=status)
+    return render(request, "projects/testcase_detail.html", context, status=status)
 
 
 def _testcase_form(request, project: Project, test_case: TestCase | None):

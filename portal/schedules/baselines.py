@@ -57,7 +57,8 @@ def baseline_side(*, run: Run, baseline: Baseline):
     if not valid:
         return None, f"No earlier valid run of the plan “{run.plan_name}” to compare with."
     numbers = ", ".join(f"#{r.number}" for r in sorted(valid, key=lambda r: r.number))
-    return side_for_runs(f"Baseline: the last {len(valid)} valid runs ({numbers})", valid), ""
+    last = "the last valid run" if len(valid) == 1 else f"the last {len(valid)} valid runs"
+    return side_for_runs(f"Baseline: {last} ({numbers})", valid), ""
 
 
 def _row_verdict(row: Row, tolerance_pct: float) -> str:

@@ -51,6 +51,9 @@ def project_schedules(request, code):
     if can_write:
         form = ScheduleForm(initial={"kind": "daily", "time_zone": "UTC", "enabled": True}, project=project)
     schedules = list(selectors.project_schedules(project=project))
+    now = timezone.now()
+    for s in schedules:  # the saved schedule's next fire, under its name
+        s.next_fire = next(iter(timing.next_fires(s.cron, s.time_zone, now, count=1)), None) if s.enabled else None
     context = {
         "schedules": schedules,
         # The morning view: each schedule's trend over its last 30 fires (static/js/charts/schedule-sparklines.js).

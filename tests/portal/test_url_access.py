@@ -24,8 +24,10 @@ UI_TENANT = """
 '' projects/ projects/new/ projects/<uuid:code>/ projects/<uuid:code>/edit/ projects/<uuid:code>/delete/
 projects/<uuid:code>/environments/new/ projects/<uuid:code>/testcases/new/ projects/<uuid:code>/plans/new/
 projects/<uuid:code>/plans/preview/ environments/<uuid:code>/ environments/<uuid:code>/edit/
-environments/<uuid:code>/delete/ testcases/<uuid:code>/ testcases/<uuid:code>/edit/ testcases/<uuid:code>/delete/
-testcases/<uuid:code>/steps/new/ testcases/<uuid:code>/data-set/ testcases/<uuid:code>/data-set/mode/
+environments/<uuid:code>/delete/ environments/<uuid:code>/verify/ testcases/<uuid:code>/ testcases/<uuid:code>/edit/
+testcases/<uuid:code>/delete/
+testcases/<uuid:code>/steps/new/ testcases/<uuid:code>/try/ testcases/<uuid:code>/data-set/
+testcases/<uuid:code>/data-set/mode/
 testcases/<uuid:code>/data-set/delete/ steps/<uuid:code>/edit/ steps/<uuid:code>/delete/
 steps/<uuid:code>/move/<str:direction>/ plans/<uuid:code>/ plans/<uuid:code>/edit/ plans/<uuid:code>/delete/
 plans/<uuid:code>/mix/add/ mix/<id:pk>/ mix/<id:pk>/delete/ mix/<id:pk>/move/<str:direction>/ runs/

@@ -47,6 +47,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "project",
             "name",
             "base_url",
+            "config_url",
             "description",
             "metrics_interval_s",
             "configuration",

@@ -290,6 +290,13 @@ class EnvironmentWriteSerializer(StrictSerializer):
     project = serializers.UUIDField(help_text="The project's code (fixed once created)")
     name = serializers.CharField(max_length=100)
     base_url = serializers.CharField(max_length=500, help_text="Scheme, host and port of the system under test")
+    config_url = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Where the target reports its actual configuration (a JSON object of key → value), for Verify; "
+        "absent: unchanged",
+    )
     description = serializers.CharField(required=False, allow_blank=True, default="")
     metrics_interval_s = serializers.IntegerField(
         required=False, allow_null=True, help_text="Seconds between scrapes of the servers' metrics (default 5)"
@@ -360,6 +367,7 @@ class EnvironmentViewSet(
             environment=environment,
             name=data["name"],
             base_url=data["base_url"],
+            config_url=data.get("config_url"),
             description=data["description"],
             metrics_interval_s=data.get("metrics_interval_s"),
             configuration=None if configuration is None else [dict(item) for item in configuration],

@@ -13,20 +13,67 @@
   const toX = (p) => 1 / (1 - p / 100);
   const charts = {};
 
+  // Each side's trials as thin, pale lines and their mean (at each x the trials share) as one bold
+  // line; the legend lists the means only, one entry per side (and per series: APD, p95), so a
+  // trial set of twelve runs adds no entry. The after sides' lines are drawn over the before
+  // side's, whose mean is wider underneath: both stay visible where they coincide.
+  function meanOf(lines) {
+    const sums = new Map();
+    for (const points of lines) {
+      for (const p of points) {
+        if (p.y === null || p.y === undefined) continue;
+        const key = Math.round(p.x * 1000) / 1000;
+        const acc = sums.get(key) || { x: p.x, y: 0, n: 0, p: p.p };
+        acc.y += p.y; acc.n += 1;
+        sums.set(key, acc);
+      }
+    }
+    return Array.from(sums.values()).sort((a, b) => a.x - b.x).map((a) => ({ x: a.x, y: a.y / a.n, p: a.p }));
+  }
+
+  function pale(hex) { return hex + "80"; }
+
   function datasetsOf(data, pick) {
     const out = [];
     let afterIndex = 0;
+    const afters = data.sides.filter((side) => side.role !== "before").length;
     for (const side of data.sides) {
-      const color = side.role === "before" ? BEFORE : AFTER[afterIndex++ % AFTER.length];
-      side.runs.forEach((run, i) => {
+      const before = side.role === "before";
+      const color = before ? BEFORE : AFTER[afterIndex++ % AFTER.length];
+      // Short: the picker above names the sides; several sides after are told apart by their labels.
+      const name = before ? "Before" : afters > 1 ? "After: " + side.label : "After";
+      const bySuffix = new Map();
+      side.runs.forEach((run) => {
         for (const d of pick(run)) {
-          out.push(Object.assign({ label: "Run #" + run.number + " (" + side.label + (side.role === "before" ? ", before" : "") + ")" + (d.suffix || ""),
-            borderColor: color, backgroundColor: color, borderWidth: i === 0 ? 1.8 : 1.1, pointRadius: d.points ? 3 : 0,
-            tension: 0, spanGaps: true, code: run.code, side: side.role }, d));
+          const suffix = d.suffix || "";
+          const group = side.role + "|" + side.label + "|" + suffix;
+          if (!bySuffix.has(suffix)) bySuffix.set(suffix, { template: d, group: group, lines: [] });
+          bySuffix.get(suffix).lines.push(d.data);
+          out.push(Object.assign({}, d, { label: "Run #" + run.number + " (" + side.label + ")" + suffix,
+            borderColor: pale(color), backgroundColor: pale(color), borderWidth: 1, pointRadius: d.points ? 2 : 0,
+            tension: 0, spanGaps: true, code: run.code, side: side.role, $group: group, order: before ? 3 : 2 }));
         }
       });
+      for (const [suffix, g] of bySuffix) {
+        const n = g.lines.length;
+        out.push(Object.assign({}, g.template, {
+          label: name + (n > 1 ? ", mean" : "") + suffix,
+          data: meanOf(g.lines), borderColor: color, backgroundColor: color,
+          borderWidth: before ? 4 : 2.5, pointRadius: g.template.points ? 3 : 0, tension: 0, spanGaps: true,
+          side: side.role, $group: g.group, $mean: true, order: before ? 1 : 0,
+        }));
+      }
     }
     return out;
+  }
+
+  // A click on a side's legend entry shows or hides its mean and its trials together.
+  function toggleGroup(evt, item, legend) {
+    const chart = legend.chart;
+    const group = chart.data.datasets[item.datasetIndex].$group;
+    const show = !chart.isDatasetVisible(item.datasetIndex);
+    chart.data.datasets.forEach((d, i) => { if (d.$group === group) chart.setDatasetVisibility(i, show); });
+    chart.update();
   }
 
   function line(id, title, xTitle, unit, datasets, extra) {
@@ -34,7 +81,11 @@
     const options = {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
       interaction: { mode: "nearest", axis: "x", intersect: false },
-      plugins: { title: { display: true, text: title }, legend: { position: "bottom" },
+      plugins: { title: { display: true, text: title },
+        legend: { position: "bottom", onClick: toggleGroup, labels: {
+          boxWidth: 18,
+          filter: (item, chartData) => chartData.datasets[item.datasetIndex].$mean,
+          sort: (a, b) => a.datasetIndex - b.datasetIndex } },
         tooltip: { callbacks: { label: (item) => item.dataset.label + ": " + write(item.parsed.y) } } },
       scales: { x: { type: "linear", min: 0, title: { display: true, text: xTitle } },
         y: { beginAtZero: true, title: { display: true, text: unit === "ms" ? "ms" : "pages/s" } } },
@@ -42,7 +93,7 @@
     if (extra) extra(options);
     const canvas = document.getElementById(id);
     charts[id] = new Chart(canvas, { type: "line", data: { datasets: datasets }, options: options });
-    canvas.dataset.series = String(datasets.length);
+    canvas.dataset.series = String(datasets.filter((d) => !d.$mean).length);
     return charts[id];
   }
 

@@ -49,34 +49,48 @@
     return el;
   }
 
-  function chartFor(server) {
-    const el = canvasFor(server);
-    if (charts[server.id]) return charts[server.id];
-    const main = server.series.filter((s) => s.main);
-    const datasets = main.map((s, i) => ({
-      label: s.name + (s.unit ? " (" + s.unit + ")" : ""), yAxisID: i === 0 ? "y" : "y1", data: [],
+  // The server's main series as datasets, then Plimsoll's pages/s. At the start of a run the
+  // server has no figures yet (a rate needs two scrapes), so its main series arrive on later
+  // polls: the datasets are rebuilt whenever the set of main series changes.
+  function mainDatasets(main) {
+    return main.map((s, i) => ({
+      label: s.name + (s.unit ? " (" + s.unit + ")" : ""), yAxisID: i === 0 ? "y" : "y1", data: [], $key: s.key,
       borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length],
       borderWidth: 1.6, pointRadius: 2, tension: 0.1, spanGaps: false,
     }));
-    datasets.push({ label: "Plimsoll pages/s", yAxisID: "y1", data: [], borderColor: "#7a8aa6",
-      backgroundColor: "#7a8aa6", borderDash: [4, 3], borderWidth: 1.2, pointRadius: 0, spanGaps: true });
+  }
+
+  function syncDatasets(chart, server) {
+    const main = server.series.filter((s) => s.main);
+    const keys = main.map((s) => s.key);
+    if (chart.$main && chart.$main.join("\n") === keys.join("\n")) return;
+    const pages = chart.data.datasets[chart.data.datasets.length - 1];
+    chart.data.datasets = mainDatasets(main).concat([pages]);
     const first = main[0];
+    chart.options.scales.y.title.text = first ? first.unit || first.name : "";
+    chart.$main = keys;
+  }
+
+  function chartFor(server) {
+    const el = canvasFor(server);
+    if (charts[server.id]) return charts[server.id];
+    const pages = { label: "Plimsoll pages/s", yAxisID: "y1", data: [], borderColor: "#7a8aa6",
+      backgroundColor: "#7a8aa6", borderDash: [4, 3], borderWidth: 1.2, pointRadius: 0, spanGaps: true };
     charts[server.id] = new Chart(el, {
       type: "line",
-      data: { datasets: datasets },
+      data: { datasets: [pages] },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
         plugins: { title: { display: true, text: server.name }, legend: { position: "bottom" }, serverBands: {} },
         scales: {
           x: { type: "linear", title: { display: true, text: "seconds since start" }, min: 0 },
-          y: { position: "left", beginAtZero: true, title: { display: true, text: first ? first.unit || first.name : "" } },
+          y: { position: "left", beginAtZero: true, title: { display: true, text: "" } },
           y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "per second" } },
         },
       },
       plugins: [bands],
     });
-    charts[server.id].$main = main.map((s) => s.key);
     return charts[server.id];
   }
 
@@ -84,6 +98,7 @@
     for (const server of data.servers) {
       const chart = chartFor(server);
       if (!chart) continue;
+      syncDatasets(chart, server);
       chart.$main.forEach((key, i) => {
         const s = server.series.find((x) => x.key === key);
         chart.data.datasets[i].data = s ? s.t.map((t, j) => ({ x: t, y: s.values[j] })) : [];
@@ -95,7 +110,9 @@
       const lastLoad = load && load.t.length ? load.t[load.t.length - 1] + load.bucket_s : 0;
       chart.options.scales.x.max = Math.max(data.duration_s, lastLoad);
       chart.update("none");
-      chart.canvas.dataset.points = String(chart.data.datasets[0] ? chart.data.datasets[0].data.length : 0);
+      // The server's own figures drawn (its first main series), not Plimsoll's pages/s.
+      const own = chart.$main.length ? chart.data.datasets[0].data.filter((p) => p.y !== null) : [];
+      chart.canvas.dataset.points = String(own.length);
     }
   }
 

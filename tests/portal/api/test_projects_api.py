@@ -317,6 +317,28 @@ def test_a_base_url_with_a_path_gets_the_forms_message(alice, project):
     assert "paths belong in the test cases' steps" in response.json()["fields"]["base_url"][0]
 
 
+@pytest.mark.parametrize(
+    ("base_url", "reason"),
+    [("htp://127.0.0.1:9000", "Use an http:// or https:// URL."), ("http://127.1:9000", "dotted-decimal IPv4")],
+)
+def test_a_bad_base_url_gets_its_reason_not_a_generic_message(alice, project, base_url, reason):
+    document = {"project": str(project.code), "name": "X", "base_url": base_url}
+    response = session(alice).post("/api/v1/environments/", document, format="json")
+    assert response.status_code == 400
+    assert reason in response.json()["fields"]["base_url"][0]
+
+
+def test_an_environment_names_where_its_target_reports_its_configuration(alice, project):
+    document = {"project": str(project.code), "name": "X", "base_url": "http://127.0.0.1:9000"}
+    url = "http://127.0.0.1:9000/_demo/knobs"
+    created = session(alice).post("/api/v1/environments/", {**document, "config_url": url}, format="json")
+    assert created.status_code == 201 and created.json()["config_url"] == url
+    bad = session(alice).post(
+        "/api/v1/environments/", {**document, "name": "Y", "config_url": "htp://x"}, format="json"
+    )
+    assert bad.status_code == 400 and "config_url" in bad.json()["fields"]
+
+
 def test_an_environment_used_by_a_plan_is_409_in_use(alice, plan):
     response = session(alice).delete(f"/api/v1/environments/{plan.environment.code}/")
     assert response.status_code == 409 and "Smoke" in response.json()["detail"]

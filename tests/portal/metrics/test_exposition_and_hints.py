@@ -182,3 +182,12 @@ def test_the_demo_counter_set_finds_every_series_in_the_demos_own_metrics_text()
     values = extract(prometheus_text(Counters(), {}, 0), DEMO)
     assert len(values) == len(DEMO.series)
     assert [s.key for s, v in zip(DEMO.series, values, strict=True) if v is None] == []
+
+
+def test_a_knee_at_one_user_reads_in_the_singular():
+    hints = knee_hints(
+        knee_users=1, level_users=[1, 2, 4], cpu_by_server={"web": [20.0, 21.0, 22.0]}, generator_saturated=None
+    )
+    evidence = [e for h in hints for e in h.evidence]
+    assert "throughput stopped growing after 1 user (the knee)" in evidence
+    assert not any("1 users" in e for e in evidence)

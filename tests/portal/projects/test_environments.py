@@ -52,9 +52,13 @@ def test_base_url_loses_its_trailing_slash(alice_client, project):
         ("http://shop.test/app", "Give only scheme, host and port"),
         ("http://shop.test/?debug=1", "Give only scheme, host and port"),
         ("http://user:secret@shop.test", "Leave credentials out of the URL"),
-        ("not a url", "Enter a valid URL."),
+        ("not a url", "write the URL without spaces"),
         ("http://shop.test:99999", "bad port"),
         ("http://shop.test:0", "bad port"),
+        # the reason the docs promise, not Django's generic "Enter a valid URL."
+        ("htp://shop.test", "Use an http:// or https:// URL."),
+        ("http://127.1:8001", "127.1"),
+        ("127.1", "127.1"),
     ],
 )
 def test_bad_base_url(alice_client, project, base_url, message):
@@ -210,3 +214,13 @@ def test_an_allowed_target_shows_no_refusal(alice_client, environment, plan):
     plan_page = alice_client.get(plan.get_absolute_url()).content.decode()
     assert "is not allowed" not in plan_page
     assert '<button type="submit" class="run-button" >' in plan_page
+
+
+def test_the_base_url_hint_names_this_instances_demo_target(alice_client, project, settings):
+    # given: the demo target on another port than the default (make run DEMO_PORT=8611)
+    settings.DEMO_BASE_URL = "http://127.0.0.1:8611"
+    # when
+    page = alice_client.get(reverse("projects:environment-new", args=[project.code])).content.decode()
+    # then
+    assert "e.g. http://127.0.0.1:8611" in page and 'placeholder="http://127.0.0.1:8611"' in page
+    assert "8001" not in page

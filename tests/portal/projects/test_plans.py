@@ -279,6 +279,8 @@ def test_bad_weight_is_refused_with_a_message(alice_client, plan, mix_entry, wei
     # then
     assert response.status_code == 200
     assert escape("Weight of “Browse”:") in response.content.decode()
+    # one rule, whatever the number: −2 and 0 used to say "≥ 0" and "≥ 1"
+    assert "Give a whole number from 1 to 10,000." in response.content.decode()
     mix_entry.refresh_from_db()
     assert mix_entry.weight == 1
 

@@ -186,3 +186,16 @@ def test_the_run_list_reads_only_the_figures_it_shows(alice_client, run):
         cells = [f'<td class="num">{value}</td>' for value in (ms(123.45), ms(456.7), rate(98.5), pct(1.25))]
         assert all(cell in page for cell in cells), cells
         assert "Page 499" not in page
+
+
+@pytest.mark.django_db
+def test_the_run_page_names_each_test_cases_weight_and_steps_in_words(alice_client, run):
+    # given: a mix of one test case of one step
+    snapshot = run.plan_snapshot
+    snapshot["test_cases"] = [{**snapshot["test_cases"][0], "weight": 1}]
+    snapshot["test_cases"][0]["steps"] = snapshot["test_cases"][0]["steps"][:1]
+    Run.objects.filter(id=run.id).update(plan_snapshot=snapshot)
+    # when
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    # then: not "(1, 1 steps)"
+    assert f"{snapshot['test_cases'][0]['name']} (weight 1, 1 step)" in page

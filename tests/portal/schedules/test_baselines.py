@@ -85,7 +85,7 @@ def test_doubtful_runs_stay_out_of_the_baseline(soak_plan):
     make_run(soak_plan, 2, status=Run.Status.PARTIAL, slow={HOME: 3.0})
     run = make_run(soak_plan, 3)
     verdict = run_judge(run_id=run.id)
-    assert verdict.baseline_label == "Baseline: the last 1 valid runs (#1)"
+    assert verdict.baseline_label == "Baseline: the last valid run (#1)"  # not "the last 1 valid runs"
     assert verdict.verdict == "within_noise"
 
 

@@ -197,3 +197,10 @@ def test_morning_view_has_the_trend_of_the_last_fires(alice_client, nightly, pro
     points = data[str(nightly.code)]
     assert [(p["apd_ms"], p["pages_per_s"]) for p in points] == [(100.0, 20.0), (101.0, 19.0), (102.0, 18.0)]
     assert 'class="schedule-sparkline"' in page and "js/charts/schedule-sparklines.js" in page
+
+
+def test_a_baseline_of_the_last_run_reads_in_the_singular(alice_client, nightly, plan):
+    url = reverse("schedules:baseline", args=[nightly.code])
+    assert alice_client.post(url, {"kind": "last_n", "last_n": "1", "tolerance_pct": "10"}).status_code == 302
+    page = alice_client.get(nightly.get_absolute_url()).content.decode()
+    assert "the last valid run before it" in page and "the last 1 valid runs" not in page

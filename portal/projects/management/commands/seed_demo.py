@@ -131,9 +131,11 @@ class Command(BaseCommand):
             },
         )
         configuration = initial_configuration(env)
-        if env.base_url != base_url or env.configuration != configuration:
+        config_url = f"{base_url}/_demo/knobs"  # what Verify reads (portal/projects/drift.py)
+        if env.base_url != base_url or env.configuration != configuration or env.config_url != config_url:
             env.base_url = base_url
             env.configuration = configuration
+            env.config_url = config_url
             env.save()
         server, _ = Server.objects.get_or_create(
             environment=env, name="demo", defaults={"role": "web + database", "hardware": "this machine (loopback)"}

@@ -1,0 +1,144 @@
+"""*Try it*: one virtual user runs one iteration of a test case, and every request and response is kept.
+
+What people do before a load run: does the login extract its token, does the search find the text.
+It runs through the engine library (``workers.engine.runner``), as a run does: the same steps,
+checks, extractions and data set, the same allowlist (checked before anything is sent and at every
+connection), the same HTTP client. Only the profile differs: one user, one iteration (a pacing
+longer than the bound, so no second one starts), no think time (a try is about the requests, not
+their timing), each request's timeout capped.
+
+It runs synchronously in the web request, bounded by ``BOUND_S``: one user's few requests take
+what one page load takes, the person waits for the answer anyway, and a worker task would need a
+row, a poll and a queue slot shared with load shards for a few seconds' work. The bound holds
+whatever the target does: the engine stops at the end of its hold, and each request times out.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from workers.engine.h1 import make_h1_client
+from workers.engine.http import HttpClient, Response
+from workers.engine.runner import run_sync
+from workers.engine.targets import BadTargetURL, TargetNotAllowed, parse_allowlist
+
+from .models import Environment, TestCase
+
+BOUND_S = 15
+"""The whole try, at most: the engine's hold (it stops every user at its end)."""
+REQUEST_TIMEOUT_S = 10.0
+"""Each request, at most (the plan's timeout does not apply: a try has no plan)."""
+BODY_SHOWN = 4096
+"""Bytes of each request and response body kept for the page."""
+
+
+@dataclass
+class Exchange:
+    """One request as sent and its response as received (or why none came)."""
+
+    method: str
+    url: str
+    request_headers: dict[str, str]
+    request_body: str
+    status: int | None = None
+    reason: str = ""
+    final_url: str = ""
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: str = ""
+    response_bytes: int = 0
+    elapsed_ms: float | None = None
+    error: str = ""
+
+
+@dataclass
+class TryResult:
+    environment: str
+    base_url: str
+    exchanges: list[Exchange]
+    completed: bool  # the iteration's last step ended with its checks passed
+    errors: dict[str, str]  # label: the first error the engine recorded for it (status, text, extraction …)
+    elapsed_s: float
+    refused: str = ""  # why nothing was sent (a target outside the allowlist)
+
+
+def _text(data: bytes) -> str:
+    shown = data[:BODY_SHOWN].decode("utf-8", errors="replace")
+    return shown + (f"\n… ({len(data) - BODY_SHOWN:,} more bytes)" if len(data) > BODY_SHOWN else "")
+
+
+class _Recorder:
+    """The engine's HTTP client, keeping each exchange (HttpClient protocol, workers/engine/http.py)."""
+
+    def __init__(self, inner: HttpClient, exchanges: list[Exchange]):
+        self.inner, self.exchanges = inner, exchanges
+
+    async def request(self, method, url, headers, body, timeout) -> Response:
+        exchange = Exchange(method, url, dict(headers), _text(body or b""))
+        self.exchanges.append(exchange)
+        started = time.perf_counter()
+        try:
+            response = await self.inner.request(method, url, headers, body, min(timeout, REQUEST_TIMEOUT_S))
+        except Exception as exc:  # shown as the exchange's outcome; the engine records it as the step's error
+            exchange.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            exchange.elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+            raise
+        exchange.status, exchange.reason = response.status, response.reason
+        exchange.final_url = response.url if response.url and response.url != url else ""
+        exchange.response_headers = dict(response.headers)
+        exchange.response_body = _text(response.body)
+        exchange.response_bytes = len(response.body)
+        exchange.elapsed_ms = round(response.total_s * 1000, 1)
+        return response
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name):  # anything else the runner reads from its client (cookies …)
+        return getattr(self.inner, name)
+
+
+def engine_plan(test_case: TestCase, environment: Environment) -> dict:
+    """One user, one iteration of ``test_case`` against ``environment``, without think times."""
+    tc = test_case.to_engine_dict(1)
+    tc["steps"] = [{**step, "think_time": 0} for step in tc["steps"]]
+    return {
+        "base_url": environment.base_url.rstrip("/"),
+        "test_cases": [tc],
+        "profile": {"kind": "pacing", "users": 1, "hold": BOUND_S, "pacing": BOUND_S + 60, "ramp_up": 0},
+        "request_timeout": REQUEST_TIMEOUT_S,
+    }
+
+
+def test_case_try(*, test_case: TestCase, environment: Environment) -> TryResult:
+    """Runs one iteration of ``test_case`` on ``environment`` and returns every exchange."""
+    allow = parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS)
+    exchanges: list[Exchange] = []
+    errors: dict[str, str] = {}
+    completed = False
+
+    def sink(report: dict) -> bool:
+        nonlocal completed
+        for label, figures in (report.get("labels") or {}).items():
+            for sample in (figures.get("error_samples") or {}).values():
+                errors.setdefault(label, sample)
+        completed = completed or report.get("iterations_completed", 0) > 0
+        return completed  # stop as soon as the iteration is done
+
+    started = time.monotonic()
+    result = TryResult(environment.name, environment.base_url, exchanges, False, errors, 0.0)
+    try:
+        run_sync(
+            engine_plan(test_case, environment),
+            sink=sink,
+            allowlist=allow,
+            seed=0,
+            client_factory=lambda: _Recorder(make_h1_client(allow), exchanges),
+        )
+    except (TargetNotAllowed, BadTargetURL) as exc:
+        result.refused = str(exc)
+    result.completed = completed and not errors
+    result.elapsed_s = round(time.monotonic() - started, 2)
+    return result

@@ -1,0 +1,311 @@
+"""Looks and the Content-Security-Policy in Chromium, measured (issue 28, items 10–14).
+
+One browser for the module and one live server; each test logs in once and measures what a
+person would see: elements inside a 1366 px viewport, contrast of the brand, legend heights,
+and no style or script refused by the policy. Screenshots land in the test's tmp_path.
+"""
+
+import pytest
+from django.urls import reverse
+
+from portal.projects.models import Step, TestCase
+from tests.conftest import wait_for_js
+from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture: the TFS experiment as rows)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def _context(browser, width=1366, height=900, **kw):
+    context = browser.new_context(viewport={"width": width, "height": height}, **kw)
+    page = context.new_page()
+    page.set_default_timeout(10_000)
+    return context, page
+
+
+def _log_in(page, live_server, username="alice"):
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", f"{username}-password")
+    page.click("button[type=submit]")
+    page.locator(".mainnav").wait_for()
+
+
+def test_experiment_test_case_step_plan_and_api_docs_pages_break_no_policy(
+    browser,
+    live_server,
+    alice,
+    story,  # noqa: F811 (the fixture imported above)
+    test_case,
+):
+    # given: an experiment with its trial sets, and a test case with a step
+    step = Step.objects.filter(test_case=test_case).first()
+    TestCase.objects.create(project=test_case.project, name="Search")  # not in the plan's mix: its form shows
+    context, page = _context(browser)
+    refused = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(f"{page.url}: {m.text}"))
+    page.on("pageerror", lambda exc: refused.append(f"{page.url}: {exc}"))
+    try:
+        _log_in(page, live_server)
+        # when: alice opens each page
+        page.goto(f"{live_server.url}{story['experiment'].get_absolute_url()}")
+        page.goto(f"{live_server.url}{test_case.get_absolute_url()}")
+        page.locator("#steps .step-actions a", has_text="Edit").first.click()  # the step's form, by HTMX
+        page.locator("#steps form").first.wait_for()
+        page.goto(f"{live_server.url}{reverse('projects:step-edit', args=[step.code])}")
+        page.goto(f"{live_server.url}{story['experiment'].plan.get_absolute_url()}")  # the mix's weight field
+        page.goto(f"{live_server.url}{reverse('api:docs')}")
+        wait_for_js(page, "document.querySelector('.swagger-ui .info')", timeout=15)
+        page.wait_for_timeout(300)
+    finally:
+        context.close()
+    # then
+    assert refused == []
+
+
+def _shot(page, tmp_path, name):
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+
+
+# The means and the legend of every curve chart: [{legend, legend_h, area_h, canvas_h, means, trials, top}]
+CURVES = """() => Object.entries(window.PlimsollCompare.charts).map(([id, c]) => {
+    const metas = c.getSortedVisibleDatasetMetas();
+    return {
+      id: id,
+      legend: c.legend.legendItems.map((i) => i.text),
+      legend_h: c.legend.height, area_h: c.chartArea.bottom - c.chartArea.top, canvas_h: c.height,
+      means: c.data.datasets.filter((d) => d.$mean).map((d) => ({ side: d.side, width: d.borderWidth })),
+      trials: c.data.datasets.filter((d) => !d.$mean).map((d) => d.borderWidth),
+      top: metas.length ? ((d) => d.side + (d.$mean ? " mean" : ""))(c.data.datasets[metas[0].index]) : null,
+    };
+})"""
+
+# How many pixels of the chart area carry a colour (r, g, b) within a tolerance.
+PIXELS_OF = """([id, rgb]) => {
+    const c = window.PlimsollCompare.charts[id], a = c.chartArea, r = window.devicePixelRatio || 1;
+    const img = c.ctx.getImageData(a.left * r, a.top * r, (a.right - a.left) * r, (a.bottom - a.top) * r).data;
+    let n = 0;
+    for (let i = 0; i < img.length; i += 4) {
+      if (img[i + 3] > 200 && Math.abs(img[i] - rgb[0]) < 12 && Math.abs(img[i + 1] - rgb[1]) < 12
+          && Math.abs(img[i + 2] - rgb[2]) < 12) n++;
+    }
+    return n;
+}"""
+
+
+def test_trial_set_curves_group_the_legend_by_side_with_bold_means(
+    browser,
+    live_server,
+    alice,
+    story,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
+    # given: the TFS experiment, 3 trials before and 3 after (12 legend entries and the after line
+    # drawn under the before one, until the legend listed each side's means)
+    project = story["experiment"].project
+    url = reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
+    context, page = _context(browser)
+    try:
+        _log_in(page, live_server)
+        # when
+        page.goto(f"{live_server.url}{url}")
+        wait_for_js(page, "document.getElementById('compare-curves').dataset.drawn === '1'")
+        page.locator("#compare-curves").scroll_into_view_if_needed()
+        charts = {c["id"]: c for c in page.evaluate(CURVES)}
+        after_pixels = page.evaluate(PIXELS_OF, ["chart-compare-duration", [0x1F, 0x5F, 0xBF]])
+        _shot(page, tmp_path, "compare-curves")
+    finally:
+        context.close()
+    # then: one legend entry per side (and per series), the plot keeps most of the canvas
+    duration = charts["chart-compare-duration"]
+    assert duration["legend"] == [
+        "Before, mean APD",
+        "Before, mean p95",
+        "After, mean APD",
+        "After, mean p95",
+    ], duration["legend"]
+    for chart in charts.values():
+        assert chart["legend_h"] <= 40, chart  # one line (each line is ~22 px over 10 of padding)
+        assert chart["area_h"] >= 0.5 * chart["canvas_h"], chart  # was 45 of 280 px with 12 entries
+        # trials thin, each side's mean bold, and an after mean drawn on top
+        assert max(chart["trials"]) < min(m["width"] for m in chart["means"]), chart
+        assert chart["top"] == "after mean", chart
+    # the after mean's colour is on the canvas
+    assert after_pixels > 200
+
+
+# Every cell of a table inside the viewport and inside the box that holds the table (no cut, no
+# sideways scroll); the tallest cell of a column in lines of text.
+TABLE_FIT = """([selector, column]) => {
+    const table = document.querySelector(selector);
+    const box = table.parentElement;
+    const cells = Array.from(table.querySelectorAll("th, td"));
+    const right = Math.max(...cells.map((c) => c.getBoundingClientRect().right));
+    const boxRight = box.getBoundingClientRect().right;
+    let lines = 0;
+    if (column !== null) {
+      for (const row of table.tBodies[0].rows) {
+        const cell = row.cells[column];
+        const style = getComputedStyle(cell);
+        const inner = cell.getBoundingClientRect().height
+          - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+        lines = Math.max(lines, Math.round(inner / parseFloat(style.lineHeight)));
+      }
+    }
+    return { right: right, viewport: window.innerWidth, box_right: boxRight,
+             scroll: box.scrollWidth - box.clientWidth, lines: lines };
+}"""
+
+
+def _fits(fit):
+    return fit["right"] <= fit["viewport"] and fit["right"] <= fit["box_right"] + 0.5 and fit["scroll"] <= 0
+
+
+def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path):  # noqa: F811
+    # given: six runs of a plan with a long name, each under a tuning change, in trial sets
+    plan = story["experiment"].plan
+    plan.name = "Soak: token cache, 20 users for 15 min"
+    plan.save(update_fields=["name"])
+    story["experiment"].runs = None
+    from portal.runs.models import Run
+
+    Run.objects.filter(plan=plan).update(plan_name=plan.name)
+    project = plan.project
+    compare = (
+        reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
+    )
+    context, page = _context(browser, width=1366)
+    try:
+        _log_in(page, live_server)
+        # when
+        page.goto(f"{live_server.url}{reverse('runs:list')}")
+        runs = page.evaluate(TABLE_FIT, ["#runs", 2])
+        _shot(page, tmp_path, "runs-1366")
+        page.goto(f"{live_server.url}{compare}")
+        pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        _shot(page, tmp_path, "compare-1366")
+    finally:
+        context.close()
+    # then
+    assert _fits(runs), runs
+    assert runs["lines"] <= 2, runs  # the plan's name
+    assert _fits(pages), pages
+
+
+# WCAG contrast ratio of an element's text against the first opaque background behind it.
+CONTRAST = """(selector) => {
+    const el = document.querySelector(selector);
+    const rgb = (s) => s.match(/[\\d.]+/g).map(Number);
+    let bg = null;
+    for (let n = el; n; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) { bg = c; break; }
+    }
+    bg = bg || [255, 255, 255];
+    const lum = (c) => { const [r, g, b] = c.slice(0, 3).map((v) => { v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
+      return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+    const a = lum(rgb(getComputedStyle(el).color)), b = lum(bg);
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+# Where the first page's verdicts are, and whether the page itself scrolls sideways.
+PHONE = """() => {
+    const badges = Array.from(document.querySelectorAll("#compare-pages tbody tr:first-child [data-verdict]"));
+    const table = document.querySelector("#compare-pages");
+    const box = table.closest(".table-scroll") || table;
+    return { first_right: badges.length ? badges[0].getBoundingClientRect().right : null, badges: badges.length,
+             viewport: window.innerWidth, page_scroll: document.documentElement.scrollWidth - window.innerWidth,
+             table_scrolls: box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === "auto" };
+}"""
+
+
+def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
+    browser,
+    live_server,
+    alice,
+    story,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
+    from portal.sharing import services
+
+    # given: an experiment whose description holds the team's instruction, shared
+    experiment = story["experiment"]
+    experiment.description = "Press Start: three baseline trials, the index built, three trials after."
+    experiment.save(update_fields=["description"])
+    _, token = services.share_create(
+        project=experiment.project, kind="experiment", title="Index", user=alice, experiment=experiment
+    )
+    url = f"{live_server.url}/s/{token}/"
+    # when: a stakeholder opens it on a laptop
+    context, page = _context(browser, width=1366)
+    try:
+        page.goto(url)
+        brand = page.evaluate(CONTRAST, ".share-top .brand")
+        text = page.locator("main").inner_text()
+        pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        _shot(page, tmp_path, "share-1366")
+    finally:
+        context.close()
+    # and on a phone
+    context, page = _context(browser, width=390, height=844, is_mobile=True, has_touch=True)
+    try:
+        page.goto(url)
+        page.locator("#compare-pages").scroll_into_view_if_needed()
+        phone = page.evaluate(PHONE)
+        _shot(page, tmp_path, "share-phone")
+    finally:
+        context.close()
+    # then
+    assert brand >= 4.5, brand  # WCAG AA for text; it was white on the near-white bar (1.1)
+    assert "Press Start" not in text
+    assert _fits(pages), pages
+    assert phone["badges"] == 4 and phone["first_right"] <= phone["viewport"], phone  # APD's verdict on screen
+    assert phone["page_scroll"] <= 0, phone  # the table scrolls, not the page
+
+
+def _styled(page, selector):
+    """The computed look of a form control: an unstyled one keeps the browser's 2 px inset border."""
+    return page.locator(selector).evaluate(
+        "(el) => { const s = getComputedStyle(el); return { radius: parseFloat(s.borderTopLeftRadius),"
+        " border: s.borderTopColor, font: s.fontSize, width: el.getBoundingClientRect().width }; }"
+    )
+
+
+def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
+    browser, live_server, alice, team, plan, tmp_path
+):
+    context, page = _context(browser)
+    try:
+        _log_in(page, live_server)
+        # when: the Teams page
+        page.goto(f"{live_server.url}{reverse('accounts:teams')}")
+        email = _styled(page, ".invite-form input[type=email]")
+        username = _styled(page, "#member-username")
+        _shot(page, tmp_path, "teams")
+        # and the schedule form, kind by kind
+        page.goto(f"{live_server.url}{reverse('schedules:project', args=[plan.project.code])}")
+        shown = {}
+        for kind in ("daily", "hours", "cron"):
+            page.select_option("#schedule-form [name=kind]", kind)
+            shown[kind] = sorted(
+                name
+                for name in ("at_time", "every_hours", "cron")
+                if page.locator(f"#schedule-form [name={name}]").is_visible()
+            )
+        # and saves one that runs every 6 hours
+        page.select_option("#schedule-form [name=plan]", str(plan.id))
+        page.select_option("#schedule-form [name=kind]", "hours")
+        page.fill("#schedule-form [name=every_hours]", "6")
+        page.fill("#schedule-form [name=at_time]", "00:15")
+        page.get_by_role("button", name="Save schedule").click()
+        page.locator(".messages, .alert, [role=status]").first.wait_for()  # saved, back on the list
+        next_fire = page.locator("[data-next-fire]").inner_text()
+        _shot(page, tmp_path, "schedules")
+    finally:
+        context.close()
+    # then: the e-mail field looks like the username field beside it
+    assert email == {**username, "width": email["width"]}, (email, username)
+    assert shown == {"daily": ["at_time"], "hours": ["at_time", "every_hours"], "cron": ["cron"]}
+    assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire
