@@ -460,6 +460,16 @@ def allowed_target(url: str) -> str | None:
     return None
 
 
+def har_too_large(size: int) -> str | None:
+    """Why a HAR of ``size`` bytes is refused (over PLIMSOLL_HAR_MAX_MB), or None: asked before reading it."""
+    if size <= settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024:
+        return None
+    return (
+        f"The file is {size / 1024 / 1024:.1f} MB; the limit is {settings.PLIMSOLL_HAR_MAX_MB} MB. "
+        "Record only the journey you want to test (start recording just before it)."
+    )
+
+
 def har_entries(raw: bytes) -> list[har.Entry]:
     """The recording's entries, under the configured size limit (har.HarError says what is wrong)."""
     return har.load(raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024)
