@@ -246,6 +246,8 @@ def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES) -> list[Entry]:
         doc = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise HarError("The file is not UTF-8 text, so it is not a HAR file (HAR is JSON).") from None
+    except RecursionError:  # "[[[[…" nested deeper than the parser goes: no HAR nests more than a few levels
+        raise HarError("The file's JSON is nested too deep to be a HAR (a HAR nests a few levels).") from None
     except json.JSONDecodeError as exc:
         raise HarError(
             f"The file is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}). A HAR file is JSON: "

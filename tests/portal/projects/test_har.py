@@ -401,3 +401,8 @@ def test_the_analysis_of_a_recording_without_resource_types_is_linear(pages):
     # then: each page found from its document, and the recording walked a fixed number of times, not once per entry
     assert len(preview.steps) == min(pages, har.MAX_STEPS)
     assert entries.walks <= 10, f"{entries.walks} walks through {len(entries)} entries"
+
+
+def test_json_nested_too_deep_is_refused_with_a_reason():
+    with pytest.raises(har.HarError, match="nested too deep"):
+        har.load(b"[" * 200_000 + b"]" * 200_000)
