@@ -6,6 +6,7 @@ SQLite in WAL mode and Celery's file-system broker, both under ``var/``). Settin
 Redis. A malformed value stops the process at start with a message naming the variable.
 """
 
+import ipaddress
 import os
 import re
 from datetime import timedelta
@@ -436,6 +437,18 @@ PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
 # The largest result file (k6, JMeter, Locust, Gatling; gzipped or not) accepted by upload (page and API), in MB.
 # Uploads are imported by a background task (result_import_task) in bounded memory, whatever their size.
 PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "2048", minimum=1)
+
+# Issue 29: Plimsoll's own /metrics (portal/runs/exporter.py) names every team's running plans, so it
+# answers a scrape with this bearer token, or one from these networks (default: loopback only).
+PLIMSOLL_METRICS_TOKEN = envsecret("PLIMSOLL_METRICS_TOKEN", "")
+try:
+    PLIMSOLL_METRICS_ALLOW = [
+        ipaddress.ip_network(n.strip(), strict=False)
+        for n in os.environ.get("PLIMSOLL_METRICS_ALLOW", "127.0.0.0/8,::1").split(",")
+        if n.strip()
+    ]
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PLIMSOLL_METRICS_ALLOW: {exc} (expected networks: 10.0.0.0/8,::1)") from None
 
 # Issue 30: where the portal's own requests may go - webhooks, metrics scrapes and tuning changes'
 # hooks (portal/outbound.py) - an allowlist of their own. With DEBUG on (a checkout) it is the
