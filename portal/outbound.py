@@ -120,6 +120,19 @@ def notifications_allowlist() -> Allowlist:
     return parse_allowlist(settings.PLIMSOLL_OUTBOUND_ALLOWED, denied=site_denylist())
 
 
+def site_service_refusal(url: str) -> str | None:
+    """Why ``url`` is one of the site's own services, by its name or address as written (no DNS), or None.
+
+    For forms that save a URL to call later (a webhook): the request itself is checked again, resolved.
+    """
+    parsed = parse_url(url)
+    try:
+        Allowlist((), site_denylist()).refuse_denied(parsed.origin, parsed.host, parsed.port, [parsed.host])
+    except TargetNotAllowed as exc:
+        return f"{exc}."
+    return None
+
+
 def check(
     url: str, allowlist: str | Allowlist | None = None, *, timeout: float | None = None
 ) -> tuple[TargetURL, list[str]]:

@@ -442,6 +442,9 @@ LOGGING = {
 PLIMSOLL_HAR_UPLOAD_TTL_S = envint("PLIMSOLL_HAR_UPLOAD_TTL_S", "3600", minimum=60)
 # The largest HAR file accepted, in MB.
 PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
+# A HAR larger than this (MB) is analysed by a background task (har_analysis_task), its preview page
+# waiting for it, instead of in the web request (issue 30: a 30 MB recording takes seconds to analyse).
+PLIMSOLL_HAR_INLINE_MB = envint("PLIMSOLL_HAR_INLINE_MB", "5", minimum=0)
 # The largest result file (k6, JMeter, Locust, Gatling; gzipped or not) accepted by upload (page and API), in MB.
 # Uploads are imported by a background task (result_import_task) in bounded memory, whatever their size.
 PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "2048", minimum=1)

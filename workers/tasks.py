@@ -71,6 +71,14 @@ def har_uploads_sweep_task() -> None:
     result_imports_sweep()
 
 
+@shared_task(ignore_result=True)
+def har_analysis_task(project_id: int, user_id: int, token: str) -> None:
+    """Analyses a large uploaded HAR off the web request; its preview page waits for it (issue 30)."""
+    from portal.projects.services import har_analysis_process
+
+    har_analysis_process(project_id=project_id, user_id=user_id, token=token)
+
+
 # i12-schedules: one tick asks the database what is due; safe with two beats (see portal.schedules.services).
 @shared_task(ignore_result=True)
 def schedules_tick_task() -> None:

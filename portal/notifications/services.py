@@ -40,7 +40,7 @@ def channel_create(
     *, project, name: str, kind: str, events: list[str], emails: str = "", url: str = "", payload_format: str = ""
 ) -> Channel:
     """A new channel; a webhook gets a fresh signing secret (the caller shows it once)."""
-    from portal.outbound import OutboundRefused, parse_url
+    from portal.outbound import OutboundRefused, parse_url, site_service_refusal
 
     unknown = set(events) - set(Event.values)
     if unknown or not events:
@@ -55,6 +55,8 @@ def channel_create(
             parse_url(url)
         except OutboundRefused as exc:
             raise ChannelError(f"The webhook URL: {exc}") from None
+        if refusal := site_service_refusal(url):
+            raise ChannelError(f"The webhook URL: {refusal}")
         channel.url = url
         channel.payload_format = payload_format or Channel.Format.PLIMSOLL
         channel.secret = secrets.token_urlsafe(32)
@@ -82,7 +84,7 @@ def channel_update(
     is on the returned channel for the caller to show once. Nothing is saved when a value
     is refused (ChannelError), so a bad URL never loses the other edits' previous state.
     """
-    from portal.outbound import OutboundRefused, parse_url
+    from portal.outbound import OutboundRefused, parse_url, site_service_refusal
 
     unknown = set(events) - set(Event.values)
     if unknown or not events:
@@ -99,6 +101,8 @@ def channel_update(
             parse_url(url)
         except OutboundRefused as exc:
             raise ChannelError(f"The webhook URL: {exc}") from None
+        if refusal := site_service_refusal(url):
+            raise ChannelError(f"The webhook URL: {refusal}")
         channel.url = url
         channel.payload_format = payload_format or Channel.Format.PLIMSOLL
         if replace_secret:

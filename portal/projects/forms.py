@@ -16,7 +16,7 @@ from django.forms import BaseInlineFormSet, inlineformset_factory
 from portal.accounts.models import Team
 from workers.engine import variables
 
-from . import har, rules
+from . import har, rules, services
 from .models import (
     DataSet,
     Environment,
@@ -843,12 +843,9 @@ class HarUploadForm(forms.Form):
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
-        limit = settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024
-        if upload.size > limit:  # before reading it
-            raise forms.ValidationError(
-                f"The file is {upload.size / 1024 / 1024:.1f} MB; the limit is {settings.PLIMSOLL_HAR_MAX_MB} MB. "
-                "Record only the journey you want to test."
-            )
+        too_large = services.har_too_large(upload.size)
+        if too_large:  # before reading it
+            raise forms.ValidationError(too_large)
         self.cleaned_data["raw"] = upload.read()
         return upload
 

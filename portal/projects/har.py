@@ -246,6 +246,8 @@ def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES) -> list[Entry]:
         doc = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise HarError("The file is not UTF-8 text, so it is not a HAR file (HAR is JSON).") from None
+    except RecursionError:  # "[[[[…" nested deeper than the parser goes: no HAR nests more than a few levels
+        raise HarError("The file's JSON is nested too deep to be a HAR (a HAR nests a few levels).") from None
     except json.JSONDecodeError as exc:
         raise HarError(
             f"The file is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}). A HAR file is JSON: "
@@ -360,7 +362,8 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
             (why for suffix, why in NOISE_HOSTS.items() if host == suffix or host.endswith("." + suffix)), None
         )
         reasons[origin] = f"third-party noise: {noise}" if noise else allowed(origin + "/")
-    documents = [e for e in entries if e.url and _is_document(e, entries)]
+    typed = _has_resource_types(entries)
+    documents = [e for e in entries if e.url and _is_document(e, typed)]
     main = next((e.origin for e in documents + entries if e.url and reasons[e.origin] is None), None)
     if main is None:
         listing = "; ".join(f"{urlsplit(o).netloc}: {r}" for o, r in reasons.items()) or "no http(s) requests"
@@ -388,10 +391,16 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
     return main, hosts
 
 
-def _is_document(e: Entry, entries: list[Entry]) -> bool:
+def _has_resource_types(entries: list[Entry]) -> bool:
+    """Whether the recorder typed its entries (Chromium's _resourceType); asked once per recording, not per entry."""
+    return any(x.resource_type for x in entries)
+
+
+def _is_document(e: Entry, typed: bool) -> bool:
+    """``typed``: ``_has_resource_types`` of the recording (scanning it for each entry made HAR analysis quadratic)."""
     if e.resource_type:
         return e.resource_type == "document"
-    if any(x.resource_type for x in entries):
+    if typed:
         return False
     # Firefox and older recorders have no _resourceType: an HTML response the browser asked HTML for.
     accept = next((v for k, v in e.request_headers if k.lower() == "accept"), "")
@@ -407,10 +416,11 @@ def group_pages(entries: list[Entry], main: str) -> list[list[Entry]]:
     """
     pages: list[list[Entry]] = []
     awaiting_redirect: str | None = None
+    typed = _has_resource_types(entries)
     for e in entries:
         if e.origin != main or not e.url:
             continue
-        document = _is_document(e, entries)
+        document = _is_document(e, typed)
         if pages and awaiting_redirect and e.url == awaiting_redirect:
             pages[-1].append(e)
         elif document or not pages or e.method != "GET":

@@ -1,6 +1,8 @@
 """Writes that touch several rows or enforce a rule; views call these, never the other way round."""
 
+import json
 import os
+import pickle
 import re
 import secrets
 import time
@@ -472,32 +474,152 @@ def allowed_target(url: str) -> str | None:
     return None
 
 
+def har_too_large(size: int) -> str | None:
+    """Why a HAR of ``size`` bytes is refused (over PLIMSOLL_HAR_MAX_MB), or None: asked before reading it."""
+    if size <= settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024:
+        return None
+    return (
+        f"The file is {size / 1024 / 1024:.1f} MB; the limit is {settings.PLIMSOLL_HAR_MAX_MB} MB. "
+        "Record only the journey you want to test (start recording just before it)."
+    )
+
+
 def har_entries(raw: bytes) -> list[har.Entry]:
     """The recording's entries, under the configured size limit (har.HarError says what is wrong)."""
     return har.load(raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024)
 
 
 def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:
-    """Checks a HAR (raising har.HarError with the reason) and keeps it for its preview; returns its token."""
+    """Checks a HAR (raising har.HarError with the reason) and keeps it for its preview; returns its token.
+
+    A HAR over PLIMSOLL_HAR_INLINE_MB is kept unchecked and analysed by har_analysis_task, off the web
+    request: its preview waits for the task (``har_analysis_state``) and says then why it is refused.
+    """
     har_uploads_sweep()
-    har.analyze(har_entries(raw), allowed=allowed_target)  # refuse now what the preview could not show
+    large = len(raw) > settings.PLIMSOLL_HAR_INLINE_MB * 1024 * 1024
+    if not large:
+        har.analyze(har_entries(raw), allowed=allowed_target)  # refuse now what the preview could not show
     token = secrets.token_urlsafe(24)
     path = _har_path(project=project, user_id=user_id, token=token)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: the recording holds what the browser sent, cookies and passwords included.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(raw)
+    _write_private(path, raw)
+    if large:
+        har_analysis_request(project=project, user_id=user_id, token=token, choices=har.Choices())
     return token
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)  # a reader sees the whole file or none
+
+
+# A large HAR's analysis: beside ``x.har``, ``x.har.state`` (JSON: the state, the choices it is for,
+# the refusal) and ``x.har.preview`` (the pickled preview, written by the task, read by the page).
+
+
+def _choices_dict(choices: har.Choices) -> dict:
+    return {
+        "rejected": sorted(choices.rejected),
+        "keep_headers": sorted(choices.keep_headers),
+        "keep_fields": sorted(choices.keep_fields),
+        "vary_fields": sorted(choices.vary_fields),
+        "variables": dict(sorted(choices.variables.items())),
+    }
+
+
+def _choices_of(d: dict) -> har.Choices:
+    return har.Choices(
+        rejected=set(d["rejected"]),
+        keep_headers=set(d["keep_headers"]),
+        keep_fields=set(d["keep_fields"]),
+        vary_fields=set(d["vary_fields"]),
+        variables=dict(d["variables"]),
+    )
+
+
+def har_analysis_request(*, project: Project, user_id: int, token: str, choices: har.Choices) -> None:
+    """Asks har_analysis_task for the preview of a large HAR with ``choices``; the page waits for it."""
+    from portal.common import task
+
+    path = _har_path(project=project, user_id=user_id, token=token)
+    state = {"state": "analysing", "choices": _choices_dict(choices), "since": time.time()}
+    _write_private(path.with_name(path.name + ".state"), json.dumps(state).encode())
+    args = (project.id, user_id, token)
+    transaction.on_commit(lambda: task("har_analysis_task").delay(*args))
+
+
+def har_analysis_state(*, project: Project, user_id: int, token: str) -> dict | None:
+    """A large HAR's analysis: {"state": "analysing" | "ready" | "refused", "choices", "since", "error"}.
+
+    None for a HAR analysed in the web request (small); HarUploadGone when the recording is gone.
+    """
+    path = _har_path(project=project, user_id=user_id, token=token)
+    try:
+        state = json.loads(path.with_name(path.name + ".state").read_bytes())
+    except FileNotFoundError:
+        return None
+    if state["state"] != "refused":
+        _har_live(path)
+    state["choices"] = _choices_of(state["choices"])
+    return state
+
+
+def har_analysis_process(*, project_id: int, user_id: int, token: str) -> None:
+    """The task's work: analyses a large HAR with the choices asked last and keeps the preview for its page."""
+    project = Project.objects.get(id=project_id)
+    path = _har_path(project=project, user_id=user_id, token=token)
+    state_path = path.with_name(path.name + ".state")
+    try:
+        asked = json.loads(state_path.read_bytes())
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return  # discarded or swept meanwhile
+    try:
+        preview = har.analyze(har_entries(raw), allowed=allowed_target, choices=_choices_of(asked["choices"]))
+    except har.HarError as exc:
+        path.unlink(missing_ok=True)  # nothing of a refused recording is kept
+        path.with_name(path.name + ".preview").unlink(missing_ok=True)
+        done = {**asked, "state": "refused", "error": str(exc)}
+    else:
+        _write_private(path.with_name(path.name + ".preview"), pickle.dumps(preview))
+        done = {**asked, "state": "ready"}
+    try:
+        if json.loads(state_path.read_bytes()) != asked:
+            return  # other choices were asked meanwhile: their own task answers them
+    except FileNotFoundError:
+        return
+    _write_private(state_path, json.dumps(done).encode())
+
+
+def har_preview_kept(*, project: Project, user_id: int, token: str) -> har.Preview:
+    """The preview har_analysis_process kept (for the choices of ``har_analysis_state``)."""
+    path = _har_path(project=project, user_id=user_id, token=token)
+    try:
+        return pickle.loads(path.with_name(path.name + ".preview").read_bytes())  # our own file, owner-only
+    except FileNotFoundError:
+        raise HarUploadGone("This recording is no longer here: upload it again.") from None
 
 
 def har_upload_read(*, project: Project, user_id: int, token: str) -> bytes:
     path = _har_path(project=project, user_id=user_id, token=token)
+    _har_live(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        _har_live(path)
+        raise
+
+
+def _har_live(path: Path) -> None:
+    """HarUploadGone unless the recording at ``path`` is still there and within its time."""
     try:
         if time.time() - path.stat().st_mtime > settings.PLIMSOLL_HAR_UPLOAD_TTL_S:
             path.unlink(missing_ok=True)
             raise FileNotFoundError
-        return path.read_bytes()
     except FileNotFoundError:
         raise HarUploadGone(
             "This recording is no longer here: it was imported or discarded, or its preview was left open "
@@ -506,14 +628,16 @@ def har_upload_read(*, project: Project, user_id: int, token: str) -> bytes:
 
 
 def har_upload_discard(*, project: Project, user_id: int, token: str) -> None:
-    _har_path(project=project, user_id=user_id, token=token).unlink(missing_ok=True)
+    path = _har_path(project=project, user_id=user_id, token=token)
+    for kept in (path, path.with_name(path.name + ".state"), path.with_name(path.name + ".preview")):
+        kept.unlink(missing_ok=True)
 
 
 def har_uploads_sweep(*, now: float | None = None) -> int:
     """Deletes the recordings whose preview was abandoned; returns how many. Run by Celery beat too."""
     now = time.time() if now is None else now
     deleted = 0
-    for path in _har_dir().glob("*.har") if _har_dir().is_dir() else ():
+    for path in _har_dir().glob("*.har*") if _har_dir().is_dir() else ():
         try:
             if now - path.stat().st_mtime > settings.PLIMSOLL_HAR_UPLOAD_TTL_S:
                 path.unlink()

@@ -9,6 +9,8 @@ is a ``partialdef`` that HTMX requests get alone. Without JavaScript the same UR
 plain form posts and redirect back to the page.
 """
 
+import time
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -772,24 +774,45 @@ def har_import_preview(request, code, token):
     """The preview of an uploaded HAR: update it with the user's choices, create the test case, or discard."""
     project = access.get_for_user(request.user, Project.objects.select_related("team"), code=code, write=True)
     upload = {"project": project, "user_id": request.user.pk, "token": token}
+    action = request.POST.get("action") if request.method == "POST" else None
+    name = (request.POST.get("name") if request.method == "POST" else request.GET.get("name")) or "Recorded journey"
     try:
-        raw = services.har_upload_read(**upload)
+        state = services.har_analysis_state(**upload)  # None: a small HAR, analysed here
+        raw = services.har_upload_read(**upload) if state is None else None
     except services.HarUploadGone as gone:
         messages.error(request, str(gone))
         return redirect("projects:har-import", project.code)
-    action = request.POST.get("action") if request.method == "POST" else None
     if action == "discard":
         services.har_upload_discard(**upload)
         messages.success(request, "Recording discarded: the uploaded file is deleted and nothing was saved.")
         return redirect(project)
     choices = har_choices(request.POST) if request.method == "POST" else har.Choices()
     try:
-        preview = har.analyze(services.har_entries(raw), allowed=services.allowed_target, choices=choices)
-    except har.HarError as refusal:  # the allowlist changed since the upload
+        if state is None:
+            preview = har.analyze(services.har_entries(raw), allowed=services.allowed_target, choices=choices)
+        else:
+            if state["state"] == "refused":
+                raise har.HarError(state["error"])
+            if request.method == "POST" and (action != "create" or choices != state["choices"]):
+                # other choices: the task analyses again; this page waits for it
+                services.har_analysis_request(**upload, choices=choices)
+                url = reverse("projects:har-import-preview", args=[project.code, token])
+                return redirect(f"{url}?{urlencode({'name': name})}")
+            if state["state"] == "analysing":
+                context = {
+                    "project": project,
+                    "seconds": max(0, round(time.time() - state["since"])),
+                    "nav": "projects",
+                }
+                return render(request, "projects/har_analysing.html", context)
+            preview, choices = services.har_preview_kept(**upload), state["choices"]
+    except har.HarError as refusal:  # the allowlist changed since the upload, or the task refused it
         services.har_upload_discard(**upload)
         messages.error(request, f"Not imported: {refusal}")
         return redirect("projects:har-import", project.code)
-    name = (request.POST.get("name") if request.method == "POST" else request.GET.get("name")) or "Recorded journey"
+    except services.HarUploadGone as gone:
+        messages.error(request, str(gone))
+        return redirect("projects:har-import", project.code)
     error = None
     if action == "create":
         try:

@@ -17,6 +17,13 @@ second still open and the number of such samples is recorded (``late_samples``).
 
 A record that cannot be read raises ResultFileError naming its line, before anything is stored.
 
+**Bounded whatever the file holds** (issue 30: 1 MB of gzip held a 1 GiB line; an XML JTL of 40 M
+elements in 150 KB). ``Limits`` caps the length of a line (read as bytes, before any line is
+built, so a line without end never fills memory), a CSV field, the decompressed size, gzip's
+expansion ratio past a first allowance (1 MB expanding to 300 MB was 18 s of CPU), and in XML
+the depth of elements and the elements of one sample; every element is cleared once read. A
+file over a limit raises ResultFileError naming the limit, before anything is stored.
+
 Formats:
 
 - **k6** JSON lines (``k6 run --out json=FILE``) and CSV (``--out csv=FILE``). Each ``http_reqs``
@@ -102,6 +109,22 @@ EXPORT_HINT = (
     "Locust's PREFIX_stats_history.csv (locust --headless --csv PREFIX --csv-full-history); "
     "Gatling's text simulation.log (Gatling 3.0 to 3.9). Gzipped files are read too."
 )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a result file may hold; a file over one is refused with the limit named (issue 30)."""
+
+    max_line: int = 8 << 20  # bytes of one line; a JTL row or a k6 JSON line is under a kilobyte
+    max_field: int = 128 << 10  # characters of one CSV field (a failure message, a URL)
+    max_decompressed: int = 64 << 30  # bytes a gzipped file may expand to
+    max_expansion: int = 100  # times its gzipped size, once past ``expansion_allowance``
+    expansion_allowance: int = 16 << 20  # decompressed bytes read before the ratio is checked
+    max_xml_depth: int = 32  # nested XML elements (a JTL nests 5 or 6)
+    max_sample_elements: int = 100_000  # XML elements in one top-level sample (its sub-results and assertions)
+
+
+LIMITS = Limits()
 
 
 class ResultFileError(ValueError):
@@ -283,18 +306,90 @@ def parse_time(text: str) -> float:
     return moment.timestamp() + (float(f"0.{fraction}") if fraction else 0.0)
 
 
+class _OverLimit(Exception):
+    """A limit was passed; not a ValueError, so no reader mistakes it for a bad record. ``read`` reports it."""
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MB"
+
+
+class _Bounded(io.RawIOBase):
+    """The file's (decompressed) bytes, refused past a limit: a line too long, too many bytes, gzip expanding too far.
+
+    Lines are measured here, on bytes, as they pass: the readers above (TextIOWrapper, a binary
+    stream's iteration) would otherwise gather a whole line, however long, before looking at it.
+    """
+
+    def __init__(self, inner: IO[bytes], raw: IO[bytes], gzipped: bool, limits: Limits) -> None:
+        self._inner, self._raw, self._gzipped, self._limits = inner, raw, gzipped, limits
+        self.max_line: int | None = limits.max_line
+        self._run = 0  # bytes since the last line feed
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._inner.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self.total += n
+        limits = self._limits
+        if self._gzipped:
+            if self.total > limits.max_decompressed:
+                raise _OverLimit(
+                    f"The file expands to more than {_size(limits.max_decompressed)} once gunzipped, "
+                    "the limit; nothing was imported. Split the run's results, or import them ungzipped."
+                )
+            if self.total > limits.expansion_allowance and self.total > limits.max_expansion * self._raw.tell():
+                raise _OverLimit(
+                    f"The gzipped file expands more than {limits.max_expansion} times (to over "
+                    f"{self.total / (1 << 20):,.0f} MB from {self._raw.tell() / (1 << 20):,.1f} MB), the limit: "
+                    "result files compress 5 to 30 times, so this is not one. Nothing was imported."
+                )
+        limit = self.max_line
+        if limit is not None and n:
+            first = data.find(b"\n")
+            if first < 0:
+                self._run += n
+            else:
+                if self._run + first > limit:  # the line that began before this chunk
+                    self._too_long()
+                last = data.rfind(b"\n")
+                if last - first > limit:  # lines wholly inside this chunk (only a chunk that long can hold one)
+                    start = first + 1
+                    while (stop := data.find(b"\n", start)) >= 0:
+                        if stop - start > limit:
+                            self._too_long()
+                        start = stop + 1
+                self._run = n - last - 1
+            if self._run > limit:
+                self._too_long()
+        return n
+
+    def _too_long(self) -> None:
+        raise _OverLimit(
+            f"A line is longer than {_size(self._limits.max_line)}, the limit for one line; nothing "
+            "was imported. A result file has a line per sample: this one is damaged or is not a result file."
+        )
+
+
 class _Input:
     """The file's bytes, gunzipped when it starts with gzip's magic bytes; knows how far it has read."""
 
-    def __init__(self, path: Path, progress: Callable[[int, int], None] | None):
+    def __init__(self, path: Path, progress: Callable[[int, int], None] | None, limits: Limits = LIMITS):
         self.size = path.stat().st_size
         self.raw = path.open("rb")
         start = self.raw.read(1 << 16)
         self.raw.seek(0)
         self.gzipped = start[:2] == b"\x1f\x8b"
         # The first bytes, for detection; a damaged gzip file still shows its beginning.
-        self._head = zlib.decompressobj(31).decompress(start)[:8192] if self.gzipped else start[:8192]
-        self.stream: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        self._head = zlib.decompressobj(31).decompress(start, 8192)[:8192] if self.gzipped else start[:8192]
+        inner: IO[bytes] = gzip.GzipFile(fileobj=self.raw, mode="rb") if self.gzipped else self.raw
+        self.limits = limits
+        self.bounded = _Bounded(inner, self.raw, self.gzipped, limits)
+        self.stream: IO[bytes] = io.BufferedReader(self.bounded, 1 << 16)
         self.progress = progress
         self._reported = 0
 
@@ -369,15 +464,20 @@ def _is_text(head: bytes) -> bool:
 
 
 def read(
-    path: Path, *, format: str | None = None, progress: Callable[[int, int], None] | None = None
-) -> ImportedResults:  # noqa: A002 (the CLI's word)
+    path: Path,
+    *,
+    format: str | None = None,  # noqa: A002 (the CLI's word)
+    progress: Callable[[int, int], None] | None = None,
+    limits: Limits = LIMITS,
+) -> ImportedResults:
     """Reads a result file; ResultFileError says what is wrong and what to export instead.
 
     ``progress(bytes_read, bytes_total)`` is called as the file is read (bytes of the file as
     stored, gzipped or not). The returned results hold a spool file: call ``discard()`` after use.
     """
+    csv.field_size_limit(limits.max_field)  # the csv module's own cap (per process; the same for every import)
     try:
-        source = _Input(path, progress)
+        source = _Input(path, progress, limits)
         head = source.head()
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise ResultFileError(f"The file cannot be read: {exc}.") from None
@@ -396,6 +496,9 @@ def read(
         except ResultFileError:
             results.discard()
             raise
+        except _OverLimit as exc:
+            results.discard()
+            raise ResultFileError(str(exc)) from None
         except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
             results.discard()
             raise ResultFileError(
@@ -413,6 +516,11 @@ def read(
 
 
 def _bad_line(number: int, tool: str, exc: Exception) -> ResultFileError:
+    if isinstance(exc, csv.Error) and "field larger than field limit" in str(exc):
+        return ResultFileError(
+            f"Line {number} has a field longer than {csv.field_size_limit():,} characters, the limit for one "
+            "field; nothing was imported. A result file's fields are short: this one is damaged or is not one."
+        )
     detail = str(exc) if isinstance(exc, _BadRecord) else f"{type(exc).__name__}: {exc}"
     return ResultFileError(
         f"Line {number} is not a {tool} line ({detail}); nothing was imported. "
@@ -432,7 +540,7 @@ def read_k6_json(results: ImportedResults, source: _Input) -> None:
                 _k6_line(results, raw)
             if number & 0x3FF == 0:
                 source.tick()
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # "[[[[…": too deep for json
         raise _bad_line(number, "k6 JSON", exc) from None
 
 
@@ -687,6 +795,8 @@ def read_jmeter_xml(results: ImportedResults, source: _Input) -> None:
     depth = 0
     root = None
     lines = 1
+    limits = source.limits
+    in_sample = 0  # elements of the top-level element being read: kept until it ends, then cleared
     try:
         while chunk := source.stream.read(1 << 16):
             parser.feed(chunk)
@@ -699,11 +809,25 @@ def read_jmeter_xml(results: ImportedResults, source: _Input) -> None:
                         if element.tag != "testResults":
                             raise _BadRecord(f"the root element is <{element.tag}>, not <testResults>")
                         results.version = element.get("version")
+                    elif depth > limits.max_xml_depth:
+                        raise _OverLimit(
+                            f"Line {lines}: XML elements nested more than {limits.max_xml_depth} deep, the limit "
+                            "(a JTL nests 5 or 6); nothing was imported. This is not a JMeter JTL."
+                        )
+                    else:
+                        in_sample += 1
+                        if in_sample > limits.max_sample_elements:
+                            raise _OverLimit(
+                                f"Line {lines}: one sample holds more than {limits.max_sample_elements:,} XML "
+                                "elements, the limit; nothing was imported. This is not a JMeter JTL."
+                            )
                     continue
                 depth -= 1
-                if depth == 1 and element.tag in _JTL_SAMPLES:
-                    _jmeter_xml_sample(results, element)
-                    root.clear()
+                if depth == 1:
+                    if element.tag in _JTL_SAMPLES:
+                        _jmeter_xml_sample(results, element)
+                    root.clear()  # every top-level element, a sample or not, is let go once read
+                    in_sample = 0
             results.lines = lines
             source.tick()
         parser.close()

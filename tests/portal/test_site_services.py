@@ -161,11 +161,20 @@ def stack_services(settings):
     settings.PLIMSOLL_OUTBOUND_ALLOWED = "127.0.0.0/8,::1/128,localhost"
 
 
-def test_a_webhook_aimed_at_redis_is_refused_and_its_log_shows_nothing_of_an_answer(stack_services, project):
-    # given: an editor's webhook aimed at the real Redis
+def test_a_webhook_to_a_service_of_the_site_is_refused_when_saved(stack_services, project):
+    for url in ("http://127.0.0.1:6379/", "http://127.0.0.2:5432/x", "http://[::1]:8000/"):
+        with pytest.raises(notifications.ChannelError, match=OWN):
+            notifications.channel_create(project=project, name="Probe", kind="webhook", events=["regression"], url=url)
+    assert not project.channels.exists()
+
+
+def test_a_webhook_aimed_at_redis_is_refused_and_its_log_shows_nothing_of_an_answer(stack_services, project, settings):
+    # given: an editor's webhook aimed at the real Redis (saved before the setting named it, say)
+    settings.PLIMSOLL_SITE_SERVICES = []
     channel = notifications.channel_create(
         project=project, name="Probe", kind="webhook", events=["regression"], url="http://localhost:6379/"
     )
+    settings.PLIMSOLL_SITE_SERVICES = [REDIS, POSTGRES]
 
     # when: it is sent
     delivery = notifications.channel_test(channel=channel)

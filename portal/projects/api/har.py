@@ -109,6 +109,9 @@ class ProjectHarImportViewSet(TeamScopedViewSet):
         upload = HarUploadSerializer(data=data)
         upload.is_valid(raise_exception=True)
         form = upload.validated_data
+        too_large = services.har_too_large(form["file"].size)
+        if too_large:  # before reading it: the upload waits in a temporary file until then
+            raise exceptions.ValidationError({"file": [too_large]})
         try:
             preview = har.analyze(
                 services.har_entries(form["file"].read()),

@@ -3,6 +3,7 @@
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from portal.projects import services
 from portal.projects.models import TestCase
 from portal.runs.models import ResultImport, Run
 from tests.portal.api.conftest import PERSONAS, UNAUTHENTICATED, session
@@ -155,3 +156,34 @@ def test_a_rejected_correlation_and_bad_files_are_honoured(alice, project):
     response = _har(session(alice), project, content=b"not json")
     assert response.status_code == 400 and "file" in response.json().get("fields", response.json())
     assert not TestCase.objects.filter(name="login").exists()
+
+
+def test_a_har_over_the_limit_is_refused_before_its_body_is_read(alice, project, settings):
+    """Issue 30, item 4: the API read the whole upload before its size check (60 MB: 180 MB peak); the form did not."""
+    import tracemalloc
+
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from portal.projects.api.har import ProjectHarImportViewSet
+
+    # given: a 1 MB limit and a 4 MB upload (the request built before memory is traced: a server gets it from a socket)
+    settings.PLIMSOLL_HAR_MAX_MB = 1
+    upload = SimpleUploadedFile("big.har", b'{"log": {"entries": [' + b" " * (4 * 1024 * 1024) + b"]}}")
+    request = APIRequestFactory().post(f"/api/v1/projects/{project.code}/har-import/", {"file": upload})
+    force_authenticate(request, user=alice)
+    view = ProjectHarImportViewSet.as_view({"post": "create"})
+
+    # when
+    tracemalloc.start()
+    try:
+        response = view(request, code=str(project.code))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    # then: refused with the limit named, and the file never read into memory (it waits in a temporary file)
+    assert response.status_code == 400
+    assert response.data["fields"]["file"] == [services.har_too_large(upload.size)]
+    assert "the limit is 1 MB" in response.data["fields"]["file"][0]
+    assert peak < 2 * 1024 * 1024, f"peak {peak / 1024 / 1024:.1f} MB"
+    assert not TestCase.objects.exists()

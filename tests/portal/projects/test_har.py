@@ -372,3 +372,37 @@ def test_step_names_fit_the_step_model_even_for_long_paths():
     p = preview(*entries)
     assert [len(s.name) <= 100 for s in p.steps] == [True] * 3
     assert p.steps[2].name.endswith(" (3)") and p.steps[0].name.startswith("OPTIONS /aaa")
+
+
+class CountingList(list):
+    """A list that counts how many times it is walked through."""
+
+    walks = 0
+
+    def __iter__(self):
+        self.walks += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize("pages", [50, 200])
+def test_the_analysis_of_a_recording_without_resource_types_is_linear(pages):
+    """Issue 30, item 4: Firefox-style HARs (no _resourceType) were walked whole for each entry (16,000: 18 s)."""
+    # given: pages of an HTML document and nine images each, no _resourceType anywhere (as Firefox records)
+    raw = []
+    for p in range(pages):
+        page = entry(f"{SITE}/page/{p}", t=p, kind=None, headers=[("Accept", "text/html,*/*")], text="<p>x</p>")
+        raw.append(page)
+        raw += [entry(f"{SITE}/img/{p}/{k}.png", t=p + 0.01, kind=None, mime="image/png") for k in range(9)]
+    entries = CountingList(har.load(har_bytes(*raw)))
+
+    # when
+    preview = har.analyze(entries, allowed=allow_loopback)
+
+    # then: each page found from its document, and the recording walked a fixed number of times, not once per entry
+    assert len(preview.steps) == min(pages, har.MAX_STEPS)
+    assert entries.walks <= 10, f"{entries.walks} walks through {len(entries)} entries"
+
+
+def test_json_nested_too_deep_is_refused_with_a_reason():
+    with pytest.raises(har.HarError, match="nested too deep"):
+        har.load(b"[" * 200_000 + b"]" * 200_000)

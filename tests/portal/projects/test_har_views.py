@@ -216,3 +216,83 @@ def test_long_paths_and_names_are_saved_within_the_fields_limits(alice_client, p
     test_case = TestCase.objects.get(project=project)
     assert response.status_code == 302 and test_case.name == "n" * 100
     assert [len(s.path) for s in test_case.steps.all()] == [2000] * 3
+
+
+# Issue 30, item 4: a large recording is analysed by a task, never in the web request.
+
+
+@pytest.fixture
+def large(settings, monkeypatch):
+    """Every HAR counts as large; the web process may not analyse one (har.analyze fails there); ``run()``
+    runs the analysis tasks queued so far, as the worker would."""
+    from portal.projects import services, views
+
+    settings.PLIMSOLL_HAR_INLINE_MB = 0
+    queued = []
+    monkeypatch.setattr("portal.common.task", lambda name: type("T", (), {"delay": lambda *a: queued.append(a)}))
+    monkeypatch.setattr(services.transaction, "on_commit", lambda enqueue: enqueue())  # the test's transaction
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a large HAR was analysed in the web request")
+
+    real = services.har.analyze
+    monkeypatch.setattr(views.har, "analyze", refuse)
+
+    def run():
+        monkeypatch.setattr(views.har, "analyze", real)
+        try:
+            while queued:
+                project_id, user_id, token = queued.pop(0)
+                services.har_analysis_process(project_id=project_id, user_id=user_id, token=token)
+        finally:
+            monkeypatch.setattr(views.har, "analyze", refuse)
+
+    return run
+
+
+def test_a_large_recording_is_analysed_by_a_task_while_its_page_waits(alice_client, project, var_dir, large):
+    # given: an upload over PLIMSOLL_HAR_INLINE_MB (the web side runs no analysis: see ``large``)
+    url = preview_url(upload(alice_client, project, journey()))
+
+    # when: the page is opened before the task ran
+    waiting = alice_client.get(url)
+
+    # then: it waits (and refreshes itself); nothing was analysed in the request
+    assert waiting.status_code == 200 and "Analysing the recording" in waiting.content.decode()
+    assert '<meta http-equiv="refresh" content="2">' in waiting.content.decode()
+
+    # when: the task has run
+    large()
+    page = alice_client.get(url)
+
+    # then: the preview, as for a small recording
+    assert [c.name for c in page.context["preview"].correlations] == ["csrfmiddlewaretoken"]
+
+    # when: a choice changes, the task analyses again; creating with the same choices uses its preview
+    choices = {"name": "Login", "correlation:csrfmiddlewaretoken": "reject"}
+    again = alice_client.post(url, {"action": "update", **choices})
+    assert again.status_code == 302 and "Analysing" in alice_client.get(again["Location"]).content.decode()
+    large()
+    assert alice_client.get(url).context["preview"].correlations[0].accepted is False
+    created = alice_client.post(url, {"action": "create", **choices})
+
+    # then: the test case, with the choice applied, and nothing of the recording left
+    test_case = TestCase.objects.get(project=project, name="Login")
+    assert created["Location"] == test_case.get_absolute_url()
+    assert "csrfmiddlewaretoken=tok3nABCDEF123456" in list(test_case.steps.all())[1].body
+    assert uploads(var_dir) == []
+
+
+def test_a_large_recording_the_task_refuses_says_why_and_keeps_nothing(alice_client, project, var_dir, large):
+    # given: a recording of another site only (not an allowed target)
+    raw = har_bytes(entry("http://192.0.2.10/login", t=0))
+    url = preview_url(upload(alice_client, project, raw))
+
+    # when: the task has refused it
+    large()
+    response = alice_client.get(url, follow=True)
+
+    # then: back on the upload page with the reason; the recording is gone, no test case
+    assert response.redirect_chain[-1][0] == reverse("projects:har-import", args=[project.code])
+    assert "Not imported: None of the recorded hosts is an allowed target" in response.content.decode()
+    assert uploads(var_dir) == [] and not TestCase.objects.exists()
