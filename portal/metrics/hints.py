@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from portal.stats.analysis import KNEE_WORDS
+
 SOFTWARE_CPU_MAX_PCT = 70.0
 HARDWARE_CPU_MIN_PCT = 90.0
 FALL_MIN = 0.2  # throughput's last third at least 20 % below its first third
@@ -79,13 +81,13 @@ def knee_hints(
     if not hot and measured and not generator_saturated:
         peak = {name: max(values) for name, values in measured.items()}
         if all(v <= SOFTWARE_CPU_MAX_PCT for v in peak.values()):
-            evidence = [f"throughput stopped growing after {knee_users} users (the knee)"]
+            evidence = [f"after {knee_users} users (the knee) throughput {KNEE_WORDS}"]
             evidence += [f"{name} CPU at most {_pct(v)} from {knee_users} users up" for name, v in peak.items()]
             evidence.append("the load generator was healthy")
             hints.append(
                 Hint(
                     "software",
-                    "A software bottleneck: throughput stopped growing while no server's CPU passed "
+                    f"A software bottleneck: throughput {KNEE_WORDS} while no server's CPU passed "
                     f"{_pct(SOFTWARE_CPU_MAX_PCT)}. Look at locks, pools, queues and single-threaded stages "
                     "(worker processes, connection pools, lock waits), not at hardware.",
                     evidence,

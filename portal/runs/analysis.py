@@ -5,10 +5,10 @@ Summaries and verdicts use the measurement windows (the hold, or each level's ho
 for a steps profile); charts show the whole run.
 
 A steps run also gets its capacity (the highest level within the thresholds, and the
-knee where throughput stops growing); a single-window run gets a degradation analysis
-(did throughput fall or APD rise well away from the steady state after ramp-up, and
-when). The statistics themselves live in ``portal.stats.analysis``; this module
-feeds them a run's figures and words their answers.
+knee: the last level after which throughput grows less than half as fast as the users);
+a single-window run gets a degradation analysis (did throughput fall or APD rise well
+away from the steady state after ramp-up, and when). The statistics themselves live in
+``portal.stats.analysis``; this module feeds them a run's figures and words their answers.
 """
 
 import math
@@ -918,11 +918,8 @@ def _capacity_sentence(cap: dict, limits: dict) -> str:
             f"Holds {cap['capacity_users']} users within its thresholds; "
             f"at {first['users']} users {_breaks(first, limits)}."
         )
-    if cap["knee_users"] is not None:
-        words += f" Throughput stops growing after {cap['knee_users']} users (the knee)."
-    else:
-        words += f" Throughput keeps growing with users up to {top} users: no knee within these levels."
-    return words
+    knee = history_analysis.knee_sentence([(r["users"], r["pages_per_s"] or 0.0) for r in levels], cap["knee_users"])
+    return f"{words} {knee}"
 
 
 def _handoffs(run: Run) -> list[dict]:

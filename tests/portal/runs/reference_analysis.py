@@ -535,11 +535,9 @@ def _capacity_sentence(cap: dict, limits: dict) -> str:
             f"Holds {cap['capacity_users']} users within its thresholds; "
             f"at {first['users']} users {_breaks(first, limits)}."
         )
-    if cap["knee_users"] is not None:
-        words += f" Throughput stops growing after {cap['knee_users']} users (the knee)."
-    else:
-        words += f" Throughput keeps growing with users up to {top} users: no knee within these levels."
-    return words
+    # Issue 28: the knee's words follow its rule (the figures are what this reference checks).
+    knee = history_analysis.knee_sentence([(r["users"], r["pages_per_s"] or 0.0) for r in levels], cap["knee_users"])
+    return f"{words} {knee}"
 
 
 def per_second(rows: list, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:

@@ -82,7 +82,8 @@ def test_capacity_is_the_last_level_within_thresholds_and_the_knee_where_through
     assert [lv["users"] for lv in cap["levels"] if lv["knee"]] == [40]
     assert cap["sentence"] == (
         "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s). "
-        "Throughput stops growing after 40 users (the knee)."
+        "After 40 users (the knee) throughput grows less than half as fast as the users: "
+        "+5.26 % from 40 to 60 users (+50 % users)."
     )
 
 
@@ -108,7 +109,7 @@ def test_throughput_that_keeps_growing_has_no_knee(run):
     assert (cap["capacity_users"], cap["first_failure_users"], cap["knee_users"]) == (40, None, None)
     assert cap["sentence"] == (
         "Holds every level within its thresholds, up to 40 users. "
-        "Throughput keeps growing with users up to 40 users: no knee within these levels."
+        "Throughput grows at least half as fast as the users up to 40 users: no knee within these levels."
     )
 
 
@@ -666,7 +667,7 @@ def test_the_report_of_a_steps_run_shows_its_capacity(alice_client, run):
 
     assert "<h2>Capacity</h2>" in page
     assert "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s)." in page
-    assert "Throughput stops growing after 40 users (the knee)." in page
+    assert "After 40 users (the knee) throughput grows less than half as fast as the users: +5.26 % from" in page
     assert page.count("held ✓") == 3 and "broken: APD" in page
     assert 'id="chart-capacity"' in page and 'id="capacity-data"' in page
     assert "<h2>Degradation</h2>" not in page
