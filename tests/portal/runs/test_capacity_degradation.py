@@ -1028,3 +1028,23 @@ def test_a_comparison_says_when_each_runs_degradation_began(alice, alice_client,
             "crossed_s": d["crossed_s"],
         }
     ]
+
+
+def test_the_stakeholder_headline_of_a_steps_run_quotes_its_top_level(alice_client, run):
+    # given: 5, 10 and 20 users serving 3, 7 and 14 pages/s (the totals' mean over the windows is 8)
+    import re
+
+    from tests.portal.sharing.test_share_links import public, share
+
+    run = steps_run(run, [5, 10, 20], thresholds={})
+    fill_levels(run, [(3, 100.0), (7, 120.0), (14, 150.0)])
+    finished(run)
+    assert run.summary["totals"]["pages_per_s"] == pytest.approx(8.0)
+
+    _, token = share(alice_client, run.project, kind="run", run=run.code)
+    html = public(token).content.decode()
+
+    # then: the sentence that names 20 users quotes the 20-user level's own figures
+    headline = re.search(r'id="share-headline">(.*?)</p>', html, re.S).group(1)
+    assert "at its top level, 20 users, served 14 pages/s at an average page duration of 150 ms" in headline
+    assert "8 pages/s" not in headline
