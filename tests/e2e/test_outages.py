@@ -142,7 +142,7 @@ def test_run_plan_exits_could_not_tell_when_the_database_stays_away(project, ali
     from portal.runs.management.commands import run_plan
 
     monkeypatch.setattr(run_plan, "OUTAGE_LIMIT_S", 3)
-    monkeypatch.setattr(services, "_enqueue_start", lambda run_id: None)  # no worker: the run stays queued
+    monkeypatch.setattr(services.lifecycle, "_enqueue_start", lambda run_id: None)  # no worker: the run stays queued
     plan = make_plan(project, "http://127.0.0.1:9", hold=5)
     outcome = {}
 

@@ -357,12 +357,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # Modules that open connections: only portal.outbound may use them in the portal and its workers.
 NETWORK_MODULES = {"socket", "ssl", "http.client", "urllib.request", "urllib3", "requests", "httpx", "aiohttp"}
 # Who else may: the CI client talks to the portal (its user's own URL, not the server's), and
-# runs/services.py names its worker with socket.gethostname(). The engine (workers/engine) and the
+# runs/services/shards.py names its worker with socket.gethostname(). The engine (workers/engine) and the
 # demo target are not the portal: the engine checks every connection itself (workers/engine/targets.py).
 ALLOWED_USERS = {
     "portal/outbound.py": NETWORK_MODULES,
     "portal/client.py": {"urllib.request"},
-    "portal/runs/services.py": {"socket"},
+    "portal/runs/services/shards.py": {"socket"},
 }
 
 

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from portal.runs import services
 from portal.runs.models import Run, RunShard, WatchdogView
+from portal.runs.services.shards import _shard_release
 from tests.portal.runs.factories import add_second
 from workers.engine.runner import HANDOFF
 
@@ -111,7 +112,7 @@ def test_a_released_shard_nobody_takes_over_ends_interrupted_after_the_grace(run
     running.plan_snapshot["profile"]["hold"] = 600  # the plan's end is far
     Run.objects.filter(id=running.id).update(plan_snapshot=running.plan_snapshot)
     shard = RunShard.objects.get(run=running)
-    assert services._shard_release(shard, worker="h:9", resume_second=3, kind="stopped", totals=None)
+    assert _shard_release(shard, worker="h:9", resume_second=3, kind="stopped", totals=None)
     services.watchdog()
     assert RunShard.objects.get(run=running).status == RunShard.Status.PENDING  # within the grace: waits
 
@@ -172,9 +173,7 @@ def test_a_watchdog_that_never_passed_before_judges_nothing_yet(running, setting
 
 def test_stopping_a_run_ends_its_waiting_continuation_at_once(running):
     # given: a shard released by its stopping worker, waiting for another
-    assert services._shard_release(
-        RunShard.objects.get(run=running), worker="h:9", resume_second=3, kind="stopped", totals=None
-    )
+    assert _shard_release(RunShard.objects.get(run=running), worker="h:9", resume_second=3, kind="stopped", totals=None)
 
     # when: the user stops the run
     services.run_cancel(run=running)

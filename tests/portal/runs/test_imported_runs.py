@@ -285,7 +285,7 @@ def test_an_import_whose_process_dies_before_finalize_is_finished_by_the_watchdo
 ):
     from portal.runs import services
 
-    monkeypatch.setattr(services, "_finalize", lambda run_id: None)  # the process "dies" after the rows' commit
+    monkeypatch.setattr(services.imports, "_finalize", lambda run_id: None)  # the process "dies" after the rows' commit
     _import(k6_json, environment)
     monkeypatch.undo()
     run = Run.objects.get()

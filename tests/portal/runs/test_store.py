@@ -19,6 +19,7 @@ from django.utils import timezone
 from portal.history.comparison import compute_batches, run_batches
 from portal.runs import analysis, selectors, services
 from portal.runs.models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
+from portal.runs.services import lifecycle, sink
 from portal.stats import analysis as history_analysis
 from tests.portal.runs import reference_analysis
 from tests.portal.runs.factories import add_second
@@ -437,7 +438,7 @@ def test_after_finalize_the_label_rows_are_rolled_up_per_minute_and_nothing_is_l
         for r in rollups
     } == expected
     figures = RunFigures.objects.get(run=run).series
-    services._finalize(run.id)  # a repeated finalize (a duplicate retry) changes nothing
+    lifecycle._finalize(run.id)  # a repeated finalize (a duplicate retry) changes nothing
     assert services.run_rollup(run.id) == 0  # nor does a repeated roll-up
     again = PageRollup.objects.filter(run=run).order_by("second", "label")
     assert [(r.second, r.label, r.pages, bytes(r.hist_bin)) for r in again] == sorted(
@@ -552,7 +553,7 @@ def test_a_live_first_load_gets_the_same_early_buckets_when_the_edges_are_not_al
         if shard_no != 1 or not 20 <= report["second"] <= 40:
             real(run_id, shard_no, report)
 
-    monkeypatch.setattr(services, "interval_write", gap)
+    monkeypatch.setattr(sink, "interval_write", gap)
     run = _record(run, PROFILES["constant"])
     assert not ShardInterval.objects.filter(run=run, shard_no=1, second=30).exists()
     if case == "rows_without_running_totals":
@@ -575,7 +576,7 @@ def test_a_live_first_load_shows_a_ramps_peak_users_in_each_early_bucket(alice_c
     def ramp(run_id, shard_no, report):
         real(run_id, shard_no, {**report, "active_users": 1 + abs(30 - report["second"])})
 
-    monkeypatch.setattr(services, "interval_write", ramp)
+    monkeypatch.setattr(sink, "interval_write", ramp)
     run = _record(run, PROFILES["constant"])
     # then: each early bucket shows its peak second's users (the larger of its two edges), as the reference
     data, _, early = _early_equal(alice_client, run, monkeypatch)
