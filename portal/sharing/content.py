@@ -85,6 +85,10 @@ def run_headline(run: Run) -> str:
     elif run.verdict == "failed":
         failed = [t["name"] for t in s.get("thresholds") or [] if not t.get("passed")]
         sentence += f": thresholds failed ({', '.join(failed)})." if failed else ": thresholds failed."
+    elif run.status == Run.Status.FINISHED:
+        sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."
+    elif run.status == Run.Status.CANCELLED:
+        sentence += ": it was cancelled before its end, so its thresholds were not judged."
     else:
         sentence += "."
     capacity = s.get("capacity") or {}
