@@ -302,13 +302,15 @@ def generator_health(shard_rows: list, seconds: set[int]) -> dict:
             cpu[s.second] = max(cpu.get(s.second, 0.0), s.cpu_pct)
     measured = sorted(set(lag) | set(cpu))
     if not measured:
-        return {"loop_lag_p99_ms": None, "cpu_pct_max": None, "saturated": None}
+        return {"loop_lag_p99_ms": None, "cpu_pct_max": None, "saturated": None, "lagged": None}
     first = measured[0]
     span = range(first, measured[-1] + 1)
     return {
         "loop_lag_p99_ms": max(lag.values(), default=None),
         "cpu_pct_max": max(cpu.values(), default=None),
         "saturated": health.saturation([lag.get(t) for t in span], [cpu.get(t) for t in span], first_second=first),
+        # Issue 28 item 20: seconds above the limits, too few to call it saturated.
+        "lagged": health.strain([lag.get(t) for t in span], [cpu.get(t) for t in span]),
     }
 
 
