@@ -22,6 +22,7 @@ def k6_json(tmp_path):
         lines.append(point("vus", 2, f"2026-11-24T17:44:{second:02d}.0Z"))
         lines += request(second, 5.0 + second) + request(second, 7.0, name="Search")
     lines += request(5, 9.0, status="500", expected="false")
+    lines.append(point("vus", 0, "2026-11-24T17:44:06.0Z"))  # the test's end: it ran 6 s
     path = tmp_path / "results.json"
     path.write_text("\n".join(lines) + "\n")
     return path
