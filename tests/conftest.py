@@ -110,6 +110,18 @@ def private_cache_keys():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def outbound_to_loopback():
+    """Tests send webhooks, metrics scrapes and hooks to servers on loopback, as a checkout with DEBUG on may:
+    with DEBUG off (as tests run) PLIMSOLL_OUTBOUND_ALLOWED allows nothing by default. The worker processes that
+    tests start read it from their environment."""
+    from django.test import override_settings
+
+    loopback = os.environ.setdefault("PLIMSOLL_OUTBOUND_ALLOWED", "127.0.0.0/8,::1/128,localhost")
+    with override_settings(PLIMSOLL_OUTBOUND_ALLOWED=loopback):
+        yield
+
+
 # Module scope: Playwright's sync API keeps an event loop running in this thread while it lives,
 # and later tests that call asyncio.run() need it gone.
 @pytest.fixture(scope="module")
