@@ -5,7 +5,8 @@ Only the standard library, so a CI job needs nothing but Python 3 and this file:
     PLIMSOLL_TOKEN=plim_… python -m portal.client run --url https://plimsoll.example \
         --plan CODE --wait --junit junit.xml
 
-Exit codes: 0 passed (or done: a capacity search that found its capacity), 1 thresholds failed,
+Exit codes: 0 passed (or done: a capacity search that found its capacity; or finished: the plan
+sets no thresholds, so nothing failed and nothing passed, and the client says so), 1 thresholds failed,
 2 error, partial, cancelled (or the API refused), 3 timed out, 4 could not tell (Plimsoll stayed
 unreachable, or answered 5xx, for more than OUTAGE_S while the run was being waited for).
 """
@@ -62,7 +63,7 @@ def _say(message: str) -> None:
 
 
 def outcome(run: dict) -> int:
-    if run["status"] in ("passed", "done"):
+    if run["status"] in ("passed", "done", "finished"):
         return PASSED
     if run["status"] == "failed":
         return FAILED
@@ -103,6 +104,8 @@ def run_command(args, token: str) -> int:
         mark = "ok  " if t["passed"] else "FAIL"
         actual = "nothing measured" if t["actual"] is None else f"{t['actual']:g} {t['unit']}"
         _say(f"  {mark} {t['window']}: {t['name']} {actual} (limit {t['op']} {t['limit']:g} {t['unit']})")
+    if run["status"] == "finished":
+        _say("  No thresholds applied: the run finished with no pass/fail verdict (set limits on the plan).")
     if run.get("error_message"):
         _say(f"  {run['error_message']}")
     if verdict := run.get("baseline_verdict"):  # a scheduled plan's run, once judged against its baseline

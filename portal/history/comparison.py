@@ -695,7 +695,9 @@ def _capacity_row(before: Side, after: Side, samples: str) -> Row | None:
     knees_b = sorted({c.knee_users for c in caps_b if c.knee_users is not None})
     knees_a = sorted({c.knee_users for c in caps_a if c.knee_users is not None})
     if knees_b or knees_a:
-        notes.append(f"the knee (throughput stops growing): {_knees(knees_b)} before, {_knees(knees_a)} after")
+        notes.append(
+            f"the knee (after it throughput {analysis.KNEE_WORDS}): {_knees(knees_b)} before, {_knees(knees_a)} after"
+        )
     row.note = "; ".join(notes)
     return row
 

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from portal.common import plural
+from portal.stats.analysis import KNEE_WORDS
 
 SOFTWARE_CPU_MAX_PCT = 70.0
 HARDWARE_CPU_MIN_PCT = 90.0
@@ -81,7 +82,7 @@ def knee_hints(
     if not hot and measured and not generator_saturated:
         peak = {name: max(values) for name, values in measured.items()}
         if all(v <= SOFTWARE_CPU_MAX_PCT for v in peak.values()):
-            evidence = [f"throughput stopped growing after {plural(knee_users, 'user')} (the knee)"]
+            evidence = [f"after {plural(knee_users, 'user')} (the knee) throughput {KNEE_WORDS}"]
             evidence += [
                 f"{name} CPU at most {_pct(v)} from {plural(knee_users, 'user')} up" for name, v in peak.items()
             ]
@@ -89,7 +90,7 @@ def knee_hints(
             hints.append(
                 Hint(
                     "software",
-                    "A software bottleneck: throughput stopped growing while no server's CPU passed "
+                    f"A software bottleneck: throughput {KNEE_WORDS} while no server's CPU passed "
                     f"{_pct(SOFTWARE_CPU_MAX_PCT)}. Look at locks, pools, queues and single-threaded stages "
                     "(worker processes, connection pools, lock waits), not at hardware.",
                     evidence,

@@ -146,7 +146,7 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "plan": run.plan_name,
             "environment": run.environment_name,
             "status": run.status,
-            "thresholds": (run.summary or {}).get("verdict"),
+            "thresholds": run.verdict,
             "url": settings.SITE_URL + run.get_absolute_url(),
             "apd_ms": totals.get("apd_ms"),
             "p95_ms": totals.get("p95_ms"),
@@ -158,6 +158,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,
     }
+    if run.status == "finished":
+        payload["headline"] += " The plan sets no thresholds, so it has no pass/fail verdict."
     if run.error_message:
         payload["headline"] += " " + run.error_message.splitlines()[0][:200]
     if verdict is not None:

@@ -21,6 +21,9 @@ class Run(TimeStamped):
         FINISHING = "finishing", "Finishing"
         PASSED = "passed", "Passed"
         FAILED = "failed", "Failed"
+        # Ran to its end with no threshold to judge (none on the plan, or an import none applied to):
+        # no pass/fail verdict to claim, so neither passed nor failed (issue 28).
+        FINISHED = "finished", "Finished"
         # A capacity search that found its capacity: upper levels broke the thresholds, as they were meant to.
         DONE = "done", "Done"
         CANCELLED = "cancelled", "Cancelled"
@@ -28,7 +31,15 @@ class Run(TimeStamped):
         ERROR = "error", "Error"
 
     ACTIVE = (Status.QUEUED, Status.STARTING, Status.RUNNING, Status.CANCELLING, Status.FINISHING)
-    FINISHED = (Status.PASSED, Status.FAILED, Status.DONE, Status.CANCELLED, Status.PARTIAL, Status.ERROR)
+    FINISHED = (
+        Status.PASSED,
+        Status.FAILED,
+        Status.FINISHED,
+        Status.DONE,
+        Status.CANCELLED,
+        Status.PARTIAL,
+        Status.ERROR,
+    )
 
     code = models.UUIDField(default=new_code, unique=True, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
@@ -170,6 +181,9 @@ class Run(TimeStamped):
 
     @property
     def verdict(self) -> str | None:
+        """passed, failed, or None: no threshold judged, or the run was cancelled before its window ended."""
+        if self.status == self.Status.CANCELLED:
+            return None  # runs finalized before issue 28 kept the verdict of the part that ran
         return (self.summary or {}).get("verdict")
 
     @property

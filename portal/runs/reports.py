@@ -50,12 +50,15 @@ def threshold_text(t: dict) -> str:
     return f"{t['name']} {t['op']} {_number(t['limit'])} {t['unit']}"
 
 
+NO_VERDICT = "The plan sets no thresholds, so the run finished with no pass/fail verdict."
+
+
 def junit_xml(run: Run) -> str:
     """One test case per threshold per measured window; a failure carries the measured value and the limit.
 
     A run that did not end normally (error, partial, cancelled) adds a test case in error, so that
     a CI system never shows green for a run whose figures cannot be trusted. A run without
-    thresholds has one test case, "run completed".
+    thresholds (*finished*) has one test case, "run completed", skipped: nothing was judged.
     """
     summary = run.summary or {}
     root = ET.Element("testsuites", name=f"Plimsoll run #{run.number} of {run.plan_name}")
@@ -96,6 +99,10 @@ def junit_xml(run: Run) -> str:
         if outcome:
             totals["errors"] += 1
             ET.SubElement(case, "error", type=run.status, message=outcome)
+        elif run.status == Run.Status.FINISHED:
+            suite.set("skipped", "1")
+            totals["skipped"] = totals.get("skipped", 0) + 1
+            ET.SubElement(case, "skipped", message=NO_VERDICT)
     root.attrib.update({k: str(v) for k, v in totals.items()})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

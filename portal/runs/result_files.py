@@ -26,7 +26,8 @@ file over a limit raises ResultFileError naming the limit, before anything is st
 
 Formats:
 
-- **k6** JSON lines (``k6 run --out json=FILE``) and CSV (``--out csv=FILE``). Each ``http_reqs``
+- **k6** JSON lines (``k6 run --out json=FILE``) and CSV (``--out csv=FILE``), on seconds counted
+  from the test's first sample and as many as the test ran (``ImportedResults.at``). Each ``http_reqs``
   sample is a hit and, k6 having no pages, a page of its ``name`` tag; ``http_req_duration``
   gives the latencies of the successful ones (``expected_response:true``, as the engine counts);
   ``vus`` the active users; ``iterations`` the completed iterations. k6 writes no per-request
@@ -48,9 +49,11 @@ Formats:
   so that each request name has its rows). Locust writes no per-request samples, only cumulative
   totals and a rolling window's percentiles every second, so per second and per name: hits and
   failures are the differences of the cumulative counts (exact), the latency sum the difference
-  of count × average (exact, so the mean is exact), and the histogram is rebuilt from that
-  second's percentiles (``approximate``; the report says so). Without ``--csv-full-history`` the
-  only rows are the ``Aggregated`` ones, imported as one label.
+  of count × average (exact, so the mean is exact: never clamped between percentile points), the
+  min and max Locust's cumulative ones (exact: the second in which either moved holds that sample),
+  and the rest of the histogram is rebuilt from that second's rolling-window percentiles
+  (``approximate``; the report says so). docs/imports.md tells, per tool, what is exact.
+  Without ``--csv-full-history`` the only rows are the ``Aggregated`` ones, imported as one label.
 - **Gatling**'s text ``simulation.log`` (Gatling 3.0 to 3.9; tab-separated ``REQUEST`` records
   with start and end in epoch milliseconds, ``OK``/``KO`` and the failure message; ``USER`` START
   and END records give the active users; the ``RUN`` record the version). Gatling 3.10 and later
@@ -152,6 +155,20 @@ class LabelSecond:
         self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + 1
         self.error_samples.setdefault(kind, sample[:200])
 
+    def merge(self, other: LabelSecond) -> LabelSecond:
+        """This second's figures with ``other``'s added (both from samples: hist, not hist_dict)."""
+        self.pages += other.pages
+        self.hits += other.hits
+        self.errors += other.errors
+        self.bytes_in += other.bytes_in
+        self.bytes_out += other.bytes_out
+        for kind, n in other.errors_by_kind.items():
+            self.errors_by_kind[kind] = self.errors_by_kind.get(kind, 0) + n
+        for kind, sample in other.error_samples.items():
+            self.error_samples.setdefault(kind, sample)
+        self.hist.merge(other.hist)
+        return self
+
     def report(self) -> dict:
         return {
             "pages": self.pages,
@@ -190,6 +207,13 @@ class ImportedResults:
     _last: int | None = None
     _spool: IO[bytes] | None = None
     _spooled: int = 0
+    # k6: seconds counted from the test's start (its first sample), not from the wall clock's whole
+    # seconds, and as long as the test ran: a 15 s test spans 16 wall-clock seconds (its first and last
+    # partly), which made its rate 6 % low. ``_origin`` is the first record's time (the grid's start),
+    # ``_start`` and ``_end`` the earliest and latest sample's (a record may come a little out of order).
+    _origin: float | None = None
+    _start: float | None = None
+    _end: float | None = None
 
     # -- writing, by the readers --------------------------------------------------------
 
@@ -203,6 +227,30 @@ class ImportedResults:
             if self._open and min(self._open) < second - REORDER_S:
                 self._close_through(second - REORDER_S - 1)
         return second
+
+    def at(self, t: float) -> int:
+        """The second of a sample at epoch time ``t``, on a grid that starts with the file's first sample."""
+        if self._origin is None:
+            self._origin = self._start = self._end = t
+        self._start, self._end = min(self._start, t), max(self._end, t)
+        # A sample written a little before the first one (out of order) is still in the test's first second.
+        return int(self._origin) + max(0, int(t - self._origin))
+
+    def _fold_tail(self) -> None:
+        """The test ran ``round(end − origin)`` seconds: samples in the sliver after that join the last one.
+
+        k6 lets iterations in flight finish after its duration (a few ms here, up to gracefulStop), so
+        a 15 s test's samples span 15.07 s; without this they would open a 16th second of their own.
+        """
+        if self._origin is None:
+            return
+        last = int(self._origin) + max(1, round(self._end - self._start)) - 1
+        for second in sorted(s for s in self._open if s > last):
+            into = self._open.setdefault(last, {})
+            for label, figures in self._open.pop(second).items():
+                into[label] = into[label].merge(figures) if label in into else figures
+            self._users[last] = max(self._users.get(last, 0), self._users.pop(second, 0))
+            self._iterations[last] = self._iterations.get(last, 0) + self._iterations.pop(second, 0)
 
     def figures(self, second: int, label: str) -> LabelSecond:
         second = self._second(second)
@@ -248,6 +296,7 @@ class ImportedResults:
 
     def finish(self) -> None:
         """Closes every second: the figures below are final."""
+        self._fold_tail()
         if self._open:
             self._close_through(max(self._open))
 
@@ -550,7 +599,7 @@ def _k6_line(results: ImportedResults, raw: bytes) -> None:
         return
     metric, data = doc["metric"], doc["data"]
     if metric in K6_METRICS:
-        _k6_sample(results, metric, int(parse_time(data["time"])), data["value"], data.get("tags") or {})
+        _k6_sample(results, metric, results.at(parse_time(data["time"])), data["value"], data.get("tags") or {})
 
 
 def read_k6_csv(results: ImportedResults, source: _Input) -> None:
@@ -570,7 +619,7 @@ def read_k6_csv(results: ImportedResults, source: _Input) -> None:
             metric = sample["metric_name"]
             if metric in K6_METRICS:
                 stamp = sample["timestamp"]
-                second = int(float(stamp)) if stamp.replace(".", "", 1).isdigit() else int(parse_time(stamp))
+                second = results.at(float(stamp) if stamp.replace(".", "", 1).isdigit() else parse_time(stamp))
                 tags = {k: v for k, v in sample.items() if v and k not in ("metric_name", "timestamp", "metric_value")}
                 _k6_sample(results, metric, second, float(sample["metric_value"]), tags)
             if reader.line_num & 0x3FF == 0:
@@ -880,7 +929,8 @@ def read_locust_history(results: ImportedResults, source: _Input) -> None:
     """Locust's ``_stats_history.csv``: cumulative totals per name every second, differenced."""
     results.approximate = True
     reader = csv.reader(source.text())
-    totals: dict[str, tuple[int, int, float, float]] = {}  # name -> count, failures, sum ms, bytes
+    # name -> count, failures, sum ms, bytes, min ms, max ms (Locust's own cumulative totals, as _stats.csv has them)
+    totals: dict[str, tuple[int, int, float, float, float | None, float | None]] = {}
     try:
         columns = next(reader)
         at = {c: i for i, c in enumerate(columns)}
@@ -918,8 +968,10 @@ def _locust_row(results, row, at, percentiles, totals) -> None:
     count, failures = int(row[at["Total Request Count"]]), int(row[at["Total Failure Count"]])
     average = _number(row[at["Total Average Response Time"]])
     size = _number(row[at["Total Average Content Size"]]) if "Total Average Content Size" in at else 0.0
-    before = totals.get(name, (0, 0, 0.0, 0.0))
-    now = (count, failures, count * average, count * size)
+    low = _number(row[at["Total Min Response Time"]]) if "Total Min Response Time" in at else None
+    high = _number(row[at["Total Max Response Time"]]) if "Total Max Response Time" in at else None
+    before = totals.get(name, (0, 0, 0.0, 0.0, None, None))
+    now = (count, failures, count * average, count * size, low if count else None, high if count else None)
     totals[name] = now
     hits, errors = now[0] - before[0], now[1] - before[1]
     if hits < 0 or errors < 0:
@@ -935,8 +987,20 @@ def _locust_row(results, row, at, percentiles, totals) -> None:
     good = hits - errors
     if good > 0:
         values = [_number(row[i]) if i is not None else None for i in percentiles]
+        # Locust's cumulative min and max are exact: a second in which either moved held that sample.
+        new_min = now[4] if now[4] is not None and (before[4] is None or now[4] < before[4]) else None
+        new_max = now[5] if now[5] is not None and (before[5] is None or now[5] > before[5]) else None
         figures.hist_dict = _merge_dicts(
-            figures.hist_dict, _from_percentiles(values, good, max(0.0, (now[2] - before[2]) * good / hits))
+            figures.hist_dict,
+            _from_percentiles(
+                values,
+                good,
+                max(0.0, (now[2] - before[2]) * good / hits),
+                floor=now[4],
+                ceiling=now[5],
+                new_min=new_min,
+                new_max=new_max,
+            ),
         )
     if label not in results.paths:
         results.paths[label] = name if name.startswith("/") else "/"
@@ -946,13 +1010,26 @@ def _number(text: str) -> float:
     return 0.0 if text in ("", "N/A") else float(text)
 
 
-def _from_percentiles(values: list[float | None], count: int, sum_ms: float) -> dict:
-    """A histogram dict of ``count`` samples spread over Locust's percentiles (ms), with an exact sum."""
+def _from_percentiles(
+    values: list[float | None],
+    count: int,
+    sum_ms: float,
+    *,
+    floor: float | None = None,
+    ceiling: float | None = None,
+    new_min: float | None = None,
+    new_max: float | None = None,
+) -> dict:
+    """A histogram dict of ``count`` samples spread over Locust's percentiles (ms), with an exact sum.
+
+    ``floor`` and ``ceiling`` are Locust's cumulative min and max so far (exact), ``new_min`` and
+    ``new_max`` the ones this second set (a sample of it had that value): the histogram holds a
+    sample there, so the merged histograms' min, max and mean are Locust's own. Only the
+    percentiles between them are rebuilt (from the rolling window's percentiles).
+    """
     points = [(q, v) for q, v in zip(LOCUST_PERCENTILES, values, strict=True) if v is not None and v > 0]
-    if not points:
-        mean_us = max(1, round(sum_ms * 1000 / count))
-        b = {str(bucket_index(mean_us)): count}
-        return {"v": 1, "n": count, "sum": mean_us * count, "min": mean_us, "max": mean_us, "b": b}
+    if not points:  # the rolling window has nothing yet (Locust's first rows): every sample at the mean
+        points = [(1.0, max(sum_ms / count, 0.001))]
     buckets: dict[int, int] = {}
     placed = 0
     for q, value in points:
@@ -966,6 +1043,23 @@ def _from_percentiles(values: list[float | None], count: int, sum_ms: float) -> 
         buckets[index] = buckets.get(index, 0) + count - placed
     low = max(1, round(points[0][1] * 1000))
     high = max(low, round(points[-1][1] * 1000))
+    if floor is not None:  # no sample of this second below Locust's min so far; the p50 is no minimum
+        low = max(1, round(floor * 1000))
+    if ceiling is not None:  # the rolling window's 100 % never exceeds the max so far
+        high = max(low, min(high, round(ceiling * 1000)))
+    moved = 0
+    for extreme, take_from in ((new_max, max), (new_min, min)):
+        if extreme is not None and moved < count:
+            moved += 1
+            us = max(1, round(extreme * 1000))
+            source = take_from(buckets)
+            buckets[source] -= 1
+            if not buckets[source]:
+                del buckets[source]
+            buckets[bucket_index(us)] = buckets.get(bucket_index(us), 0) + 1
+            low, high = min(low, us), max(high, us)
+    # The sum is Locust's (count × average, differenced), kept whole: clamping it between rounded
+    # percentile points made a 2.20 ms mean read 2.50 ms. Only the exact extremes bound it.
     total = min(max(round(sum_ms * 1000), low * count), high * count)
     return {"v": 1, "n": count, "sum": total, "min": low, "max": high, "b": {str(i): n for i, n in buckets.items()}}
 

@@ -149,8 +149,9 @@ def run_detail_data(request, code):
 def run_stop(request, code):
     run = get_for_user(request.user, Run.objects.all(), code=code, write=True)
     if run.is_active:
+        # No flash message: it outlived the stop (shown on the next page, or left on screen after the run
+        # ended). The live section says "Stopping…" while the run is cancelling, and only then.
         services.run_cancel(run=run)
-        messages.info(request, "Stopping: the workers end the run within a second or two.")
     if request.htmx:
         return run_detail(request, code)
     return redirect(run)

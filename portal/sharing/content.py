@@ -44,24 +44,51 @@ def config_differences(before: dict[str, str], after: dict[str, str]) -> list[st
 # --------------------------------------------------------------------------------------
 
 
+def _top_level(s: dict) -> tuple[int, dict] | None:
+    """(users, figures) of a run's highest level when it has several windows (a steps run), else None.
+
+    Its totals add every level up (the mean pages/s over the 5-, 10- and 20-user windows), which
+    is no figure of any load: a sentence that names the top level's users quotes that level's own.
+    """
+    windows = s.get("windows") or []
+    if len(windows) < 2:
+        return None
+    levels = [lv for lv in (s.get("capacity") or {}).get("levels") or [] if lv.get("users")]
+    if levels:  # the plan's users of each level, as the report's levels table shows them
+        top = max(levels, key=lambda lv: lv["users"])
+        return top["users"], top
+    top = max(windows, key=lambda w: (w.get("totals") or {}).get("users") or 0)
+    figures = top.get("totals") or {}
+    return (figures.get("users") or 0, figures) if figures.get("users") else None
+
+
 def run_headline(run: Run) -> str:
     """One sentence for a stakeholder: the load, APD and throughput, and the verdict."""
     s = run.summary or {}
     totals = s.get("totals") or {}
     if not totals:
         return f"Run #{run.number} of {run.plan_name} has no results: it ended {run.get_status_display().lower()}."
-    users = max((w.get("totals", {}).get("users") or 0 for w in s.get("windows") or []), default=0)
-    load = f"with {users} users " if users else ""
+    if top := _top_level(s):
+        users, figures = top
+        load = f"at its top level, {users} users, "
+    else:
+        figures = totals
+        users = max((w.get("totals", {}).get("users") or 0 for w in s.get("windows") or []), default=0)
+        load = f"with {users} users " if users else ""
     sentence = (
-        f"{run.plan_name} on {run.environment_name} {load}served {rate(totals.get('pages_per_s'))} pages/s "
-        f"at an average page duration of {ms(totals.get('apd_ms'))} (p95 {ms(totals.get('p95_ms'))}), "
-        f"{pct(totals.get('error_rate_pct'))} errors"
+        f"{run.plan_name} on {run.environment_name} {load}served {rate(figures.get('pages_per_s'))} pages/s "
+        f"at an average page duration of {ms(figures.get('apd_ms'))} (p95 {ms(figures.get('p95_ms'))}), "
+        f"{pct(figures.get('error_rate_pct'))} errors"
     )
     if run.verdict == "passed":
         sentence += ": every threshold held."
     elif run.verdict == "failed":
         failed = [t["name"] for t in s.get("thresholds") or [] if not t.get("passed")]
         sentence += f": thresholds failed ({', '.join(failed)})." if failed else ": thresholds failed."
+    elif run.status == Run.Status.FINISHED:
+        sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."
+    elif run.status == Run.Status.CANCELLED:
+        sentence += ": it was cancelled before its end, so its thresholds were not judged."
     else:
         sentence += "."
     capacity = s.get("capacity") or {}

@@ -11,8 +11,9 @@ The three questions answered here are the ones stakeholders ask (see DESIGN.md):
   team ran 3 trials each and averaged (11.8 s → 4.0 s); averages alone cannot say
   whether 412 ms → 405 ms is a gain or luck, so every comparison carries a Welch
   confidence interval and a verdict in plain words.
-* **capacity** (`capacity`): the highest load at which the thresholds hold, and the
-  knee where throughput stops growing with users.
+* **capacity** (`capacity`, `knee_sentence`): the highest load at which the thresholds
+  hold, and the knee: the last level after which throughput grows less than half as
+  fast as the users.
 * **degradation** (`degradation`, `drift_per_hour`): in a long run, when did throughput
   fall or response time rise well away from the steady state (the SharePoint site after
   ~80 min), does it oscillate, and does response time trend up.
@@ -454,7 +455,8 @@ class CapacityResult:
     `capacity_users` is None when even the lowest level breaks a threshold.
     `first_failure_users` is the lowest level that broke one (None if all held) and
     `broken` maps the users of every failing level to the thresholds it broke.
-    `knee_users` is None with fewer than 2 levels or when throughput keeps growing.
+    `knee_users` is None with fewer than 2 levels or when throughput keeps growing at least
+    half as fast as the users.
     """
 
     capacity_users: int | None
@@ -512,6 +514,46 @@ def capacity(levels: Sequence[Level], thresholds: Thresholds, *, knee_gain: floa
         first_failure_users=first_failure,
         broken=broken,
         knee_users=knee,
+    )
+
+
+KNEE_WORDS = "grows less than half as fast as the users"
+"""The knee rule of `capacity` in words (knee_gain 0.5), for every page, note and hint that names the knee."""
+
+
+def _gain(ratio: float) -> str:
+    """+30 %, +4.5 %, −2 %: a change in percent with its sign."""
+    text = formatting.percent(100 * ratio)
+    return text if text.startswith("−") else "+" + text
+
+
+def knee_sentence(levels: Sequence[tuple[int, float]], knee_users: int | None) -> str:
+    """The knee in the words of its rule, with the figures that place it.
+
+    ``levels`` are (users, pages/s) of every level. "Throughput stops growing" is said only
+    when it did not grow; otherwise the sentence gives the gain beside the users' gain, so a
+    reader sees why 8 users is the knee when 8 → 16 users still added 30 %.
+    """
+    ordered = sorted(levels)
+    if not ordered:
+        return ""
+    if knee_users is None:
+        return (
+            f"Throughput grows at least half as fast as the users up to {ordered[-1][0]} users: "
+            "no knee within these levels."
+        )
+    at = next(i for i, (users, _) in enumerate(ordered) if users == knee_users)
+    (lo_users, lo_x), (hi_users, hi_x) = ordered[at], ordered[at + 1]
+    users_gain = hi_users / lo_users - 1.0
+    if lo_x <= 0 or hi_x <= lo_x:
+        change = "no gain" if lo_x <= 0 or hi_x == lo_x else _gain(hi_x / lo_x - 1.0)
+        return (
+            f"Throughput stops growing after {knee_users} users (the knee): {change} from {lo_users} to "
+            f"{hi_users} users."
+        )
+    return (
+        f"After {knee_users} users (the knee) throughput {KNEE_WORDS}: {_gain(hi_x / lo_x - 1.0)} from "
+        f"{lo_users} to {hi_users} users ({_gain(users_gain)} users)."
     )
 
 

@@ -127,10 +127,11 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
     ss_tot = float(np.sum((x - x.mean()) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 0.0
 
-    def ci(value: float, s: float) -> tuple[float, float]:
-        return (max(0.0, value - t * float(s)), value + t * float(s))
+    def ci(value: float, s: float, top: float = math.inf) -> tuple[float, float]:
+        # Clipped to the parameter's physical range, as the fit's bounds are: σ above 1 or below 0 means nothing.
+        return (max(0.0, value - t * float(s)), min(top, value + t * float(s)))
 
-    kappa_ci = ci(kappa, se[2])
+    sigma_ci, kappa_ci = ci(sigma, se[1], 1.0), ci(kappa, se[2])
     # A κ the levels cannot tell from 0 puts N* anywhere up to infinity: no peak, it levels off (λ/σ).
     n_star, x_star = peak(lam, sigma, kappa if kappa_ci[0] > 0 else 0.0)
     common = {
@@ -138,7 +139,7 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
         "sigma": sigma,
         "kappa": kappa,
         "lam_ci": ci(lam, se[0]),
-        "sigma_ci": ci(sigma, se[1]),
+        "sigma_ci": sigma_ci,
         "kappa_ci": kappa_ci,
         "peak_users": n_star,
         "peak_throughput": x_star if math.isfinite(x_star) else None,
@@ -163,6 +164,20 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
             "yet. Add higher levels.",
             # Kept for comparisons only: "σ fell to about 0" is what a change that removed contention shows.
             **{k: common[k] for k in ("lam", "lam_ci", "sigma", "sigma_ci", "kappa", "kappa_ci", "r2")},
+        )
+    if sigma_ci[0] <= 0 and kappa_ci[0] <= 0:
+        # Neither term can be told from 0 and neither simpler model fitted: the curve names no bottleneck,
+        # and the limit it implies (λ/σ with σ ≈ 0) is not a figure the levels support.
+        best = int(np.argmax(x))
+        return UslFit(
+            fitted=False,
+            reason="No model: on these levels neither contention σ "
+            f"({_coefficient(sigma_ci[0])} to {_coefficient(sigma_ci[1])}) nor coherency κ "
+            f"({_coefficient(kappa_ci[0])} to {_coefficient(kappa_ci[1])}, 95 % intervals) can be told from 0, "
+            "and neither alone fits them, so the model names no bottleneck and no limit. The highest throughput "
+            f"measured was {_number(float(x[best]))} pages/s at {n[best]:g} users; a sharp ceiling (a pool or a fixed "
+            "number of slots) is a shape the scalability law does not describe.",
+            r2=r2,
         )
     return UslFit(fitted=True, **common)
 
@@ -223,6 +238,8 @@ def _number(value: float) -> str:
 
 def _coefficient(value: float) -> str:
     """0.21, 0.08, 0.0012: two significant digits, never in exponent form."""
+    if abs(value) < 1e-9:  # a term at its bound, not a measured one: 8.4e-17 is 0
+        return "0"
     text = f"{value:.2g}"
     if "e" in text:
         text = f"{value:.{1 - math.floor(math.log10(abs(value)))}f}"
@@ -244,7 +261,18 @@ def interpretation(model: UslFit, top: float, unit: str = "pages/s") -> str:
     sigma_zero = slow_sigma < NEGLIGIBLE_SHARE * slow_kappa
     if slow_sigma >= slow_kappa or kappa_zero:
         if kappa_zero or slow_kappa < NEGLIGIBLE_SHARE * slow_sigma:
-            limit = model.lam / s if s > 0 else math.inf
+            if s <= 0:  # cannot happen after fit(): a model with neither term told from 0 is no model
+                return "No model: neither contention σ nor coherency κ can be told from 0 on these levels."
+            limit = model.lam / s
+            if model.r2 is not None and model.r2 < MIN_R2:
+                # Kept only because it stays close to every level (MAX_MISS): throughput is flat, and r² is low
+                # because a flat line leaves nothing but noise to explain, not because the curve misses.
+                return (
+                    f"Contention σ = {_coefficient(s)}: throughput stays flat at about {_number(limit)} {unit} "
+                    f"over these levels, so a serialized step limits this system whatever the hardware. The fit's "
+                    f"r² is low ({model.r2:.2f}) only because a flat line leaves nothing but noise to explain; "
+                    "lower levels would show where it saturates."
+                )
             return (
                 f"Contention σ = {_coefficient(s)} dominates: a serialized step limits this system to about "
                 f"{_number(limit)} {unit} whatever the hardware; coherency κ is negligible."

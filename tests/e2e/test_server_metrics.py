@@ -62,7 +62,7 @@ def test_the_demo_is_scraped_every_interval_and_its_request_rate_matches_hits_pe
     plan = one_page_plan(project, env, "/", 0.05, name="Scraped", users=10, ramp_up=2, hold=16)
 
     run = finished(run_create(plan=plan, user=alice))
-    assert run.status == Run.Status.PASSED, (run.status, run.error_message, celery_worker.output()[-3000:])
+    assert run.status == Run.Status.FINISHED, (run.status, run.error_message, celery_worker.output()[-3000:])
     collection = collected(run)
     samples = list(ServerSample.objects.filter(run=run).order_by("tick"))
 
@@ -106,7 +106,7 @@ def test_a_steps_run_on_one_web_garden_process_says_software_bottleneck(
         PlanLevel.objects.create(plan=plan, position=position, users=users, ramp_up=1, hold=8, ramp_down=0, quiet=0)
 
     run = finished(run_create(plan=plan, user=alice))
-    assert run.status == Run.Status.PASSED, (run.status, run.error_message)
+    assert run.status == Run.Status.FINISHED, (run.status, run.error_message)
     collected(run)
     capacity = run.summary["capacity"]
     levels = [(lv["users"], lv["pages_per_s"]) for lv in capacity["levels"]]
@@ -203,7 +203,7 @@ def test_hanging_garbage_and_vanishing_endpoints_leave_the_run_and_the_demo_seri
 
     run = finished(run_create(plan=plan, user=alice))
     # the load figures are whole: every request the target served was recorded
-    assert run.status == Run.Status.PASSED, (run.status, run.error_message)
+    assert run.status == Run.Status.FINISHED, (run.status, run.error_message)
     assert run.summary["whole_run"]["hits"] == demo_target.counters()["requests"] > 100
     collected(run)
 

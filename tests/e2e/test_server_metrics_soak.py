@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.e2e]
 
 def test_an_uncapped_token_cache_is_named_by_the_hint(uncapped_soak):
     run = uncapped_soak
-    assert run.status == Run.Status.PASSED, (run.status, run.error_message)
+    assert run.status == Run.Status.FINISHED, (run.status, run.error_message)
     assert run.served["token_cache_entries"] > 100_000  # the story happened
 
     hints = run.servers["hints"]

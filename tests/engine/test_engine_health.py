@@ -111,6 +111,21 @@ def test_two_in_a_row_once_in_a_long_series_is_not():
     assert health.saturation(lag, [30.0] * 100) is None
 
 
+def test_a_lag_short_of_saturation_still_carries_the_doubt():
+    # given: issue 28's busy machine: 74 ms of loop lag p99 in 2 seconds of 60, not in a row
+    lag = [3.0] * 60
+    lag[20], lag[41] = 74.0, 61.0
+
+    # then: not saturated, but the doubt is said, with how much and how often
+    assert health.saturation(lag) is None
+    doubt = health.strain(lag, [40.0] * 60)
+    assert doubt.startswith("the load generator lagged in 2 of 60 s: event-loop lag p99 up to 74 ms (limit 50 ms).")
+    assert "p99, max) are in doubt" in doubt
+    # a healthy series carries none, and a saturated one is told by saturation() alone
+    assert health.strain([3.0] * 60, [40.0] * 60) is None
+    assert health.strain([120.0] * 5) is None and health.saturation([120.0] * 5)
+
+
 def test_more_than_a_tenth_of_the_seconds_is_saturation_even_when_scattered():
     cpu = [50.0] * 100
     for s in range(0, 100, 9):  # 12 seconds, never two in a row

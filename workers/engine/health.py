@@ -109,3 +109,32 @@ def saturation(
         f"{' and '.join(what)}{longest}. Its latencies describe the generator as much as the target; "
         "use more shards or fewer users per shard."
     )
+
+
+def strain(lag_p99_ms: Sequence[float | None], cpu_pct: Sequence[float | None] = ()) -> str | None:
+    """Seconds above the limits that fall short of ``saturation``: the doubt a report still carries.
+
+    One or two seconds of a 74 ms loop lag do not make the generator saturated, but the pages
+    timed in them may include up to that much of the generator's own delay: say where and how much.
+    None when no second was above a limit (or when ``saturation`` already condemns the series).
+    """
+    n = max(len(lag_p99_ms), len(cpu_pct))
+    lags = [v for v in lag_p99_ms if v is not None]
+    cpus = [v for v in cpu_pct if v is not None]
+    over = sum(
+        1
+        for i in range(n)
+        if saturated_second(lag_p99_ms[i] if i < len(lag_p99_ms) else None, cpu_pct[i] if i < len(cpu_pct) else None)
+    )
+    if not over or saturation(lag_p99_ms, cpu_pct) is not None:
+        return None
+    what = []
+    if lags and max(lags) > LAG_P99_LIMIT_MS:
+        what.append(f"event-loop lag p99 up to {max(lags):.0f} ms (limit {LAG_P99_LIMIT_MS:g} ms)")
+    if cpus and max(cpus) > CPU_LIMIT_PCT:
+        what.append(f"CPU up to {max(cpus):.0f} % (limit {CPU_LIMIT_PCT:g} %)")
+    return (
+        f"the load generator lagged in {over} of {n} s: {' and '.join(what)}. Too few seconds to call it "
+        "saturated, but the pages timed in them may include that much of the generator's own delay, "
+        "so the highest percentiles (p99, max) are in doubt."
+    )

@@ -45,7 +45,11 @@ class RunSerializer(serializers.ModelSerializer):
     web_url = serializers.SerializerMethodField(help_text="This run's page in the browser")
     project = serializers.UUIDField(source="project.code", read_only=True)
     plan = serializers.UUIDField(source="plan.code", read_only=True, allow_null=True, default=None)
-    verdict = serializers.CharField(read_only=True, allow_null=True, help_text="passed, failed, or null")
+    verdict = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="passed, failed, or null: no threshold judged (a finished run) or the run was cancelled",
+    )
     created_by = serializers.CharField(source="created_by.get_username", read_only=True, allow_null=True, default=None)
     is_active = serializers.BooleanField(read_only=True)
     started_by = serializers.CharField(

@@ -250,6 +250,9 @@ def _finalize_compute(run_id: int) -> None:
     has_data = summary["whole_run"]["pages"] > 0
     if run.cancel_requested:
         status = Status.CANCELLED
+        # Stopped before its window ended: the thresholds were measured over the part that ran, and the
+        # run claims no verdict from them (no "thresholds held" on a cancelled run).
+        summary["verdict"] = None
     elif lost and not has_data:
         status = Status.ERROR
     elif lost:
@@ -259,6 +262,11 @@ def _finalize_compute(run_id: int) -> None:
         status = Status.FAILED if capacity["capacity_users"] is None else Status.DONE
     elif summary["verdict"] == "failed":
         status = Status.FAILED
+    elif summary["verdict"] is None:
+        # No threshold applied: nothing to pass. A default error-rate rule would invent a limit the
+        # plan's author never set (and fail runs that test error pages on purpose), so the run is
+        # *finished*: its figures stand, with no pass/fail verdict claimed.
+        status = Status.FINISHED
     else:
         status = Status.PASSED
     with transaction.atomic():

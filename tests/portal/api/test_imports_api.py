@@ -70,7 +70,7 @@ def test_an_upload_is_imported_in_the_background_and_polled_to_its_run(alice, en
     assert (polled["status"], polled["percent"], polled["bytes_read"]) == ("done", 100, len(JTL))
     run = client.get(polled["run_url"]).json()
     assert run["kind"] == "imported" and run["source"]["tool"] == "JMeter"
-    assert run["source"]["file_name"] == "results.jtl" and run["status"] == "passed"
+    assert run["source"]["file_name"] == "results.jtl" and run["status"] == "finished"
     assert Run.objects.get().summary["whole_run"]["hits"] == 3
 
 

@@ -18,6 +18,7 @@ from portal.stats.analysis import (
     drift_per_hour,
     format_value,
     headline,
+    knee_sentence,
     t_critical,
 )
 
@@ -316,6 +317,32 @@ def test_knee_gain_is_adjustable_and_needs_two_levels():
 
 def test_throughput_falling_is_a_knee():
     assert capacity([_lv(100, 500, 10), _lv(200, 900, 8)], Thresholds()).knee_users == 100
+
+
+def test_the_knee_sentence_says_what_the_rule_measured():
+    # given: issue 28's figures: +30 % from 8 to 16 users, +4.5 % more to 24 (the model put the peak at 22)
+    pages = {4: 5.5, 8: 10.0, 16: 13.0, 24: 13.585}
+    levels = [_lv(u, 500, x) for u, x in pages.items()]
+
+    knee = capacity(levels, Thresholds()).knee_users
+    sentence = knee_sentence(list(pages.items()), knee)
+
+    # then: 8 users is the knee by the rule (30 % < half of +100 %), and the words say that, not "stops growing"
+    assert knee == 8
+    assert sentence == (
+        "After 8 users (the knee) throughput grows less than half as fast as the users: "
+        "+30 % from 8 to 16 users (+100 % users)."
+    )
+    assert "stops growing" not in sentence
+
+
+def test_the_knee_sentence_says_stops_growing_only_when_it_did():
+    assert knee_sentence([(100, 10.0), (200, 9.8)], 100) == (
+        "Throughput stops growing after 100 users (the knee): −2 % from 100 to 200 users."
+    )
+    assert knee_sentence([(100, 10.0), (200, 19.0), (300, 26.0)], None) == (
+        "Throughput grows at least half as fast as the users up to 300 users: no knee within these levels."
+    )
 
 
 def test_capacity_rejects_duplicate_levels():

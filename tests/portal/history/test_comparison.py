@@ -350,7 +350,9 @@ def test_step_runs_show_capacity_before_and_after(plan):
     )
     assert cap.verdict == analysis.BETTER
     assert cap.comparison.samples == "runs"
-    assert cap.note == "the knee (throughput stops growing): 20 users before, none after"
+    assert cap.note == (
+        "the knee (after it throughput grows less than half as fast as the users): 20 users before, none after"
+    )
 
 
 def test_capacity_is_left_out_when_a_side_has_no_levels(plan):

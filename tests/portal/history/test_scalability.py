@@ -99,3 +99,49 @@ def test_a_change_that_removes_contention_is_named():
     assert scalability.change_in_words(before, after) == "σ fell from 0.21 to 0.03: the change removed contention."
     assert scalability.change_in_words(after, before) == "σ rose from 0.03 to 0.21: the change added contention."
     assert "within the models' uncertainty" in scalability.change_in_words(before, before)
+
+
+# Issue 28 item 1: a resource with a fixed number of slots (a hard ceiling near 190 pages/s) over five levels.
+CEILING_USERS = [2, 4, 6, 8, 10]
+CEILING = [48.0, 97.0, 147.0, 191.0, 193.0]
+
+
+def test_a_hard_ceiling_no_model_fits_prints_no_limit():
+    m = scalability.fit(CEILING_USERS, CEILING)
+
+    assert m.fitted is False and m.sigma is None and m.peak_throughput is None
+    assert m.reason.startswith("No model: on these levels neither contention σ (0 to ")
+    assert "The highest throughput measured was 193 pages/s at 10 users" in m.reason
+    sentence = scalability.interpretation(m, CEILING_USERS[-1])
+    assert sentence == m.reason and "serialized step limits" not in sentence
+    assert scalability.curve(m, 10) == []
+
+
+def test_the_summary_of_a_hard_ceiling_has_no_sigma_and_no_limit():
+    from portal.runs.analysis import scalability_model
+
+    m = scalability_model(
+        [{"users": u, "pages_per_s": x, "apd_ms": 20.0} for u, x in zip(CEILING_USERS, CEILING, strict=True)]
+    )
+
+    assert m["fitted"] is False and m["linear"] is False
+    assert m["sigma"] is None and m["peak_pages_per_s"] is None and m["predicted_pages_per_s"] == []
+    assert m["sentence"] == m["reason"] and m["sentence"].startswith("No model:")
+
+
+def test_a_flat_throughput_keeps_sigma_within_0_and_1_and_says_why_r2_is_low():
+    # given: every level already past saturation: throughput flat at ~189 pages/s, noise only
+    users, pages = [4, 8, 12, 16, 20], [191.0, 189.0, 190.0, 188.0, 188.0]
+
+    m = scalability.fit(users, pages)
+
+    assert m.fitted is True and m.sigma > 0.9 and m.r2 < scalability.MIN_R2
+    assert 0.0 <= m.sigma_ci[0] <= m.sigma_ci[1] <= 1.0
+    sentence = scalability.interpretation(m, users[-1])
+    assert sentence.startswith(f"Contention σ = {m.sigma:.2g}: throughput stays flat at about 189 pages/s")
+    assert "dominates" not in sentence and f"r² is low ({m.r2:.2f}) only because a flat line" in sentence
+
+
+def test_a_coefficient_at_its_bound_reads_0_not_an_exponent():
+    assert scalability._coefficient(8.4e-17) == "0"
+    assert scalability._coefficient(0.00049) == "0.00049"

@@ -302,13 +302,15 @@ def generator_health(shard_rows: list, seconds: set[int]) -> dict:
             cpu[s.second] = max(cpu.get(s.second, 0.0), s.cpu_pct)
     measured = sorted(set(lag) | set(cpu))
     if not measured:
-        return {"loop_lag_p99_ms": None, "cpu_pct_max": None, "saturated": None}
+        return {"loop_lag_p99_ms": None, "cpu_pct_max": None, "saturated": None, "lagged": None}
     first = measured[0]
     span = range(first, measured[-1] + 1)
     return {
         "loop_lag_p99_ms": max(lag.values(), default=None),
         "cpu_pct_max": max(cpu.values(), default=None),
         "saturated": health.saturation([lag.get(t) for t in span], [cpu.get(t) for t in span], first_second=first),
+        # Issue 28 item 20: seconds above the limits, too few to call it saturated.
+        "lagged": health.strain([lag.get(t) for t in span], [cpu.get(t) for t in span]),
     }
 
 
@@ -535,11 +537,9 @@ def _capacity_sentence(cap: dict, limits: dict) -> str:
             f"Holds {cap['capacity_users']} users within its thresholds; "
             f"at {first['users']} users {_breaks(first, limits)}."
         )
-    if cap["knee_users"] is not None:
-        words += f" Throughput stops growing after {cap['knee_users']} users (the knee)."
-    else:
-        words += f" Throughput keeps growing with users up to {top} users: no knee within these levels."
-    return words
+    # Issue 28: the knee's words follow its rule (the figures are what this reference checks).
+    knee = history_analysis.knee_sentence([(r["users"], r["pages_per_s"] or 0.0) for r in levels], cap["knee_users"])
+    return f"{words} {knee}"
 
 
 def per_second(rows: list, shard_rows: list, end: int) -> tuple[list[float | None], list[float | None]]:

@@ -1,6 +1,7 @@
 import pytest
 
 from portal.runs import analysis
+from portal.runs.models import Run
 from tests.portal.runs.factories import add_second
 
 pytestmark = pytest.mark.django_db
@@ -198,6 +199,25 @@ def test_a_saturated_generator_is_reported(run):
 
     assert generator["loop_lag_p99_ms"] == 120.0 and generator["cpu_pct_max"] == 95.0
     assert generator["saturated"] and "saturated" in generator["saturated"]
+
+
+def test_a_generator_that_lagged_short_of_saturation_carries_the_doubt(run, alice_client):
+    # given: one second of 74 ms loop lag p99 in the window: too little to call the generator saturated
+    for s in range(1, 6):
+        add_second(run, s, labels={"A": ([10.0], {})}, lag_ms=74.0 if s == 3 else 2.0, cpu=40.0)
+
+    run.summary = analysis.summarize(run)
+    run.status = Run.Status.FINISHED
+    run.save()
+    generator = run.summary["generator"]
+
+    # then: the summary (the API's and the exports'), and the report, say so
+    assert generator["saturated"] is None and generator["loop_lag_p99_ms"] == 74.0
+    assert generator["lagged"].startswith("the load generator lagged in 1 of 5 s: event-loop lag p99 up to 74 ms")
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'id="generator-lagged"' in page and "The load generator lagged in 1 of 5 s" in page
+    api = alice_client.get(f"/api/v1/runs/{run.code}/summary.json").json()
+    assert api["summary"]["generator"]["lagged"] == generator["lagged"]
 
 
 def test_a_healthy_generator_is_not_flagged(run):

@@ -82,7 +82,8 @@ def test_capacity_is_the_last_level_within_thresholds_and_the_knee_where_through
     assert [lv["users"] for lv in cap["levels"] if lv["knee"]] == [40]
     assert cap["sentence"] == (
         "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s). "
-        "Throughput stops growing after 40 users (the knee)."
+        "After 40 users (the knee) throughput grows less than half as fast as the users: "
+        "+5.26 % from 40 to 60 users (+50 % users)."
     )
 
 
@@ -108,7 +109,7 @@ def test_throughput_that_keeps_growing_has_no_knee(run):
     assert (cap["capacity_users"], cap["first_failure_users"], cap["knee_users"]) == (40, None, None)
     assert cap["sentence"] == (
         "Holds every level within its thresholds, up to 40 users. "
-        "Throughput keeps growing with users up to 40 users: no knee within these levels."
+        "Throughput grows at least half as fast as the users up to 40 users: no knee within these levels."
     )
 
 
@@ -666,7 +667,7 @@ def test_the_report_of_a_steps_run_shows_its_capacity(alice_client, run):
 
     assert "<h2>Capacity</h2>" in page
     assert "Holds 40 users within its thresholds; at 60 users APD breaks 1 s (1.5 s)." in page
-    assert "Throughput stops growing after 40 users (the knee)." in page
+    assert "After 40 users (the knee) throughput grows less than half as fast as the users: +5.26 % from" in page
     assert page.count("held ✓") == 3 and "broken: APD" in page
     assert 'id="chart-capacity"' in page and 'id="capacity-data"' in page
     assert "<h2>Degradation</h2>" not in page
@@ -1027,3 +1028,23 @@ def test_a_comparison_says_when_each_runs_degradation_began(alice, alice_client,
             "crossed_s": d["crossed_s"],
         }
     ]
+
+
+def test_the_stakeholder_headline_of_a_steps_run_quotes_its_top_level(alice_client, run):
+    # given: 5, 10 and 20 users serving 3, 7 and 14 pages/s (the totals' mean over the windows is 8)
+    import re
+
+    from tests.portal.sharing.test_share_links import public, share
+
+    run = steps_run(run, [5, 10, 20], thresholds={})
+    fill_levels(run, [(3, 100.0), (7, 120.0), (14, 150.0)])
+    finished(run)
+    assert run.summary["totals"]["pages_per_s"] == pytest.approx(8.0)
+
+    _, token = share(alice_client, run.project, kind="run", run=run.code)
+    html = public(token).content.decode()
+
+    # then: the sentence that names 20 users quotes the 20-user level's own figures
+    headline = re.search(r'id="share-headline">(.*?)</p>', html, re.S).group(1)
+    assert "at its top level, 20 users, served 14 pages/s at an average page duration of 150 ms" in headline
+    assert "8 pages/s" not in headline

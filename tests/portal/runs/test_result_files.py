@@ -38,6 +38,7 @@ def request(second, ms, *, name="Home", status="200", expected="true", fraction=
 def test_k6_points_become_per_second_label_figures(tmp_path):
     lines = [
         METRIC,
+        point("vus", 1, T.format(9, "0")),  # k6's first point: the test's start, where its seconds count from
         point("vus", 2, T.format(10, "0")),
         point("vus", 3, T.format(10, "5")),
         *request(10, 1.5),
@@ -70,6 +71,24 @@ def test_k6_points_become_per_second_label_figures(tmp_path):
     assert reports[3]["labels"]["Home"]["errors_by_kind"] == {"timeout": 1, "connection_refused": 1}
     assert reports[3]["iterations_completed"] == 1
     assert results.paths == {"Home": "/home", "Search": "/search"}
+
+
+def test_a_k6_test_of_15_s_is_15_s_long_not_the_16_wall_clock_seconds_it_touched(tmp_path):
+    # given: a 15 s k6 test that started at .4 s (issue 28): a request every 100 ms, the last iterations
+    # in flight ending 50 ms after its duration, so its samples touch 16 whole seconds of the clock
+    start = datetime(2026, 11, 24, 17, 44, 0, 400_000, tzinfo=UTC).timestamp()
+    lines = [METRIC, point("vus", 3, datetime.fromtimestamp(start, UTC).isoformat())]
+    for i in range(151):  # 0.0 … 15.0 s after the start, and one more at 15.05 s
+        at = datetime.fromtimestamp(start + min(i * 0.1, 15.05), UTC).isoformat()
+        lines += [point("http_reqs", 1, at, name="Home", status="200", expected_response="true")]
+        lines += [point("http_req_duration", 2.0, at, name="Home", status="200", expected_response="true")]
+
+    results = rf.read(k6_file(tmp_path, lines))
+
+    # then: 15 s, as k6 ran, every request counted in them: the rate is 151 / 15 (not / 16, 6 % low)
+    assert results.duration_s == 15 and results.seconds == 15
+    assert sum(r["labels"]["Home"]["pages"] for r in results.reports()) == results.requests == 151
+    assert max(r["second"] for r in results.reports()) == 14
 
 
 def test_times_with_offsets_and_nanoseconds():
@@ -148,6 +167,7 @@ def test_k6_csv_is_read_like_its_json(tmp_path):
         ),
         csv_row("http_req_duration", 1795543129, 9.0, status="404", expected="false"),
         csv_row("iterations", 1795543129, 1),
+        csv_row("vus", 1795543130, 0),  # the test's end: it ran 2 s (k6's CSV stamps are whole seconds)
     ]
     results = rf.read(k6_file(tmp_path, rows, "out.csv"))
     assert (results.format, results.requests, results.max_users) == ("k6-csv", 2, 2)

@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 
 from portal.runs import result_files as rf
+from workers.engine.histogram import Histogram
 
 T0 = 1795543128000  # ms
 JTL_HEADER = (
@@ -161,6 +162,30 @@ def test_locust_history_differences_its_cumulative_counts(tmp_path):
     # the latency sum is exact: 22 × 11.0 − 10 × 10.0 = 142 ms over 12 requests, 11 of them good
     assert second["hist"]["sum"] == round(142_000 * 11 / 12)
     assert by[2]["active_users"] == 3
+
+
+def test_locust_mean_min_and_max_are_locusts_own_totals(tmp_path):
+    # given: issue 28's "/" page: Locust's own totals say mean 2.20 ms, min 0.9 ms, max 43.5 ms; the rolling
+    # 10 s window's percentiles start at 2.5 ms (p50) and top out at 8.6 ms (its 100 %)
+    s = T0 // 1000
+    window = "2.5,2.6,2.7,2.8,3.0,3.5,4.0,5.0,8.6,8.6,8.6"
+    rows = [
+        HISTORY,
+        f"{s + 1},3,GET,/,100,0,{window},100,0,2.5,2.2,0.9,8.6,100",
+        f"{s + 2},3,GET,/,100,0,{window},200,0,2.5,2.2,0.9,43.5,100",
+        f"{s + 3},3,GET,/,100,0,{window},300,0,2.5,2.2,0.9,43.5,100",
+    ]
+
+    results = rf.read(write(tmp_path, "x_stats_history.csv", rows))
+
+    # then: the merged histogram's count, mean, min and max are Locust's, exactly (to the µs)
+    merged = Histogram()
+    for report in reports(results).values():
+        merged.merge(Histogram.from_dict(report["labels"]["/"]["hist"]))
+    assert merged.count == 300
+    assert merged.mean == pytest.approx(2200.0, abs=0.01)  # was 2,500 µs: the sum clamped at p50 × count
+    assert (merged.min, merged.max) == (900, 43_500)  # were 2,500 (the p50) and 8,600 (the window's 100 %)
+    assert merged.percentile(100) == 43_500 and merged.percentile(0) == 900
 
 
 @pytest.mark.parametrize(

@@ -96,5 +96,5 @@ class Command(BaseCommand):
                 indent=2,
             )
         )
-        if run.status not in (Run.Status.PASSED, Run.Status.DONE):
+        if run.status not in (Run.Status.PASSED, Run.Status.DONE, Run.Status.FINISHED):
             raise SystemExit(1 if run.status == Run.Status.FAILED else 2)
