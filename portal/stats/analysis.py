@@ -527,6 +527,10 @@ def _gain(ratio: float) -> str:
     return text if text.startswith("−") else "+" + text
 
 
+def _users(n: int) -> str:
+    return f"{n} user" if n == 1 else f"{n} users"
+
+
 def knee_sentence(levels: Sequence[tuple[int, float]], knee_users: int | None) -> str:
     """The knee in the words of its rule, with the figures that place it.
 
@@ -548,11 +552,11 @@ def knee_sentence(levels: Sequence[tuple[int, float]], knee_users: int | None) -
     if lo_x <= 0 or hi_x <= lo_x:
         change = "no gain" if lo_x <= 0 or hi_x == lo_x else _gain(hi_x / lo_x - 1.0)
         return (
-            f"Throughput stops growing after {knee_users} users (the knee): {change} from {lo_users} to "
+            f"Throughput stops growing after {_users(knee_users)} (the knee): {change} from {lo_users} to "
             f"{hi_users} users."
         )
     return (
-        f"After {knee_users} users (the knee) throughput {KNEE_WORDS}: {_gain(hi_x / lo_x - 1.0)} from "
+        f"After {_users(knee_users)} (the knee) throughput {KNEE_WORDS}: {_gain(hi_x / lo_x - 1.0)} from "
         f"{lo_users} to {hi_users} users ({_gain(users_gain)} users)."
     )
 

@@ -468,3 +468,14 @@ def test_drift_per_hour_needs_two_points():
     assert drift_per_hour([None, 5.0], 0) is None
     assert drift_per_hour([], 0) is None
     assert drift_per_hour([1.0, 3.0], 0) == pytest.approx(7200.0)
+
+
+def test_a_knee_at_one_user_reads_in_the_singular():
+    from portal.stats.analysis import knee_sentence
+
+    flat = knee_sentence([(1, 10.0), (2, 10.0), (4, 10.0)], 1)
+    grows = knee_sentence([(1, 10.0), (2, 12.0), (4, 13.0)], 1)
+
+    assert flat.startswith("Throughput stops growing after 1 user (the knee)")
+    assert grows.startswith("After 1 user (the knee) throughput")
+    assert "1 users" not in flat + grows
