@@ -152,7 +152,16 @@ class LevelSerializer(StrictSerializer):
 
 class MixItemSerializer(StrictSerializer):
     test_case = serializers.UUIDField(help_text="A test case of the plan's project")
-    weight = serializers.IntegerField(min_value=1, max_value=10_000, default=1)
+    # The same words as the plan form's (forms.MixWeightField): −1, 0 and 10,001 give one rule.
+    weight = serializers.IntegerField(
+        min_value=1,
+        max_value=10_000,
+        default=1,
+        error_messages={
+            key: "Give a whole number from 1 to 10,000."
+            for key in ("min_value", "max_value", "invalid", "max_string_length")
+        },
+    )
 
 
 PLAN_FIELDS = (

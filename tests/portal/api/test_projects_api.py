@@ -386,3 +386,13 @@ def test_removing_a_data_set_needs_an_editor(persona, request, test_case):
     name = request.node.callspec.params["persona"]
     assert response.status_code == expected(name, ok=204, allowed=WRITERS)
     assert DataSet.objects.exists() is (response.status_code != 204)
+
+
+@pytest.mark.parametrize("weight", [-1, 0, 10_001])
+def test_a_mix_weight_out_of_range_gives_one_rule_whatever_the_number(alice, project, environment, test_case, weight):
+    document = plan_document(project, environment, test_case)
+    document["mix"][0]["weight"] = weight
+    response = session(alice).post("/api/v1/plans/", document, format="json")
+    assert response.status_code == 400
+    assert response.json()["fields"]["mix"][0] == {"weight": ["Give a whole number from 1 to 10,000."]}
+    assert not Plan.objects.exists()
