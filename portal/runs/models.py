@@ -7,6 +7,10 @@ from django.urls import reverse
 from portal.common import TimeStamped, new_code
 from portal.projects.models import Environment, Plan, Project
 
+# A finished run of a plan is judged against its baseline on the bookkeeping queue (portal.schedules.baselines);
+# until then every reader says so.
+VERDICT_PENDING_HEADLINE = "Being judged against the plan's baseline."
+
 
 class Run(TimeStamped):
     """One execution of a plan, with snapshots of the plan and of the environment's configuration at start."""

@@ -9,7 +9,7 @@ import io
 import json
 from xml.etree import ElementTree as ET
 
-from .models import Run
+from .models import VERDICT_PENDING_HEADLINE, Run
 
 PAGE_COLUMNS = (
     "label",
@@ -121,13 +121,30 @@ def series_csv(series: dict) -> str:
 
 
 def _baseline_verdict(run: Run) -> dict | None:
-    """The run against its plan's baseline (scheduled plans), as the API shows it; None otherwise."""
+    """The run against its plan's baseline, as the API shows it (pending until judged); None without a plan."""
     verdict = getattr(run, "baseline_verdict", None)
     if verdict is None:
-        return None
+        if run.plan_id is None or run.status not in Run.FINISHED:
+            return None
+        # The row is written when the run ends (portal.schedules.baselines); a reader in between sees pending.
+        return {
+            "verdict": "pending",
+            "headline": VERDICT_PENDING_HEADLINE,
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "",
+            "basis": "",
+            "baseline": "",
+            "tolerance_pct": None,
+            "computed_at": None,
+            "rows": [],
+        }
     return {
         "verdict": verdict.verdict,
         "headline": verdict.headline,
+        "provisional": verdict.provisional,
+        "provisional_reason": verdict.provisional_reason,
+        "method": verdict.method,
         "basis": verdict.basis,
         "baseline": verdict.baseline_label,
         "tolerance_pct": verdict.tolerance_pct,

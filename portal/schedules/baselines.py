@@ -8,10 +8,14 @@ night that is 4 % slower is not worth a morning mail.
 """
 
 import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
 
 from portal.common import task
 from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
-from portal.runs.models import Run
+from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
 from portal.stats import analysis
 
 from . import soak
@@ -166,21 +170,74 @@ def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
     return stored
 
 
+PENDING_HEADLINE = VERDICT_PENDING_HEADLINE
+# A verdict still pending this long after its run ended was lost on the way (a broker hiccup, a
+# worker killed mid-task): the watchdog enqueues it again. Judging is idempotent.
+PENDING_RETRY_S = 300
+
+
+def verdict_pending(run: Run) -> RunVerdict:
+    """The run's verdict row, *pending* until judged; an existing verdict is left as it is."""
+    verdict, _ = RunVerdict.objects.get_or_create(
+        run=run, defaults={"verdict": Verdict.PENDING, "headline": PENDING_HEADLINE}
+    )
+    return verdict
+
+
+def pending_for(run: Run) -> RunVerdict | None:
+    """What a reader shows for a finished run of a plan whose verdict row is not written yet: pending."""
+    if run.plan_id is None or run.status not in Run.FINISHED:
+        return None
+    return RunVerdict(
+        run=run, verdict=Verdict.PENDING, headline=PENDING_HEADLINE, computed_at=run.finished_at or timezone.now()
+    )
+
+
+def _enqueue_verdict(run_id: int) -> None:
+    follow_up = task("baseline_verdict_task")
+    # On commit: the pending row (and the run's final status) are visible to the worker.
+    transaction.on_commit(lambda: follow_up.delay(run_id))
+
+
 def on_run_finished(sender, run_id: int, **kwargs) -> None:
-    """Enqueues the verdict (scheduled plans) and the notifications of a finished run, on the default queue.
+    """Marks the verdict of a finished run of a plan *pending* and enqueues its judging on the bookkeeping
+    queue (every run of a plan, whoever started it); a run without a plan is only notified.
 
     Never computed here: the signal is sent by the shard that finalized the run.
     """
-    from .models import Schedule
-
-    plan_id = Run.objects.filter(id=run_id).values_list("plan_id", flat=True).first()
-    scheduled = plan_id is not None and Schedule.objects.filter(plan_id=plan_id).exists()
-    # A scheduled plan's run is judged first, and notified by the same task with its verdict.
-    follow_up = task("baseline_verdict_task" if scheduled else "run_notify_task")
+    run = Run.objects.filter(id=run_id, status__in=Run.FINISHED).only("id", "plan_id", "status").first()
+    if run is None:
+        return
     try:
-        follow_up.delay(run_id)
-    except Exception:  # a broker hiccup must not break the run's finish
-        log.exception("run %s: could not enqueue %s", run_id, follow_up.name)
+        if run.plan_id is None:
+            name = "run_notify_task"
+            follow_up = task(name)
+            transaction.on_commit(lambda: follow_up.delay(run_id))
+        else:
+            name = "baseline_verdict_task"
+            verdict_pending(run)
+            # Judged first, and notified by the same task with its verdict.
+            _enqueue_verdict(run_id)
+    except Exception:  # a broker hiccup must not break the run's finish; the watchdog catches up
+        log.exception("run %s: could not enqueue %s", run_id, name)
+
+
+def verdicts_catch_up(*, now=None) -> int:
+    """Enqueues again the verdicts still pending PENDING_RETRY_S after they were last touched (watchdog)."""
+    now = now or timezone.now()
+    stale = list(
+        RunVerdict.objects.filter(
+            verdict=Verdict.PENDING, computed_at__lt=now - timedelta(seconds=PENDING_RETRY_S)
+        ).values_list("id", "run_id")[:100]
+    )
+    for verdict_id, run_id in stale:
+        # Touch it first, so the next watchdog tick does not enqueue it again while it waits in the queue.
+        RunVerdict.objects.filter(id=verdict_id, verdict=Verdict.PENDING).update(computed_at=now)
+        try:
+            _enqueue_verdict(run_id)
+        except Exception:
+            log.exception("run %s: could not enqueue its verdict again", run_id)
+    return len(stale)
 
 
 class BaselineError(ValueError):

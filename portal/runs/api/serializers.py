@@ -2,6 +2,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from portal.runs.models import Run, RunShard
+from portal.schedules.baselines import pending_for
 from portal.schedules.models import ROW_VERDICTS, RunVerdict
 
 
@@ -20,10 +21,15 @@ class VerdictRowSerializer(serializers.Serializer):
 
 
 class BaselineVerdictSerializer(serializers.Serializer):
-    """A scheduled plan's run judged against its plan's baseline (portal/schedules/baselines.py)."""
+    """A plan's run judged against its plan's baseline (portal/schedules/baselines.py); *pending* until known."""
 
     verdict = serializers.ChoiceField(choices=RunVerdict.Verdict.choices)
     headline = serializers.CharField()
+    provisional = serializers.BooleanField(
+        help_text="Judged against too few baseline runs to know their spread well (provisional_reason says why)"
+    )
+    provisional_reason = serializers.CharField()
+    method = serializers.CharField(help_text="One sentence: how the verdict was reached")
     basis = serializers.CharField(help_text="How the figures were compared (samples, noise)")
     baseline = serializers.CharField(source="baseline_label", help_text="What the run was judged against")
     tolerance_pct = serializers.FloatField(help_text="Moves smaller than this are within noise whatever the noise")
@@ -63,7 +69,8 @@ class RunSerializer(serializers.ModelSerializer):
     baseline_verdict = BaselineVerdictSerializer(
         read_only=True,
         allow_null=True,
-        help_text="A scheduled plan's run against its baseline; null for other runs and until it is judged",
+        help_text="The run against its plan's baseline: pending from its end until judged; "
+        "null while it runs and for a run without a plan",
     )
 
     class Meta:
@@ -94,6 +101,13 @@ class RunSerializer(serializers.ModelSerializer):
         )
         read_only_fields = fields
 
+    def to_representation(self, run):
+        data = super().to_representation(run)
+        # The row is written when the run ends; a reader in between sees pending, never null.
+        if data.get("baseline_verdict") is None and (pending := pending_for(run)) is not None:
+            data["baseline_verdict"] = self.fields["baseline_verdict"].to_representation(pending)
+        return data
+
     def get_url(self, run) -> str:
         path = reverse("api:run-detail", args=[run.code])
         request = self.context.get("request")
@@ -118,7 +132,7 @@ class RunDetailSerializer(RunSerializer):
     baseline_verdict = BaselineVerdictDetailSerializer(
         read_only=True,
         allow_null=True,
-        help_text="A scheduled plan's run against its baseline, with every figure; null for other runs",
+        help_text="The run against its plan's baseline, with every figure; pending until judged",
     )
 
     class Meta(RunSerializer.Meta):

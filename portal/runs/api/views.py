@@ -88,6 +88,11 @@ SCHEDULED_RUN_EXAMPLE = OpenApiExample(
             "verdict": "regressed",
             "headline": "Run #31 regressed against Baseline: the last 3 valid runs (#27, #28, #29): "
             "Search APD 41 ms → 212 ms (5.2× slower).",
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "Each figure against the spread between the 3 baseline runs' own figures, "
+            "Holm-adjusted over its 24 rows for a 1 % chance of a false alarm on a night with nothing changed, "
+            "and beyond the 10 % tolerance.",
             "basis": "Batch means of each run's measured window; Welch 95 % intervals.",
             "baseline": "Baseline: the last 3 valid runs (#27, #28, #29)",
             "tolerance_pct": 10.0,
