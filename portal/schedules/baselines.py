@@ -14,11 +14,21 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.common import task
-from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
+from portal.history.comparison import (
+    FIGURES,
+    Report,
+    Row,
+    _summary_value,
+    compare_sides,
+    run_batches,
+    side_for_run,
+    side_for_runs,
+    side_for_trialset,
+)
 from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
 from portal.stats import analysis
 
-from . import soak
+from . import noise, soak
 from .models import Baseline, RunVerdict
 
 log = logging.getLogger(__name__)
@@ -65,6 +75,7 @@ def baseline_side(*, run: Run, baseline: Baseline):
 
 
 def _row_verdict(row: Row, tolerance_pct: float) -> str:
+    """A row outside the noise model's family (capacity): Welch on its samples, then the tolerance."""
     c = row.comparison
     if c is None:
         return "none"
@@ -77,8 +88,8 @@ def _row_verdict(row: Row, tolerance_pct: float) -> str:
     return "regressed" if c.verdict == analysis.WORSE else "improved"
 
 
-def _row_dict(row: Row, tolerance_pct: float) -> dict:
-    return {
+def _row_dict(row: Row, tolerance_pct: float, judged: noise.Judged | None = None) -> dict:
+    out = {
         "page": row.page,
         "figure": row.figure,
         "verdict": _row_verdict(row, tolerance_pct),
@@ -88,6 +99,17 @@ def _row_dict(row: Row, tolerance_pct: float) -> dict:
         "noise": row.noise_text,
         "basis": row.basis,
     }
+    if judged is not None:
+        out["verdict"] = judged.verdict
+        if judged.noise_pct is not None:
+            unit = "pp" if row.unit == "%" else "%"
+            out["noise"] = f"±{judged.noise_pct:.3g} {unit} a night"
+        if judged.p is not None:
+            out["basis"] = f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows)"
+        if judged.note:
+            out["basis"] = judged.note
+            out["note"] = judged.note
+    return out
 
 
 def _move(r: dict) -> str:
@@ -97,15 +119,25 @@ def _move(r: dict) -> str:
 
 
 def judge(
-    report: Report, *, run: Run, tolerance_pct: float, extra_rows: list[dict] = ()
+    report: Report,
+    *,
+    run: Run,
+    tolerance_pct: float,
+    extra_rows: list[dict] = (),
+    family: dict[tuple[str | None, str], noise.Judged] | None = None,
 ) -> tuple[str, str, list[dict]]:
     """(verdict, headline, rows) of a comparison of the run (after) with its baseline (before).
 
+    ``family``: the rows judged together by the noise model (``noise.judge_cells``), by (page,
+    figure); rows not in it (capacity) keep the comparison's own verdict and the tolerance.
     ``extra_rows``: the soak rows (portal/schedules/soak.py), judged already; they count
     for the verdict and the headline like the figures.
     """
-    rows = [_row_dict(r, tolerance_pct) for r in report.total]
-    rows += [_row_dict(r, tolerance_pct) for _, page_rows in report.pages for r in page_rows]
+    family = family or {}
+    rows = [_row_dict(r, tolerance_pct, family.get((r.page, r.figure))) for r in report.total]
+    rows += [
+        _row_dict(r, tolerance_pct, family.get((r.page, r.figure))) for _, page_rows in report.pages for r in page_rows
+    ]
     rows += list(extra_rows)
     # Pages first: "Search regressed" says where to look; the total only follows its pages.
     by_page_first = sorted(rows, key=lambda r: r["page"] is None)
@@ -131,6 +163,46 @@ def judge(
     return verdict, headline, rows
 
 
+def _pages(run: Run, page: str | None) -> int:
+    value = _summary_value(run, page, "pages")
+    return int(value or 0)
+
+
+def noise_cells(report: Report, baseline_runs: list[Run], run: Run) -> list[noise.Cell]:
+    """The rows of the figures (total and per page) as the noise model reads them: each run's own figure."""
+    batches = {r.id: run_batches(r) for r in [*baseline_runs, run]}
+    cells = []
+    rows = [*report.total, *(r for _, page_rows in report.pages for r in page_rows)]
+    for row in rows:
+        fig = next((f for f in FIGURES if f.name == row.figure), None)
+        if fig is None:
+            continue
+        before = [_summary_value(r, row.page, fig.key) for r in baseline_runs]
+        after = _summary_value(run, row.page, fig.key)
+        if after is None or any(v is None for v in before):
+            continue
+
+        def figure_batches(r, key=fig.key, page=row.page):
+            return [v for v in (batches[r.id].get(page) or {}).get(key, []) if v is not None]
+
+        cells.append(
+            noise.Cell(
+                page=row.page,
+                key=fig.key,
+                lower_is_better=fig.lower_is_better,
+                baseline=[float(v) for v in before],
+                value=float(after),
+                baseline_batches=[figure_batches(r) for r in baseline_runs],
+                batches=figure_batches(run),
+                baseline_pages=[_pages(r, row.page) for r in baseline_runs],
+                pages=_pages(run, row.page),
+                shown_change_pct=row.change_pct,
+                figure=row.figure,
+            )
+        )
+    return cells
+
+
 def run_judge(*, run_id: int) -> RunVerdict | None:
     """Compares a finished run with its plan's baseline and stores the verdict on the run (idempotent)."""
     run = Run.objects.select_related("plan", "project").filter(id=run_id, status__in=Run.FINISHED).first()
@@ -147,14 +219,28 @@ def run_judge(*, run_id: int) -> RunVerdict | None:
     if not report.samples:
         return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
     extra = soak.soak_rows(run.summary, [r.summary for r in side.runs], tolerance)
-    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra)
+    cells = noise_cells(report, side.runs, run)
+    family = noise.judge_cells(cells, tolerance_pct=tolerance)
+    judged = {(c.page, c.figure): j for c, j in zip(cells, family.rows, strict=True)}
+    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra, family=judged)
     basis = report.basis
     if report.problems:
         basis = " ".join(report.problems) + " " + basis
-    return _store(run, verdict, headline, basis, side.label, tolerance, rows)
+    return _store(
+        run,
+        verdict,
+        headline,
+        basis,
+        side.label,
+        tolerance,
+        rows,
+        provisional=family.provisional,
+        provisional_reason=family.provisional_reason,
+        method=family.method,
+    )
 
 
-def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
+def _store(run, verdict, headline, basis, label, tolerance, rows, **extra) -> RunVerdict:
     stored, _ = RunVerdict.objects.update_or_create(
         run=run,
         defaults={
@@ -164,6 +250,10 @@ def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
             "baseline_label": label,
             "tolerance_pct": tolerance,
             "rows": rows,
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "",
+            **extra,
         },
     )
     log.info("run %s: %s against its baseline", run.id, verdict)

@@ -62,6 +62,7 @@ def test_a_run_of_a_plan_without_schedule_is_pending_then_judged(
     assert verdict.verdict == "regressed", verdict.headline
     api = session(alice).get(f"/api/v1/runs/{slow.code}/").json()
     assert api["baseline_verdict"]["verdict"] == "regressed"
+    assert api["baseline_verdict"]["method"] == verdict.method != ""
     summary = json.loads(reports.summary_json(Run.objects.get(id=slow.id)))
     assert summary["baseline_verdict"]["verdict"] == "regressed"
 
