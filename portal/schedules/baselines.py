@@ -28,7 +28,7 @@ from portal.history.comparison import (
 from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
 from portal.stats import analysis
 
-from . import noise, soak
+from . import noise, selectors, soak
 from .models import Baseline, RunVerdict
 
 log = logging.getLogger(__name__)
@@ -64,9 +64,7 @@ def baseline_side(*, run: Run, baseline: Baseline):
         side = side_for_trialset(baseline.trial_set)
         side.label = f"Baseline: {side.label}"
         return side, ""
-    earlier = Run.objects.filter(plan_id=run.plan_id, number__lt=run.number, status__in=Run.FINISHED).order_by(
-        "-number"
-    )[:LOOKBACK]
+    earlier = selectors.baseline_candidates(plan_id=run.plan_id, before_number=run.number)[:LOOKBACK]
     valid = [r for r in earlier if r.counts][: baseline.last_n]
     if not valid:
         return None, f"No earlier valid run of the plan “{run.plan_name}” to compare with."
@@ -335,11 +333,18 @@ class BaselineError(ValueError):
 
 
 def baseline_save(*, plan, kind: str, last_n: int, run=None, trial_set=None, tolerance_pct: float) -> Baseline:
-    """Pins what the plan's runs are judged against; the run or trial set must be of the same plan."""
-    if kind == Baseline.Kind.RUN and (run is None or run.plan_id != plan.id):
-        raise BaselineError("Choose a finished run of this plan.")
-    if kind == Baseline.Kind.TRIAL_SET and (trial_set is None or trial_set.plan_id != plan.id):
-        raise BaselineError("Choose a trial set of this plan.")
+    """Pins what the plan's runs are judged against; the run or trial set must be of the same plan and count."""
+    if kind == Baseline.Kind.RUN:
+        if run is None or run.plan_id != plan.id:
+            raise BaselineError("Choose a finished run of this plan.")
+        if not selectors.baseline_eligible(Run.objects.filter(id=run.id)).exists() or not run.counts:
+            doubts = ", ".join(run.doubts) or run.get_status_display().lower()
+            raise BaselineError(f"Run #{run.number} cannot be a baseline ({doubts}): choose a run that counts.")
+    if kind == Baseline.Kind.TRIAL_SET:
+        if trial_set is None or trial_set.plan_id != plan.id:
+            raise BaselineError("Choose a trial set of this plan.")
+        if not any(r.counts for r in trial_set.runs.all()):
+            raise BaselineError(f"The trial set “{trial_set}” has no run that counts: choose another.")
     if not 1 <= last_n <= 20:
         raise BaselineError("N is between 1 and 20.")
     if not 0 <= tolerance_pct <= 1000:
@@ -355,3 +360,64 @@ def baseline_save(*, plan, kind: str, last_n: int, run=None, trial_set=None, tol
         },
     )
     return baseline
+
+
+def _ledger_event(*, run: Run, user, title: str, reason: str):
+    """Writes an accepted baseline into the environment's ledger (an entry that touches no key)."""
+    from portal.history.models import TuningChange
+    from portal.history.services import EnvironmentBusyForChange, change_apply
+
+    change = TuningChange.objects.create(
+        environment=run.environment,
+        made_by=user,
+        category=TuningChange.Category.BASELINE,
+        title=title[:200],
+        reason=reason,
+        edits=[],
+    )
+    try:
+        return change_apply(change, user=user, call_hook_first=False)
+    except EnvironmentBusyForChange as exc:
+        raise BaselineError(str(exc)) from None
+
+
+def regression_accept(*, run: Run, user, reason: str = "", change=None) -> list[RunVerdict]:
+    """Accepts a regressed run's level as the plan's new normal, with who and why; or links the tuning change
+    that explains it. The later runs of the same regression are accepted with it, so the rolling baseline
+    takes them all in. Returns the verdicts accepted.
+
+    Refused (nothing changes) without a regression to accept, without a reason, or with a change that is
+    not applied on the run's environment.
+    """
+    reason = (reason or "").strip()
+    verdict = RunVerdict.objects.filter(run=run).first()
+    if verdict is None or not verdict.can_be_accepted:
+        state = "not judged yet" if verdict is None else verdict.get_verdict_display().lower()
+        if verdict is not None and verdict.is_accepted:
+            state = "accepted already"
+        raise BaselineError(f"Run #{run.number} has no regression to accept: its verdict is {state}.")
+    if change is not None:
+        if change.environment_id != run.environment_id or not change.is_applied:
+            raise BaselineError("Link a tuning change applied on the run's environment.")
+    elif not reason:
+        raise BaselineError("Say why the new level is normal (a reason is recorded in the ledger).")
+    if run.environment_id is None:
+        raise BaselineError("The run's environment was deleted: there is no ledger to record the acceptance in.")
+    with transaction.atomic():
+        streak = list(
+            RunVerdict.objects.select_for_update()
+            .filter(run__plan_id=run.plan_id, run__number__gte=run.number, verdict=Verdict.REGRESSED)
+            .filter(accepted_at__isnull=True, accepted_change__isnull=True)
+            .select_related("run")
+            .order_by("run__number")
+        )
+        if change is None:
+            numbers = ", ".join(f"#{v.run.number}" for v in streak)
+            title = f"Baseline accepted: the level of run{'s' if len(streak) > 1 else ''} {numbers} is the new normal"
+            change = _ledger_event(run=run, user=user, title=title, reason=reason)
+        now = timezone.now()
+        for v in streak:
+            v.accepted_at, v.accepted_by, v.accept_reason, v.accepted_change = now, user, reason, change
+            v.save(update_fields=["accepted_at", "accepted_by", "accept_reason", "accepted_change"])
+    log.info("run %s: regression accepted by %s (%s runs)", run.id, user, len(streak))
+    return streak

@@ -203,6 +203,14 @@ class RunVerdict(models.Model):
         return f"run {self.run_id}: {self.verdict}"
 
     @property
+    def is_accepted(self) -> bool:
+        return self.accepted_at is not None or self.accepted_change_id is not None
+
+    @property
+    def can_be_accepted(self) -> bool:
+        return self.verdict == self.Verdict.REGRESSED and not self.is_accepted
+
+    @property
     def moved_rows(self) -> list[dict]:
         return [r for r in self.rows if r["verdict"] in ("regressed", "improved")]
 

@@ -45,6 +45,7 @@ environments/<uuid:code>/trialsets/from-runs/
 teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<int:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
+runs/<uuid:code>/accept/
 projects/<uuid:code>/notifications/ projects/<uuid:code>/notifications/new/ channels/<uuid:code>/test/
 channels/<uuid:code>/delete/ channels/<uuid:code>/edit/
 """
