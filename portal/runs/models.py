@@ -66,6 +66,10 @@ class Run(TimeStamped):
     digest = models.JSONField(null=True, blank=True, editable=False)
     # The plan's analysis settings at start (degradation limits), kept apart from the engine's snapshot.
     analysis_settings = models.JSONField(default=dict, blank=True)
+    # What the starter said about the run (issue 24): {"build": "3f2a1c", "branch": "main"} and a note;
+    # shown wherever the run is, filterable in the API (?label=build:3f2a1c). Rules: services/labels.py.
+    labels = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
     # The results history: the configuration's last applied change at start (None: the initial
     # configuration), the trial set the run belongs to, and a user's choice to count a doubtful run.
     tuning_change = models.ForeignKey(

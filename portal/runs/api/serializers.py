@@ -66,6 +66,10 @@ class RunSerializer(serializers.ModelSerializer):
     schedule = StartedByScheduleSerializer(
         source="schedule_fire", read_only=True, allow_null=True, help_text="The schedule whose fire started the run"
     )
+    labels = serializers.DictField(
+        child=serializers.CharField(), read_only=True, help_text="What the starter said about it: build, branch …"
+    )
+    note = serializers.CharField(read_only=True)
     baseline_verdict = BaselineVerdictSerializer(
         read_only=True,
         allow_null=True,
@@ -92,6 +96,8 @@ class RunSerializer(serializers.ModelSerializer):
             "started_by",
             "api_token",
             "schedule",
+            "labels",
+            "note",
             "baseline_verdict",
             "created_at",
             "start_at",

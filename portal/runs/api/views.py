@@ -2,6 +2,7 @@
 
 import time
 
+from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
@@ -51,6 +52,8 @@ RUN_EXAMPLE = OpenApiExample(
         "started_by": "alice via token ci-pipeline (plim_x7Kq2b…)",
         "api_token": "ci-pipeline (plim_x7Kq2b…)",
         "schedule": None,
+        "labels": {"build": "3f2a1c", "branch": "main"},
+        "note": "merge of #412",
         "baseline_verdict": None,
         "created_at": "2026-11-24T17:00:00Z",
         "start_at": "2026-11-24T17:00:02Z",
@@ -84,6 +87,8 @@ SCHEDULED_RUN_EXAMPLE = OpenApiExample(
             "description": "every day at 02:00 Europe/Berlin",
             "due_at": "2026-11-24T01:00:00Z",
         },
+        "labels": {},
+        "note": "",
         "baseline_verdict": {
             "verdict": "regressed",
             "headline": "Run #31 regressed against Baseline: the last 3 valid runs (#27, #28, #29): "
@@ -147,6 +152,9 @@ class RunFilterSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=["passed", "failed"], required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
+    label = serializers.CharField(
+        required=False, help_text="name:value, e.g. build:3f2a1c (repeat it: runs with all of them)"
+    )
 
     def to_internal_value(self, data):
         # Query strings also carry pagination and ``wait``: only the filters are checked here.
@@ -223,6 +231,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
             runs = runs.filter(created_at__gte=f["created_after"])
         if "created_before" in f:
             runs = runs.filter(created_at__lt=f["created_before"])
+        for text in request.query_params.getlist("label"):
+            key, value = services.label_filter_clean(text)  # a name that is a plain identifier, so a safe lookup
+            runs = runs.filter(**{f"labels__{key}": value})
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
@@ -304,7 +315,15 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
 
 
 class StartRunSerializer(StrictSerializer):
-    """A run takes everything from its plan: the body is empty (``{}``), and any field in it is refused."""
+    """A run takes everything from its plan; the body may add labels and a note (``{}`` is fine), nothing else."""
+
+    labels = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='What the starter says about the run, e.g. {"build": "3f2a1c", "branch": "main"}: '
+        "names of letters, digits, _ . - (at most 40), values of at most 100 characters, at most 20 labels",
+    )
+    note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, help_text="Free text")
 
 
 class PlanRunViewSet(TeamScopedViewSet):
@@ -323,9 +342,13 @@ class PlanRunViewSet(TeamScopedViewSet):
     )
     def create(self, request, code=None):
         plan = self.get_scoped(self.safely_get_queryset(), write=True, code=code)
-        StartRunSerializer(data=request.data if request.data else {}).is_valid(raise_exception=True)
+        start = StartRunSerializer(data=request.data if request.data else {})
+        start.is_valid(raise_exception=True)
+        labels, note = services.labels_clean(start.validated_data.get("labels"), start.validated_data.get("note", ""))
         if refusal := services.target_refusal(plan.environment.base_url):
             raise TargetRefused(refusal)
-        run = services.run_create(plan=plan, user=request.user, token=request_token(request))
+        with transaction.atomic():  # the run's start is enqueued on commit: its labels are there by then
+            run = services.run_create(plan=plan, user=request.user, token=request_token(request))
+            services.run_label(run=run, labels=labels, note=note)
         data = RunDetailSerializer(run, context=self.get_serializer_context()).data
         return Response(data, status=status.HTTP_201_CREATED, headers={"Location": data["url"]})
