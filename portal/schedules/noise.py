@@ -45,6 +45,14 @@ PROVISIONAL_BELOW = 3
 # steps of more than 1 %; pages/s, a count per second, has Poisson noise above 18 % under 30.
 MIN_PAGES = {"apd_ms": 30, "p95_ms": 100, "pages_per_s": 30, "error_rate_pct": 100}
 RELATIVE = {"apd_ms", "p95_ms", "pages_per_s"}
+# The night's common drift is taken out of the pages' changes when at least this many pages are judged
+# (the median of fewer is moved by the one page that regressed).
+MIN_PAGES_FOR_DRIFT = 3
+# Degrees of freedom of one run's within-run noise: its 10 batch means (portal.runs.batches.BATCHES).
+BATCH_DF = 9.0
+# A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
+WEIGHT_FLOOR = 1e-4
+DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
 
 
 @dataclass
@@ -116,6 +124,17 @@ def _too_few(cell: Cell) -> str:
     return ""
 
 
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    pairs = sorted(pairs)
+    half = sum(w for _, w in pairs) / 2.0
+    seen = 0.0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return pairs[-1][0]
+
+
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected with a family-wise error rate of at most alpha."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
@@ -161,29 +180,62 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         v_r = v_run if v_run is not None else v_b
         prepared.append((i, cell, scaled[:-1], scaled[-1], v_b, v_r))
 
-    # The drift between nights, per figure, pooled over its rows (method of moments).
-    tau2: dict[str, float] = {}
-    df: dict[str, float] = {}
-    for key in {c.key for _, c, *_ in prepared}:
-        num = den = 0.0
-        for _, c, base, _, v_b, _ in prepared:
-            if c.key == key and len(base) >= 2:
-                num += (len(base) - 1) * (statistics.variance(base) - v_b)
-                den += len(base) - 1
-        tau2[key] = max(0.0, num / den) if den else 0.0
-        # Without two baseline runs only the within-run noise is known (batches: 10 − 1 per run).
-        df[key] = den if den else 9.0
+    # A page's change is read against the night's common drift (the median change of the figure over the
+    # pages, robust to the one page that really moved): a night 4 % slower everywhere is not a page's
+    # regression, and a page 20 % slower stands out of a 4 % night. The totals keep the drift in, so a
+    # night slower everywhere is the totals' to tell, against the spread of the drift between nights.
+    adjusted = {}  # index in prepared → (baseline, value) with the common drift taken out
+    for key in RELATIVE:
+        rows = [k for k, (_, c, base, *_) in enumerate(prepared) if c.key == key and c.page is not None]
+        n_runs = min((len(prepared[k][2]) for k in rows), default=0)
+        if len(rows) < MIN_PAGES_FOR_DRIFT or n_runs < 1:
+            continue
+        levels = {k: statistics.fmean(prepared[k][2]) for k in rows}
+        # Weighted by each page's precision (a 46-page APD says little about the night), capped so that
+        # no page outweighs the others: the median stays on the pages that did not move.
+        weights = {k: 1.0 / (prepared[k][4] + prepared[k][5] + WEIGHT_FLOOR) for k in rows}
+        total = sum(weights.values())
+        weights = {k: min(w, 0.5 * (total - w)) for k, w in weights.items()}
+        common_new = _weighted_median([(prepared[k][3] - levels[k], weights[k]) for k in rows])
+        common_base = [
+            _weighted_median([(prepared[k][2][j] - levels[k], weights[k]) for k in rows]) for j in range(n_runs)
+        ]
+        for k in rows:
+            base = [prepared[k][2][j] - common_base[j] for j in range(n_runs)]
+            adjusted[k] = (base, prepared[k][3] - common_new)
+
+    def groups(k: int, c: Cell) -> tuple[str, bool]:
+        return c.key, k in adjusted
+
+    # The drift between nights beyond each run's own noise, per figure (and apart for drift-adjusted pages),
+    # pooled over its rows (method of moments), with its degrees of freedom.
+    sums: dict[tuple, list[float]] = {}
+    for k, (_, c, base, _, v_b, _) in enumerate(prepared):
+        base = adjusted[k][0] if k in adjusted else base
+        if len(base) >= 2:
+            acc = sums.setdefault(groups(k, c), [0.0, 0.0])
+            acc[0] += (len(base) - 1) * (statistics.variance(base) - v_b)
+            acc[1] += len(base) - 1
+    tau2 = {g: max(0.0, num / den) for g, (num, den) in sums.items() if den}
+    df_tau = {g: den for g, (_, den) in sums.items() if den}
 
     pvalues = []
-    for i, c, base, value, v_b, v_r in prepared:
+    for k, (i, c, base, value, v_b, v_r) in enumerate(prepared):
+        if k in adjusted:
+            base, value = adjusted[k]
+        g = groups(k, c)
         n_b = len(base)
-        var = tau2[c.key] + v_r + (tau2[c.key] + v_b) / n_b
+        t2 = tau2.get(g, 0.0)
+        # Three parts, each with its own degrees of freedom (Welch–Satterthwaite): the drift between nights,
+        # the judged run's noise within it and the baseline runs' (batch means: BATCHES − 1 each).
+        parts = [(t2 * (1 + 1 / n_b), df_tau.get(g, 1.0)), (v_r, BATCH_DF), (v_b / n_b, BATCH_DF * n_b)]
+        var = sum(v for v, _ in parts)
+        denominator = sum(v * v / d for v, d in parts if v > 0)
+        dof = max(1.0, var * var / denominator) if denominator > 0 else BATCH_DF
         d = value - statistics.fmean(base)
-        if var <= 0:
-            p = 0.0 if d != 0 else 1.0
-        else:
-            p = min(1.0, 2.0 * float(student_t.sf(abs(d) / math.sqrt(var), df[c.key])))
-        half = float(student_t.ppf(0.975, df[c.key])) * math.sqrt(max(var, 0.0))
+        t = abs(d) / math.sqrt(var) if var > 0 else (math.inf if d else 0.0)
+        p = min(1.0, 2.0 * float(student_t.sf(t, dof)))
+        half = float(student_t.ppf(0.975, dof)) * math.sqrt(max(var, 0.0))
         out[i].noise_pct = (math.expm1(half) * 100.0) if c.key in RELATIVE else half
         out[i].p = p
         pvalues.append(p)
@@ -213,7 +265,8 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         )
     method = (
         f"Each of the {judged} figures with enough pages was weighed against the spread between the "
-        f"{n} baseline run{'s' if n != 1 else ''}' own figures plus each run's noise within it; Holm's correction "
+        f"{n} baseline run{'s' if n != 1 else ''}' own figures plus each run's noise within it"
+        f"{DRIFT_OUT if adjusted else ''}; Holm's correction "
         f"over all {judged} keeps the chance of a false alarm on a night with nothing changed at "
         f"{false_alarm * 100:g} %, and a figure moved only beyond the {tolerance_pct:g} % tolerance."
     )
