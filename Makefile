@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 DEMO_PORT ?= 8001
 
-.PHONY: run test lint format install migrate bench clean
+.PHONY: run test test-deps lint format install migrate bench docs clean
 
 $(VENV)/.installed: requirements.txt
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Plimsoll needs Python 3.11, found " + sys.version.split()[0]'
@@ -27,12 +27,14 @@ run: migrate
 	PLIMSOLL_PORT=$(PORT) PLIMSOLL_DEMO_PORT=$(DEMO_PORT) $(BIN)/honcho start -f Procfile
 
 # Tests keep their database, broker folder and key under var/test, apart from a running `make run`.
+# First, what the tests need from Debian (Chromium, JMeter, a JDK, nginx): scripts/install-test-deps.sh
+# installs it when missing (as root), or stops at once with the apt-get command to run.
 # Two passes: the tests that measure nothing in time run on two processes (pytest-xdist, each with a
 # broker and a var/test/gwN of its own; worksteal, so that a process left with long end-to-end tests
 # hands its queue to an idle one); then the `serial` ones (the engine, the demo, the end-to-end tests
 # that measure time and a few more: tests/conftest.py) run alone. A pass that PYTEST_ARGS leaves
 # without tests (pytest's exit 5) is not a failure.
-test: install
+test: test-deps install
 	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -n 2 --dist worksteal -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
@@ -44,9 +46,16 @@ format: install
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The documentation site (docs/, mkdocs.yml) into site/; --strict fails on a broken link or anchor.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+test-deps:
+	bash scripts/install-test-deps.sh
+
 # Benchmarks (never in the test suite): `make bench`, or `make bench BENCH_ARGS=--quick`.
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) var bench/.venv-locust
+	rm -rf $(VENV) var site bench/.venv-locust

@@ -10,6 +10,14 @@ no redirect (a 3xx is an answer like any other), never uses a proxy (http.client
 reads no proxy settings), caps the body at ``max_bytes`` and the whole exchange, look-up
 included, at ``timeout`` seconds (a timer closes the socket, so a server dripping a byte at
 a time cannot hold it longer).
+
+Two allowlists, one denylist. ``notifications_allowlist`` (PLIMSOLL_OUTBOUND_ALLOWED) is where
+the portal's own requests may go: webhooks, metrics scrapes, tuning changes' hooks; it is what
+``request`` and ``check`` use unless told otherwise. ``targets_allowlist``
+(PLIMSOLL_ALLOWED_TARGETS) is where load may go. Both refuse ``site_denylist``: the host:ports
+of the site's own services (PLIMSOLL_SITE_SERVICES: database, broker, cache, mail server, the
+portal itself), and ``check`` refuses them whatever allowlist it is given, so that no
+answer of Redis or PostgreSQL ever reaches a delivery log or a metrics gap.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from dataclasses import dataclass
 from workers.engine.targets import (
     Allowlist,
     BadTargetURL,
+    Denylist,
     TargetNotAllowed,
     TargetURL,
     checked_addresses,
@@ -78,10 +87,37 @@ def parse_url(url: str) -> TargetURL:
         raise OutboundRefused(str(exc)) from None
 
 
-def default_allowlist() -> Allowlist:
+# The site's services resolved to addresses, for this long: a DNS answer per service per request would be too many.
+_DENYLIST_TTL_S = 60.0
+_denylist_cache: dict[tuple, tuple[float, Denylist]] = {}
+
+
+def site_denylist() -> Denylist:
+    """The site's own services (settings.PLIMSOLL_SITE_SERVICES), refused whatever an allowlist says."""
     from django.conf import settings
 
-    return parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS)
+    key = tuple(tuple(e) for e in settings.PLIMSOLL_SITE_SERVICES)
+    now = time.monotonic()
+    cached = _denylist_cache.get(key)
+    if cached is None or cached[0] < now:
+        cached = (now + _DENYLIST_TTL_S, Denylist(key))
+        _denylist_cache.clear()
+        _denylist_cache[key] = cached
+    return cached[1]
+
+
+def targets_allowlist() -> Allowlist:
+    """Where load may go (PLIMSOLL_ALLOWED_TARGETS), without the site's own services: give it to the engine."""
+    from django.conf import settings
+
+    return parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS, denied=site_denylist())
+
+
+def notifications_allowlist() -> Allowlist:
+    """Where webhooks, metrics scrapes and hooks may go (PLIMSOLL_OUTBOUND_ALLOWED), without the site's services."""
+    from django.conf import settings
+
+    return parse_allowlist(settings.PLIMSOLL_OUTBOUND_ALLOWED, denied=site_denylist())
 
 
 def check(
@@ -90,8 +126,10 @@ def check(
     """Parses ``url`` and resolves its host once; returns both when every address is allowed.
 
     With ``timeout``, a look-up that takes longer refuses the URL (it cannot be checked).
+    ``allowlist`` defaults to ``notifications_allowlist()``; the site's own services are
+    refused whatever it allows.
     """
-    allow = default_allowlist() if allowlist is None else parse_allowlist(allowlist)
+    allow = notifications_allowlist() if allowlist is None else parse_allowlist(allowlist, denied=site_denylist())
     parsed = parse_url(url)
     resolve = _resolve if timeout is None else _bounded(_resolve, timeout)
     try:

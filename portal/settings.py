@@ -6,6 +6,7 @@ SQLite in WAL mode and Celery's file-system broker, both under ``var/``). Settin
 Redis. A malformed value stops the process at start with a message naming the variable.
 """
 
+import ipaddress
 import os
 import re
 from datetime import timedelta
@@ -437,10 +438,69 @@ PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
 # Uploads are imported by a background task (result_import_task) in bounded memory, whatever their size.
 PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "2048", minimum=1)
 
-# i12-schedules: where notification webhooks may go (portal/notifications/services.py). Default:
-# the load-target allowlist; set it to your chat or CI host names/networks to reach them.
-PLIMSOLL_WEBHOOK_ALLOWED = os.environ.get("PLIMSOLL_WEBHOOK_ALLOWED", PLIMSOLL_ALLOWED_TARGETS)
+# Issue 29: Plimsoll's own /metrics (portal/runs/exporter.py) names every team's running plans, so it
+# answers a scrape with this bearer token, or one from these networks (default: loopback only).
+PLIMSOLL_METRICS_TOKEN = envsecret("PLIMSOLL_METRICS_TOKEN", "")
 try:
-    parse_allowlist(PLIMSOLL_WEBHOOK_ALLOWED)
+    PLIMSOLL_METRICS_ALLOW = [
+        ipaddress.ip_network(n.strip(), strict=False)
+        for n in os.environ.get("PLIMSOLL_METRICS_ALLOW", "127.0.0.0/8,::1").split(",")
+        if n.strip()
+    ]
 except ValueError as exc:
-    raise ImproperlyConfigured(f"PLIMSOLL_WEBHOOK_ALLOWED: {exc}") from None
+    raise ImproperlyConfigured(f"PLIMSOLL_METRICS_ALLOW: {exc} (expected networks: 10.0.0.0/8,::1)") from None
+
+# Issue 30: where the portal's own requests may go - webhooks, metrics scrapes and tuning changes'
+# hooks (portal/outbound.py) - an allowlist of their own. With DEBUG on (a checkout) it is the
+# load-target default, loopback; with DEBUG off it allows nothing until the operator names the
+# chat, CI and exporter hosts: loopback in a deployment is the portal's own machine.
+# PLIMSOLL_WEBHOOK_ALLOWED is its former name, still read.
+PLIMSOLL_OUTBOUND_ALLOWED = os.environ.get(
+    "PLIMSOLL_OUTBOUND_ALLOWED",
+    os.environ.get("PLIMSOLL_WEBHOOK_ALLOWED", "127.0.0.0/8,::1/128,localhost" if DEBUG else ""),
+)
+try:
+    parse_allowlist(PLIMSOLL_OUTBOUND_ALLOWED)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PLIMSOLL_OUTBOUND_ALLOWED: {exc}") from None
+
+
+def _endpoint(url: str, default_port: int) -> tuple[str, int] | None:
+    """(host, port) of a service URL; None for a file or socket path."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return (parts.hostname, parts.port or default_port) if parts.hostname else None
+    except ValueError:
+        return None
+
+
+def _site_services() -> list[tuple[str, int]]:
+    """Every host:port the site itself uses: no outbound request or load test may reach them."""
+    found = []
+    for db in DATABASES.values():
+        host = str(db.get("HOST") or "")
+        if host and not host.startswith("/"):
+            found.append((host, int(db.get("PORT") or 5432)))
+    for url in (CELERY_BROKER_URL, PLIMSOLL_CACHE_URL):
+        if url.startswith(("redis://", "rediss://")):
+            found.append(_endpoint(url, 6379))
+    if EMAIL_HOST:
+        found.append((EMAIL_HOST, EMAIL_PORT))
+    found.append(_endpoint(SITE_URL, 443 if SITE_URL.startswith("https:") else 80))
+    # The port the portal is served on (Procfile's PLIMSOLL_PORT; docker binds 0.0.0.0:8000), on every local address.
+    found.append(("0.0.0.0", envint("PLIMSOLL_PORT", "8000", minimum=1)))
+    for item in os.environ.get("PLIMSOLL_DENIED_SERVICES", "").split(","):
+        if item.strip():
+            endpoint = _endpoint(f"//{item.strip()}", 0)
+            if endpoint is None or not endpoint[1]:
+                raise ImproperlyConfigured(f"PLIMSOLL_DENIED_SERVICES: {item.strip()!r} is not host:port")
+            found.append(endpoint)
+    return list(dict.fromkeys(e for e in found if e))
+
+
+# The site's own services (database, broker, cache, mail server, its own address and port), plus
+# PLIMSOLL_DENIED_SERVICES ("host:port,…" for others, such as an exporter beside the portal): every
+# outbound request and every load test refuses them whatever the allowlists say (workers/engine/targets.py).
+PLIMSOLL_SITE_SERVICES = _site_services()

@@ -1,10 +1,30 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
 from portal.accounts.forms import MailingPasswordResetForm
+from portal.runs.exporter import metrics_view
+
+
+class IdConverter:
+    """``<id:…>``: a database id, at most 18 digits; a longer number is a 404, not a 500.
+
+    Django's ``int`` takes any length, and SQLite raises OverflowError on a value past 64 bits.
+    Registered here, before the apps' URL modules are included below.
+    """
+
+    regex = "[0-9]{1,18}"
+
+    def to_python(self, value: str) -> int:
+        return int(value)
+
+    def to_url(self, value) -> str:
+        return str(value)
+
+
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="accounts/login.html"), name="login"),
@@ -37,6 +57,8 @@ urlpatterns = [
     path("", include("portal.runs.urls")),
     path("", include("portal.history.urls")),
     path("", include("portal.accounts.urls")),
+    # Plimsoll's own metrics for Prometheus (issue 29): a bearer token or an allowed address
+    path("metrics", metrics_view, name="metrics"),
     # Server metrics of runs (issue 14)
     path("", include("portal.metrics.urls")),
     # i12-schedules

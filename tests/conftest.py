@@ -37,16 +37,25 @@ def pytest_xdist_setupnodes(config, specs):
 # Tests that measure time or memory, or push load: `make test` runs them alone on the machine, after
 # the others have run on several processes (pytest-xdist), so that no other test's CPU is in their
 # measurements. Whole folders (the engine's runs and rates, the demo's knobs timed under load, the
-# keep-running wrapper's restart delays), a few portal modules, and the end-to-end tests whose
+# keep-running wrapper's restart delays) less their modules that time nothing, a few portal modules,
+# and the end-to-end tests whose
 # assertions are timings, rates or latencies. The other end-to-end tests (imports, browsers, mail,
 # the API, schedules, handoffs, outages …) start workers and targets and mostly wait on them: they
 # run in the parallel pass, each xdist process with a broker of its own (above).
 SERIAL_FOLDERS = {"engine", "demo", "scripts"}
+# Modules of those folders that time nothing, push no load and measure no rate: arithmetic and parsing
+# on given values, so other processes' CPU cannot change their outcome. They run in the parallel pass.
+NOT_SERIAL_MODULES = {
+    "test_engine_plan.py",  # a plan's validation
+    "test_engine_variables.py",  # substitution and extraction on given responses
+    "test_engine_histogram.py",  # buckets, merges and percentiles of given values
+    "test_engine_schedule.py",  # profiles' users over time, computed
+    "test_engine_mix.py",  # weighted draws from a seeded generator
+    "test_engine_targets.py",  # the allowlist, and addresses refused before a request
+}
 SERIAL_MODULES = {
     "test_store_polling.py",  # sink write times while pollers read
     "test_client_outage.py",  # retries timed against an outage
-    "test_result_files.py",  # memory that must not grow with a file
-    "test_result_files_tools.py",  # the same, for JMeter, Locust and Gatling files
     # end to end
     "test_soak_degradation.py",  # a throughput drop, and the second it began
     "test_server_metrics_soak.py",  # the same soak (one run for both: tests/e2e/soak.py)
@@ -72,10 +81,25 @@ def pytest_configure(config):
             raise pytest.UsageError(f"{settings.VAR_DIR}: this xdist process has no broker of its own (above)")
 
 
+# The parallel pass's longest tests: those that start workers, servers or a browser, and the two walks
+# that send thousands of requests. pytest-xdist's worksteal hands each process a contiguous half of the
+# collection and lets an idle one take tests not yet started from the other; with the long tests first,
+# what is left for the end are short ones, so neither process idles while the other finishes a long one.
+LONG_FIRST = ("test_schemathesis.py", "test_malformed_requests.py")
+
+
+def _long(item) -> bool:
+    path = Path(item.path)
+    return "e2e" in path.relative_to(TESTS).parts[:1] or path.name.endswith("_browser.py") or path.name in LONG_FIRST
+
+
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the parallel pass only; stable: the order within each group stays
+        items.sort(key=lambda item: not _long(item))
     for item in items:
         parts = Path(item.path).resolve().relative_to(TESTS).parts
-        if parts[0] in SERIAL_FOLDERS or Path(item.path).name in SERIAL_MODULES:
+        name = Path(item.path).name
+        if (parts[0] in SERIAL_FOLDERS and name not in NOT_SERIAL_MODULES) or name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
 
 
@@ -107,6 +131,18 @@ def private_cache_keys():
         for alias, conf in settings.CACHES.items()
     }
     with override_settings(CACHES=caches):
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def outbound_to_loopback():
+    """Tests send webhooks, metrics scrapes and hooks to servers on loopback, as a checkout with DEBUG on may:
+    with DEBUG off (as tests run) PLIMSOLL_OUTBOUND_ALLOWED allows nothing by default. The worker processes that
+    tests start read it from their environment."""
+    from django.test import override_settings
+
+    loopback = os.environ.setdefault("PLIMSOLL_OUTBOUND_ALLOWED", "127.0.0.0/8,::1/128,localhost")
+    with override_settings(PLIMSOLL_OUTBOUND_ALLOWED=loopback):
         yield
 
 

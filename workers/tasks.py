@@ -82,6 +82,15 @@ def schedules_tick_task() -> None:
     schedules_tick()
 
 
+# A trial set advances after its run ended (the next trial, or the set's end and its experiment's
+# step, with the change's hook), on the default queue: never inside the shard that finalized the run.
+@shared_task(ignore_result=True)
+def trialset_advance_task(trial_set_id: int) -> None:
+    from portal.history.services import trialset_advance
+
+    trialset_advance(trial_set_id)
+
+
 # i24: every finished run of a plan judged against its baseline, on the default (bookkeeping) queue.
 @shared_task(ignore_result=True)
 def baseline_verdict_task(run_id: int) -> None:

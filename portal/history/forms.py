@@ -16,8 +16,6 @@ from django.utils import timezone
 from portal import outbound
 from portal.projects.forms import format_configuration, parse_configuration
 from portal.runs.models import Run
-from portal.runs.services import allowlist
-from workers.engine.targets import ENV_VAR
 
 from .models import ExternalMeasurement, TuningChange, apply_edits, config_diff
 
@@ -127,7 +125,7 @@ class ChangeForm(forms.ModelForm):
         required=False,
         help_text="Optional: an HTTP request Plimsoll sends to make the change, e.g. the demo target's "
         "<code>http://127.0.0.1:8001/_demo/knobs</code>. Leave it empty when a person makes the change. "
-        f"Only allowed targets are called (the {ENV_VAR} setting); redirects are not followed.",
+        "Only the hosts in the PLIMSOLL_OUTBOUND_ALLOWED setting are called; redirects are not followed.",
         widget=forms.URLInput(attrs={"placeholder": "http://127.0.0.1:8001/_demo/knobs"}),
     )
 
@@ -189,7 +187,8 @@ class ChangeForm(forms.ModelForm):
             outbound.check(url)
         except outbound.OutboundRefused as exc:
             raise forms.ValidationError(
-                f"{exc} Hooks are sent only to allowed targets: the {ENV_VAR} setting allows {allowlist()}."
+                f"{exc} Hooks are sent only to the hosts the PLIMSOLL_OUTBOUND_ALLOWED setting allows "
+                f"({outbound.notifications_allowlist()})."
             ) from None
         return url
 

@@ -500,14 +500,19 @@ def experiment_stop(experiment: Experiment) -> None:
 
 
 def on_run_finished(sender, run_id: int, **kwargs) -> None:
-    """A run ended: if it is a trial, start the next one (or end the set and step its experiment)."""
+    """A run ended: if it is a trial, its set advances in a task on the bookkeeping (default) queue.
+
+    Never here: the signal is sent by the shard (or the watchdog) that finalized the run, and
+    advancing may start the next trial and step an experiment, whose change may call a hook for
+    up to a minute. A lost message is caught up by the watchdog (``advance_all``).
+    """
     trial_set_id = Run.objects.filter(id=run_id).values_list("trial_set_id", flat=True).first()
     if not trial_set_id:
         return
     try:
-        trialset_advance(trial_set_id)
-    except Exception:  # never let a follower break the run's own ending; the watchdog retries
-        log.exception("trial set %s: could not advance after run %s", trial_set_id, run_id)
+        task("trialset_advance_task").delay(trial_set_id)
+    except Exception:  # a broker hiccup must not break the run's own ending; the watchdog advances it
+        log.exception("trial set %s: could not enqueue its advance after run %s", trial_set_id, run_id)
 
 
 def advance_all() -> None:

@@ -55,7 +55,10 @@ def extract(text: str, counter_set: CounterSet) -> list[float | None]:
                     if name in s.denominator:
                         sums[(s.key, "den")] += sample.value
     except Exception as exc:  # the parser raises ValueError, IndexError, … on malformed text
-        raise ExpositionError(f"not Prometheus text ({type(exc).__name__}: {exc})"[:300]) from None
+        # The parser's message quotes the line it choked on ("Invalid line: -ERR …"): a gap is shown to
+        # every viewer, so it names the fault only, never what the server answered.
+        fault = str(exc).split(":", 1)[0].strip()[:80]
+        raise ExpositionError(f"not Prometheus text ({type(exc).__name__}: {fault})") from None
     values: list[float | None] = []
     ratios: list[float | None] = []
     for s in counter_set.series:

@@ -421,10 +421,8 @@ def _send_webhook(delivery: Delivery):
         "X-Plimsoll-Delivery": str(delivery.id),
     }
     try:
-        response = request(
-            "POST", channel.url, body=body, headers=headers, timeout=10, max_bytes=64_000,
-            allowlist=settings.PLIMSOLL_WEBHOOK_ALLOWED,
-        )  # fmt: skip
+        # Where the portal's own requests may go (PLIMSOLL_OUTBOUND_ALLOWED), never the site's own services.
+        response = request("POST", channel.url, body=body, headers=headers, timeout=10, max_bytes=64_000)
     except OutboundRefused as exc:  # not allowed: no request was sent, and none will be
         return False, None, "", f"Refused, nothing was sent: {exc}", False
     except OutboundFailed as exc:

@@ -20,7 +20,7 @@ def target_problem(*, base_url: str) -> str | None:
     from portal import outbound
 
     try:
-        outbound.check(base_url, timeout=2)
+        outbound.check(base_url, outbound.targets_allowlist(), timeout=2)
     except outbound.OutboundRefused as exc:
         return (
             f"The target {base_url} is not allowed: {exc} Runs send load only to the targets in "

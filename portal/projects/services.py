@@ -450,10 +450,11 @@ def _har_path(*, project: Project, user_id: int, token: str) -> Path:
 
 def allowed_target(url: str) -> str | None:
     """Why the run allowlist refuses ``url`` (None when it is allowed): the rule a HAR's hosts are sorted by."""
+    from portal.outbound import targets_allowlist
     from workers.engine.targets import TargetNotAllowed, check_url
 
     try:
-        check_url(url, settings.PLIMSOLL_ALLOWED_TARGETS)
+        check_url(url, targets_allowlist())
     except TargetNotAllowed as exc:
         return f"outside the allowed targets ({exc})"
     return None

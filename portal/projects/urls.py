@@ -56,9 +56,9 @@ plan_urls = [
 
 # /mix/ (entries are addressed by pk: they are reached only through their plan's page)
 mix_urls = [
-    path("<int:pk>/", views.mix_update, name="mix-update"),
-    path("<int:pk>/delete/", views.mix_delete, name="mix-delete"),
-    path("<int:pk>/move/<str:direction>/", views.mix_move, name="mix-move"),
+    path("<id:pk>/", views.mix_update, name="mix-update"),
+    path("<id:pk>/delete/", views.mix_delete, name="mix-delete"),
+    path("<id:pk>/move/<str:direction>/", views.mix_move, name="mix-move"),
 ]
 
 urlpatterns = [

@@ -4,10 +4,11 @@ Everything here reads the run's ``summary`` (and the chart series), the same fig
 report page, so a build's test results never disagree with what people see.
 """
 
-import csv
 import io
 import json
 from xml.etree import ElementTree as ET
+
+from portal import csvsafe
 
 from .models import VERDICT_PENDING_HEADLINE, Run
 
@@ -135,7 +136,8 @@ def _baseline_suite(root, run: Run, totals: dict) -> None:
 def pages_csv(run: Run) -> str:
     """The per-page table of the measured window(s), one row per page label."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=PAGE_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    # Labels come from people and imported files: a formula-like one is written so that no spreadsheet runs it.
+    writer = csvsafe.dict_writer(out, PAGE_COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in (run.summary or {}).get("pages") or []:
         writer.writerow(row)
@@ -145,7 +147,7 @@ def pages_csv(run: Run) -> str:
 def series_csv(series: dict) -> str:
     """The charts' per-second (or per-bucket) figures, one row per point."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = csvsafe.writer(out, lineterminator="\n")
     writer.writerow(SERIES_COLUMNS)
     for i in range(len(series.get("t", []))):
         writer.writerow(["" if series[c][i] is None else series[c][i] for c in SERIES_COLUMNS])

@@ -6,7 +6,14 @@ import pytest
 
 from workers.engine import errors
 from workers.engine.http import AiohttpClient
-from workers.engine.targets import DEFAULT_ALLOWLIST, TargetGuard, TargetNotAllowed, check_url, parse_allowlist
+from workers.engine.targets import (
+    DEFAULT_ALLOWLIST,
+    Denylist,
+    TargetGuard,
+    TargetNotAllowed,
+    check_url,
+    parse_allowlist,
+)
 
 
 def fake_dns(monkeypatch, answers):
@@ -162,3 +169,75 @@ def test_a_host_name_entry_vouches_for_its_addresses_at_connect_time(other_targe
 
     assert response.status == 200
     assert other_target.served == 1
+
+
+# --------------------------------------------------------------------------------------
+# The site's own services (issue 30): refused whatever the allowlist says
+# --------------------------------------------------------------------------------------
+
+OWN = "one of this site's own services"
+
+
+def denying(port, spec="127.0.0.0/8,::1/128,localhost"):
+    """An allowlist of all loopback that denies the service at 127.0.0.1:``port``, as the portal builds one."""
+    return parse_allowlist(spec, denied=Denylist([("127.0.0.1", port)], local=[]))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "localhost", "0.0.0.0", "[::1]", "[::ffff:127.0.0.1]"])
+def test_a_service_of_the_site_is_refused_on_every_local_address(host):
+    # given: loopback allowed, and a site's service on 127.0.0.1:6379 (Redis: 127.0.0.2 or 0.0.0.0 reach it too)
+    allow = denying(6379)
+
+    # then: every way of writing a local address is refused, the allowlist notwithstanding
+    with pytest.raises(TargetNotAllowed, match=OWN):
+        check_url(f"http://{host}:6379/", allow)
+    # and another port of the same host is not refused as the site's (0.0.0.0 is outside the allowlist itself)
+    if host == "0.0.0.0":
+        with pytest.raises(TargetNotAllowed, match="not in the allowed targets"):
+            check_url(f"http://{host}:6380/", allow)
+    else:
+        check_url(f"http://{host}:6380/", allow)
+
+
+def test_a_service_named_by_host_name_is_refused_by_name_and_by_address(monkeypatch):
+    # given: the broker is "redis" (a docker service) at 10.0.0.7, and the operator allowed that name and network
+    fake_dns(monkeypatch, {"redis": ["10.0.0.7"], "cache-alias": ["10.0.0.7"]})
+    allow = parse_allowlist("10.0.0.0/8,redis,cache-alias", denied=Denylist([("redis", 6379)], local=[]))
+
+    # then: the name, its address and another name for the same address are refused on that port
+    for url in ("http://redis:6379/", "http://10.0.0.7:6379/", "http://cache-alias:6379/"):
+        with pytest.raises(TargetNotAllowed, match=OWN):
+            check_url(url, allow)
+    assert check_url("http://10.0.0.7:8080/", allow) == ["10.0.0.7"]
+
+
+def test_a_redirect_to_a_service_of_the_site_is_refused_before_connecting(target, other_target):
+    # given: an allowlist of all loopback that denies a service on 127.0.0.1 at other_target's port
+    guard = TargetGuard(denying(other_target.port))
+    url = f"{target.url}/redirect-out?to=http://127.0.0.2:{other_target.port}/"
+
+    # when: the target redirects the load there (a local address: the port is denied on all of them)
+    with pytest.raises(OSError) as excinfo:
+        request_through_guard(guard, url)
+
+    # then: refused at connect time, and nothing reached the service
+    kind, message = errors.classify(excinfo.value)
+    assert kind == errors.TARGET_NOT_ALLOWED and OWN in message
+    assert target.hits["/redirect-out"] == 1
+    assert other_target.served == 0
+
+
+def test_the_engine_refuses_a_run_aimed_at_a_service_of_the_site(other_target):
+    # given: a plan whose base URL is the service (allowed by the allowlist, denied as the site's own)
+    from workers.engine.runner import run_sync
+
+    plan = {
+        "base_url": f"http://127.0.0.2:{other_target.port}",
+        "profile": {"users": 1, "hold": 1},
+        "test_cases": [{"name": "A", "steps": [{"name": "Home", "path": "/", "think_time": 0.01}]}],
+    }
+
+    # then: refused before anything is sent
+    with pytest.raises(TargetNotAllowed, match=OWN):
+        run_sync(plan, sink=lambda second, stats: None, allowlist=denying(other_target.port))
+    assert other_target.served == 0

@@ -76,7 +76,7 @@ def world(alice, bob, charlie, plan, monkeypatch, settings):
     from portal.schedules.services import schedule_save
     from portal.sharing.services import share_create
 
-    monkeypatch.setattr(run_services, "_enqueue_start", lambda run_id: None)  # no broker in this test
+    monkeypatch.setattr(run_services.lifecycle, "_enqueue_start", lambda run_id: None)  # no broker in this test
     # The API's rate limit (600/min) would answer the walk 429 and hide what it looks for.
     monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": None})
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
@@ -251,7 +251,19 @@ def _send(client, method: str, url: str, data: dict):
     return response
 
 
-def test_no_url_answers_5xx_to_malformed_requests(world, alice, bob, charlie):
+# The walk in four parts (every fourth route, in the order below), four tests that together send every
+# request: one test of it all took minutes on one xdist process while the other finished early. Each
+# part starts from the same objects; the keys the views read are found once per process (``_KEYS``).
+PARTS = 4
+_KEYS: dict = {}
+
+
+def _all_routes():
+    return sorted(_routes(), key=lambda r: ("delete" in r[0] or "remove" in r[0], "logout" in r[0]))
+
+
+@pytest.mark.parametrize("part", range(PARTS))
+def test_no_url_answers_5xx_to_malformed_requests(part, world, alice, bob, charlie):
     # given
     errors = []
 
@@ -259,19 +271,21 @@ def test_no_url_answers_5xx_to_malformed_requests(world, alice, bob, charlie):
         errors.append(f"{request.method} {request.get_full_path()}: {traceback.format_exc(limit=-3)}")
 
     got_request_exception.connect(record)
-    routes = sorted(_routes(), key=lambda r: ("delete" in r[0] or "remove" in r[0], "logout" in r[0]))
+    routes = _all_routes()
     assert len(routes) > 50  # the walk found the URL configuration
-    read = _keys_read(routes, world, alice)
+    if "read" not in _KEYS:
+        _KEYS["read"] = _keys_read(routes, world, alice)
+    read = _KEYS["read"]
     every_key = sorted(set(QUERY_KEYS).union(*read.values()))
     assert {"since", "from", "to", "only", "state"} <= set(every_key)  # keys views added later read
     assert read["api/v1/teams/(?P<code>[^/]+)/invitations/", "get"] >= {"state"}  # the API's routes are walked
     failures = []
-    # when: each persona, every route; the owner last, as its POSTs may delete what the others would read.
-    # The owner's requests reach the views' code: they also try each key the view reads on its own.
+    # when: each persona, every route of this part; the owner last, as its POSTs may delete what the others
+    # would read. The owner's requests reach the views' code: they also try each key the view reads on its own.
     try:
         for user in (charlie, bob, alice):
             client = Client(raise_request_exception=False)
-            for route, _name in routes:
+            for route, _name in routes[part::PARTS]:
                 client.force_login(user)
                 for path, is_real in _variants(route, world):
                     for method, url, data in _requests(path, is_real, read, route, every_key, user == alice):
@@ -285,6 +299,12 @@ def test_no_url_answers_5xx_to_malformed_requests(world, alice, bob, charlie):
         got_request_exception.disconnect(record)
     # then
     assert not failures, "\n".join(failures[:30] + errors[:5])
+
+
+def test_the_parts_of_the_walk_cover_every_route_once():
+    routes = _all_routes()
+    parts = [routes[part::PARTS] for part in range(PARTS)]
+    assert sorted(r for p in parts for r in p) == sorted(routes) and all(parts)
 
 
 def test_a_malformed_plan_code_in_the_query_is_a_404(alice_client, project, plan):

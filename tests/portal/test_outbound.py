@@ -310,7 +310,7 @@ def test_the_allowlist_check_uses_the_same_parser():
 def test_a_hook_to_a_rebinding_name_reaches_only_the_address_it_checked(settings, alice, environment, servers):
     # given: a change whose hook names a host that resolves to the allowed server first, then the forbidden one
     allowed, forbidden = servers
-    settings.PLIMSOLL_ALLOWED_TARGETS = ONLY_ALLOWED
+    settings.PLIMSOLL_OUTBOUND_ALLOWED = ONLY_ALLOWED
     allowed.answer = (200, {}, b'{"ok": true}')
     forbidden.answer = (200, {}, b"secret from the forbidden server")
     change = services.change_create(

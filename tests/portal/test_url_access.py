@@ -17,6 +17,7 @@ PUBLIC = "public"  # anyone: log in and out, the API's schema and docs
 LOGIN = "login"  # the browser's pages: a session of a team member (anonymous → the login page)
 API = "api"  # /api/v1/: a bearer token or a session (anonymous → 401 JSON)
 ADMIN = "admin"  # Django's admin, staff only
+OPERATOR = "operator"  # Plimsoll's own /metrics: a bearer token, or a scrape from an allowed address
 TOKEN = "token"  # a secret link (share link, invitation): whoever holds it; an unknown token reveals nothing
 
 UI_TENANT = """
@@ -27,7 +28,7 @@ environments/<uuid:code>/delete/ testcases/<uuid:code>/ testcases/<uuid:code>/ed
 testcases/<uuid:code>/steps/new/ testcases/<uuid:code>/data-set/ testcases/<uuid:code>/data-set/mode/
 testcases/<uuid:code>/data-set/delete/ steps/<uuid:code>/edit/ steps/<uuid:code>/delete/
 steps/<uuid:code>/move/<str:direction>/ plans/<uuid:code>/ plans/<uuid:code>/edit/ plans/<uuid:code>/delete/
-plans/<uuid:code>/mix/add/ mix/<int:pk>/ mix/<int:pk>/delete/ mix/<int:pk>/move/<str:direction>/ runs/
+plans/<uuid:code>/mix/add/ mix/<id:pk>/ mix/<id:pk>/delete/ mix/<id:pk>/move/<str:direction>/ runs/
 runs/<uuid:code>/ runs/<uuid:code>/series.json runs/<uuid:code>/detail.json runs/<uuid:code>/stop/
 projects/<uuid:code>/runs/ projects/<uuid:code>/compare/curves.json
 plans/<uuid:code>/run/ environments/<uuid:code>/changes/new/ changes/<uuid:code>/ changes/<uuid:code>/apply/
@@ -36,13 +37,13 @@ plans/<uuid:code>/trials/ trialsets/<uuid:code>/ trialsets/<uuid:code>/stop/ pro
 projects/<uuid:code>/experiments/new/ experiments/<uuid:code>/ experiments/<uuid:code>/start/
 experiments/<uuid:code>/confirm/ experiments/<uuid:code>/stop/ projects/<uuid:code>/compare/
 environments/<uuid:code>/journey/ environments/<uuid:code>/journey.json projects/<uuid:code>/journey/
-projects/<uuid:code>/journey.json teams/ teams/<uuid:code>/members/add/ teams/<uuid:code>/members/<int:user_id>/role/
-teams/<uuid:code>/members/<int:user_id>/remove/ tokens/ tokens/<int:token_id>/revoke/
+projects/<uuid:code>/journey.json teams/ teams/<uuid:code>/members/add/ teams/<uuid:code>/members/<id:user_id>/role/
+teams/<uuid:code>/members/<id:user_id>/remove/ tokens/ tokens/<id:token_id>/revoke/
 projects/<uuid:code>/shared-links/ projects/<uuid:code>/shared-links/new/ projects/<uuid:code>/shared-links/setting/
 shared-links/<uuid:code>/revoke/ projects/<uuid:code>/testcases/import-har/
 projects/<uuid:code>/testcases/import-har/<str:token>/ environments/<uuid:code>/import-results/
 environments/<uuid:code>/trialsets/from-runs/
-teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<int:pk>/revoke/ runs/<uuid:code>/servers.json
+teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<id:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
 runs/<uuid:code>/accept/
@@ -90,6 +91,7 @@ ROUTES = {
     "api/v1/schema/": PUBLIC,
     "api/v1/docs/": PUBLIC,
     "admin/…": ADMIN,
+    "metrics": OPERATOR,
     **{("" if r == "''" else r): LOGIN for r in UI_TENANT.split()},
     **dict.fromkeys(API_ROUTES.split(), API),
     **dict.fromkeys(PUBLIC_PAGES.split(), PUBLIC),
@@ -113,7 +115,7 @@ def concrete(route: str) -> str:
     path = route.replace("^", "").replace("$", "")
     path = re.sub(r"<uuid:\w+>|<str:code>|\(\?P<code>[^)]+\)", str(uuid.uuid4()), path)
     path = re.sub(r"<uuid:\w+>", str(uuid.uuid4()), path)
-    path = re.sub(r"<int:\w+>|\(\?P<(?:id|invitation_id)>[^)]+\)", "1", path)
+    path = re.sub(r"<id:\w+>|\(\?P<(?:id|invitation_id)>[^)]+\)", "1", path)
     path = re.sub(r"\(\?P<username>[^)]+\)", "alice", path)
     return "/" + re.sub(r"<str:\w+>", "up", path)
 
@@ -144,6 +146,13 @@ def test_api_routes_answer_anonymous_callers_401_or_405(client, route, method):
 @pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == PUBLIC])
 def test_public_pages_answer_anonymous_visitors(client, route):
     assert client.get(concrete(route)).status_code in ((301, 200, 405) if route == "favicon.ico" else (200, 405))
+
+
+@pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == OPERATOR])
+def test_operator_routes_refuse_a_visitor_from_elsewhere(client, route):
+    response = client.get(concrete(route), REMOTE_ADDR="192.0.2.7")
+    assert response.status_code == 403, (route, response.status_code)
+    assert b"plimsoll_" not in response.content
 
 
 @pytest.mark.parametrize("route", [r for r, kind in ROUTES.items() if kind == TOKEN])

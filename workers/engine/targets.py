@@ -16,6 +16,14 @@ host names a run may reach, and it is enforced twice:
    ``http://10.0.0.5/``. This is the shape of healthchecks' ``hc/lib/curl.py``:
    refuse when the socket opens, after DNS.
 
+**Denied endpoints** (``Denylist``, carried by an ``Allowlist`` as ``denied``) are
+host:ports that nothing may reach *whatever the allowlist says*: the site's own
+database, broker, cache, mail server and web port. The portal builds them from its
+settings and hands them to the engine inside the allowlist it passes (the engine
+reads no settings); every check above refuses them first. A denied service on this
+machine (a loopback, unspecified or local address) denies its port on every local
+address, since ``127.0.0.2`` or ``0.0.0.0`` reach a server listening on all of them.
+
 Host name entries (e.g. ``demo`` for a docker-compose service) allow that name
 **whatever it resolves to**: the person who wrote the setting vouched for the
 name, typically a service on a private network that no IP range would describe
@@ -182,15 +190,137 @@ def _strict_host(v6: str | None, host: str | None, shown: str) -> str:
     return host
 
 
+# Where a service listening on "this machine" can be reached: every loopback and unspecified address.
+_LOCAL_NETWORKS: tuple[IPNetwork, ...] = (
+    ipaddress.ip_network("127.0.0.0/8"),
+    ipaddress.ip_network("0.0.0.0/8"),  # connect() to 0.0.0.0 reaches the local host on Linux
+    ipaddress.ip_network("::1/128"),
+    ipaddress.ip_network("::/128"),
+)
+
+
+def local_addresses() -> set[str]:
+    """This machine's own addresses (besides loopback): its host name's, and on Linux every interface's."""
+    found: set[str] = set()
+    try:
+        found.update(getaddrinfo_addresses(socket.gethostname(), 0))
+    except OSError:
+        pass
+    try:  # IPv4: the kernel's local routes ("/32 host LOCAL" follows each local address)
+        with open("/proc/net/fib_trie", encoding="ascii") as f:
+            lines = f.read().splitlines()
+        for previous, line in zip(lines, lines[1:], strict=False):
+            if "/32 host LOCAL" in line and "|--" in previous:
+                found.add(previous.split("|--", 1)[1].strip())
+    except OSError:
+        pass
+    try:  # IPv6: one line per address, 32 hex digits first
+        with open("/proc/net/if_inet6", encoding="ascii") as f:
+            for line in f:
+                digits = line.split()[0]
+                found.add(str(ipaddress.IPv6Address(int(digits, 16))))
+    except (OSError, ValueError, IndexError):
+        pass
+    return {str(ip) for ip in (_ip(a) for a in found) if ip is not None}
+
+
+class Denylist:
+    """Host:ports no request may reach whatever the allowlist says: the site's own services.
+
+    Built from ``(host, port)`` pairs. Names are resolved once, here (the checks then compare
+    the addresses a target resolves to); a name is also refused as written, in case it cannot
+    be resolved later. An address on this machine (loopback, unspecified or one of
+    ``local``) denies its port on every local address.
+    """
+
+    __slots__ = ("_names", "_addresses", "_local_ports", "_local", "_entries")
+
+    def __init__(
+        self,
+        entries: Iterable[tuple[str, int]] = (),
+        *,
+        resolve: Resolve | None = None,
+        local: Iterable[str] | None = None,
+    ) -> None:
+        self._entries = tuple(dict.fromkeys((_normalise_host(h), int(p)) for h, p in entries if h and p))
+        self._names = frozenset(self._entries)
+        if local is None:
+            local = local_addresses() if self._entries else ()
+        self._local = frozenset(local)
+        addresses: set[tuple[str, int]] = set()
+        local_ports: set[int] = set()
+        for host, port in self._entries:
+            literal = _ip(host)
+            if literal is not None:
+                found = [str(literal)]
+            else:
+                try:
+                    found = (resolve or getaddrinfo_addresses)(host, port)
+                except (OSError, UnicodeError):
+                    found = []  # refused by name below; an unresolvable service cannot be reached by address either
+            for address in found:
+                ip = _ip(address)
+                if ip is None:
+                    continue
+                if self._is_local(ip):
+                    local_ports.add(port)
+                else:
+                    addresses.add((str(ip), port))
+        self._addresses = frozenset(addresses)
+        self._local_ports = frozenset(local_ports)
+
+    def _is_local(self, ip: IPAddress) -> bool:
+        return any(ip.version == net.version and ip in net for net in _LOCAL_NETWORKS) or str(ip) in self._local
+
+    def __bool__(self) -> bool:
+        return bool(self._entries)
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        return iter(self._entries)
+
+    def __str__(self) -> str:
+        return ", ".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self._entries) or "nothing"
+
+    def __repr__(self) -> str:
+        return f"Denylist({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Denylist) and self._names == other._names
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __or__(self, other: Denylist) -> Denylist:
+        merged = Denylist.__new__(Denylist)
+        merged._entries = tuple(dict.fromkeys(self._entries + other._entries))
+        merged._names = self._names | other._names
+        merged._local = self._local | other._local
+        merged._addresses = self._addresses | other._addresses
+        merged._local_ports = self._local_ports | other._local_ports
+        return merged
+
+    def denies_name(self, host: str, port: int) -> bool:
+        return (_normalise_host(host), port) in self._names
+
+    def denies(self, address: str | IPAddress, port: int) -> bool:
+        ip = _ip(address)
+        if ip is None:
+            return False
+        return (str(ip), port) in self._addresses or (port in self._local_ports and self._is_local(ip))
+
+
+NO_DENIED = Denylist()
+
+
 class Allowlist:
-    """Parsed allowed targets: IP networks and host names, in the order written."""
+    """Parsed allowed targets: IP networks and host names, in the order written; ``denied`` wins over them."""
 
-    __slots__ = ("networks", "hostnames", "_entries")
+    __slots__ = ("networks", "hostnames", "denied", "_entries")
 
-    def __init__(self, entries: Iterable[IPNetwork | str]) -> None:
+    def __init__(self, entries: Iterable[IPNetwork | str], denied: Denylist | None = None) -> None:
         self._entries = tuple(entries)
         self.networks = tuple(e for e in self._entries if not isinstance(e, str))
         self.hostnames = frozenset(e for e in self._entries if isinstance(e, str))
+        self.denied = denied if denied is not None else NO_DENIED
 
     def __iter__(self) -> Iterator[IPNetwork | str]:
         return iter(self._entries)
@@ -205,9 +335,13 @@ class Allowlist:
         return f"Allowlist({str(self)!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Allowlist) and self._entries == other._entries
+        return isinstance(other, Allowlist) and self._entries == other._entries and self.denied == other.denied
 
     __hash__ = None  # type: ignore[assignment]
+
+    def with_denied(self, denied: Denylist) -> Allowlist:
+        """The same allowed targets, with ``denied`` refused too (on top of what was denied already)."""
+        return Allowlist(self._entries, self.denied | denied if self.denied else denied)
 
     def allows_hostname(self, host: str) -> bool:
         return _normalise_host(host) in self.hostnames
@@ -218,16 +352,27 @@ class Allowlist:
             return False
         return any(ip.version == net.version and ip in net for net in self.networks)
 
+    def refuse_denied(self, origin: str, host: str, port: int, addresses: Iterable[str] = ()) -> None:
+        """TargetNotAllowed when ``host:port`` or one of its addresses is a denied service."""
+        if not self.denied:
+            return
+        if self.denied.denies_name(host, port):
+            raise TargetNotAllowed(_denied(origin, f"{host}:{port}"))
+        for address in addresses:
+            if self.denied.denies(address, port):
+                raise TargetNotAllowed(_denied(origin, f"{address}:{port}"))
 
-def parse_allowlist(spec: str | Iterable[str] | Allowlist) -> Allowlist:
+
+def parse_allowlist(spec: str | Iterable[str] | Allowlist, denied: Denylist | None = None) -> Allowlist:
     """Parse ``"127.0.0.0/8,::1,localhost"`` (or a list of entries).
 
     An IP address is a one-address network (``::1`` becomes ``::1/128``); host
     bits are tolerated (``10.1.2.3/8`` means ``10.0.0.0/8``). A bad entry raises
-    ValueError naming it. An empty spec allows nothing.
+    ValueError naming it. An empty spec allows nothing. ``denied`` (the site's own
+    services) is refused whatever the entries allow.
     """
     if isinstance(spec, Allowlist):
-        return spec
+        return spec if denied is None else spec.with_denied(denied)
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     entries: list[IPNetwork | str] = []
     for raw in items:
@@ -244,7 +389,7 @@ def parse_allowlist(spec: str | Iterable[str] | Allowlist) -> Allowlist:
         if "/" in entry or len(host) > 253 or not all(_LABEL.match(label) for label in labels) or labels[-1].isdigit():
             raise ValueError(f"allowed targets: {entry!r} is neither an IP network (10.0.0.0/8, ::1) nor a host name")
         entries.append(host)
-    return Allowlist(entries)
+    return Allowlist(entries, denied)
 
 
 def check_url(url: str, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> list[str]:
@@ -262,6 +407,14 @@ def check_url(url: str, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> list[
     except BadTargetURL as exc:
         raise TargetNotAllowed(str(exc)) from None
     if allow.allows_hostname(parsed.host):
+        allow.refuse_denied(parsed.origin, parsed.host, parsed.port)
+        if not allow.denied:
+            return []
+        try:  # an allowed name is not resolved to be allowed, only to be compared with the denied services
+            addresses = getaddrinfo_addresses(parsed.host, parsed.port)
+        except (OSError, UnicodeError):
+            return []  # the connect-time guard compares the addresses it does get
+        allow.refuse_denied(parsed.origin, parsed.host, parsed.port, addresses)
         return []
     return checked_addresses(parsed, allow)
 
@@ -282,6 +435,7 @@ def checked_addresses(parsed: TargetURL, allow: Allowlist, resolve: Resolve | No
     for the name). A caller that connects must connect to one of these addresses, never
     resolve the name again: a second answer is a second, unchecked, target.
     """
+    allow.refuse_denied(parsed.origin, parsed.host, parsed.port)
     literal = _ip(parsed.host)
     if literal is not None:
         addresses = [str(literal)]
@@ -292,6 +446,7 @@ def checked_addresses(parsed: TargetURL, allow: Allowlist, resolve: Resolve | No
             raise TargetNotAllowed(f"{parsed.origin} could not be resolved ({exc}), so it cannot be checked") from None
         if not addresses:
             raise TargetNotAllowed(f"{parsed.origin} resolves to no address, so it cannot be checked")
+    allow.refuse_denied(parsed.origin, parsed.host, parsed.port, addresses)
     if allow.allows_hostname(parsed.host):
         return addresses
     for address in addresses:
@@ -315,6 +470,8 @@ class TargetGuard:
         return AllowlistResolver(self, inner)
 
     def check_resolved(self, host: str, results: list[ResolveResult]) -> None:
+        for r in results:
+            self.allowlist.refuse_denied(f"{host}:{r['port']}", host, r["port"], [r["host"]])
         if self.allowlist.allows_hostname(host):
             self._vouched.update(str(_ip(r["host"]) or r["host"]) for r in results)
             return
@@ -326,6 +483,7 @@ class TargetGuard:
         """aiohttp/aiohappyeyeballs socket factory: the last check before ``connect()``."""
         family, type_, proto, _, sockaddr = addr_info
         address = sockaddr[0]
+        self.allowlist.refuse_denied(f"{address}:{sockaddr[1]}", address, sockaddr[1], [address])
         ip = _ip(address)
         if not (self.allowlist.allows_address(address) or (ip is not None and str(ip) in self._vouched)):
             raise TargetNotAllowed(_refusal(f"{address}:{sockaddr[1]}", address, self.allowlist))
@@ -371,6 +529,13 @@ def _ip(address: str | IPAddress) -> IPAddress | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     return ip
+
+
+def _denied(origin: str, endpoint: str) -> str:
+    return (
+        f"{origin} reaches {endpoint}, one of this site's own services (its database, broker, cache, "
+        "mail server or web port), which no request may reach whatever the allowed targets say"
+    )
 
 
 def _refusal(origin: str, address: str, allow: Allowlist) -> str:

@@ -2,10 +2,9 @@
 
 import logging
 
-from django.conf import settings
 from django.db import connection
 
-from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, parse_allowlist, parse_target_url
+from workers.engine.targets import BadTargetURL, TargetNotAllowed, check_url, parse_target_url
 
 from ..models import (
     Run,
@@ -20,7 +19,11 @@ class RunError(Exception):
 
 
 def allowlist():
-    return parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS)
+    """Where load may go (PLIMSOLL_ALLOWED_TARGETS) without the site's own services: the checks before a run
+    and, handed to the engine by the shard task, every connection it opens (workers/engine/targets.py)."""
+    from portal.outbound import targets_allowlist
+
+    return targets_allowlist()
 
 
 class EnvironmentBusy(RunError):

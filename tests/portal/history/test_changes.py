@@ -78,7 +78,7 @@ def hook_server():
 
 @pytest.fixture(autouse=True)
 def loopback_only(settings):
-    settings.PLIMSOLL_ALLOWED_TARGETS = "127.0.0.0/8,::1/128,localhost"
+    settings.PLIMSOLL_OUTBOUND_ALLOWED = "127.0.0.0/8,::1/128,localhost"
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ def test_form_starts_from_the_current_configuration(env):
             "hook_body",
             "A GET request carries no body",
         ),
-        ({"hook_url": "http://192.0.2.1/apply"}, "hook_url", "PLIMSOLL_ALLOWED_TARGETS setting allows 127.0.0.0/8"),
+        ({"hook_url": "http://192.0.2.1/apply"}, "hook_url", "PLIMSOLL_OUTBOUND_ALLOWED setting allows (127.0.0.0/8"),
         ({"hook_url": "http://127.0.0.1%09@127.0.0.2:18080/x"}, "hook_url", "contains credentials (user@host)"),
         ({"hook_url": "http://127.0.0.1%00@127.0.0.2:18080/x"}, "hook_url", "contains credentials (user@host)"),
         ({"hook_url": "http://[127.0.0.1]:18081"}, "hook_url", "An IPv4 address cannot be in brackets"),
@@ -391,7 +391,7 @@ def test_hook_outside_the_allowlist_is_refused_by_the_form(alice_client, env):
     # then
     page = response.content.decode()
     assert response.status_code == 200
-    assert "192.0.2.1" in page and "PLIMSOLL_ALLOWED_TARGETS" in page
+    assert "192.0.2.1" in page and "PLIMSOLL_OUTBOUND_ALLOWED" in page
     assert not TuningChange.objects.exists()
     env.refresh_from_db()
     assert env.configuration == CONFIG
@@ -406,7 +406,7 @@ def test_hook_outside_the_allowlist_is_refused_by_the_service_without_a_request(
         title="Index",
         hook_url=hook_server.url,
     )
-    settings.PLIMSOLL_ALLOWED_TARGETS = "10.0.0.0/8"
+    settings.PLIMSOLL_OUTBOUND_ALLOWED = "10.0.0.0/8"
     # when
     with pytest.raises(services.ChangeError) as refused:
         services.change_apply(change, user=alice)

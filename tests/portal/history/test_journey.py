@@ -13,6 +13,7 @@ from portal.history import journey
 from portal.history.models import ExternalMeasurement, TuningChange
 from portal.projects.models import Environment, MixEntry, Plan
 from portal.runs.models import Run
+from tests.portal.runs.factories import plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -43,12 +44,10 @@ def make_run(alice):
         number = (
             Run.objects.filter(project=plan.project).order_by("-number").values_list("number", flat=True).first() or 0
         ) + 1
-        return Run.objects.create(
-            project=plan.project,
+        return plan_run(
+            plan,
             number=number,
-            plan=plan,
             environment=environment or plan.environment,
-            plan_name=plan.name,
             environment_name=(environment or plan.environment).name,
             plan_snapshot=kw.pop("snapshot", None) or plan.to_engine_dict(),
             created_by=alice,

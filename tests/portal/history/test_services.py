@@ -35,13 +35,14 @@ pytestmark = pytest.mark.django_db
 def enqueued(monkeypatch):
     """Run ids handed to Celery (no worker here: the tests end the runs themselves)."""
     ids = []
-    monkeypatch.setattr(run_services, "_enqueue_start", ids.append)
+    monkeypatch.setattr(run_services.lifecycle, "_enqueue_start", ids.append)
     return ids
 
 
 @pytest.fixture
-def committed(django_capture_on_commit_callbacks):
-    """A block whose on_commit callbacks run at its end, as after a commit (and theirs too)."""
+def committed(django_capture_on_commit_callbacks, eager_tasks):
+    """A block whose on_commit callbacks run at its end, as after a commit (and theirs too); the
+    tasks they enqueue (a trial set's advance) run here, as a worker would run them."""
     return lambda: django_capture_on_commit_callbacks(execute=True)
 
 
@@ -493,6 +494,38 @@ def test_a_run_outside_any_trial_set_moves_nothing(plan, alice, enqueued, commit
     experiment.refresh_from_db()
     assert experiment.status == Experiment.Status.DRAFT
     assert not TrialSet.objects.exists()
+
+
+def test_a_trials_end_only_enqueues_its_sets_advance(plan, alice, enqueued, django_capture_on_commit_callbacks):
+    """The signal comes from the shard that finalized the run: the next trial starts in a task, never there."""
+    from celery.signals import before_task_publish
+
+    from workers.tasks import trialset_advance_task
+
+    published = []
+
+    def record(sender=None, body=None, **kwargs):
+        published.append((sender, list(body[0]) if body else None))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        trial_set = services.trialset_start(plan=plan, size=2, user=alice)
+    first = active_trial(trial_set)
+
+    # when: the first trial ends, with no worker in this process (tasks are really sent to the broker)
+    before_task_publish.connect(record, weak=False)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            finish_trial(first)
+    finally:
+        before_task_publish.disconnect(record)
+
+    # then: the set's advance was sent as a task, and nothing advanced inside the finishing code
+    assert ("workers.tasks.trialset_advance_task", [trial_set.id]) in published
+    assert trial_set.runs.count() == 1
+    # and: the task, as a worker runs it, starts the second trial
+    with django_capture_on_commit_callbacks(execute=True):
+        trialset_advance_task.run(trial_set.id)
+    assert trial_set.runs.count() == 2 and enqueued[-1] == active_trial(trial_set).id
 
 
 def test_a_change_applied_twice_keeps_one_place_in_the_ledger(plan, alice):

@@ -178,7 +178,7 @@ def test_webhook_gives_up_after_five_tries(project, nightly_run, receiver):
 def test_nothing_is_sent_outside_the_allowlist(project, nightly_run, receiver, settings):
     hook = receiver(200)
     services.channel_create(project=project, name="CI", kind="webhook", events=ALL_EVENTS, url=hook.url)
-    settings.PLIMSOLL_WEBHOOK_ALLOWED = "10.1.2.0/24"
+    settings.PLIMSOLL_OUTBOUND_ALLOWED = "10.1.2.0/24"
     (delivery,) = services.notify_run(run_id=nightly_run.id)
     assert services.delivery_attempt(delivery_id=delivery.id) is None
     delivery.refresh_from_db()

@@ -19,19 +19,10 @@ def mix_entry(plan):
 def make_run(db):
     """Creates a run of a plan with a given status, numbered after the project's last one."""
     from portal.runs.models import Run
+    from tests.portal.runs.factories import plan_run
 
     def make(plan, status=Run.Status.PASSED):
-        number = Run.objects.filter(project=plan.project).count() + 1
-        return Run.objects.create(
-            project=plan.project,
-            number=number,
-            plan=plan,
-            environment=plan.environment,
-            plan_name=plan.name,
-            environment_name=plan.environment.name,
-            plan_snapshot=plan.to_engine_dict(),
-            status=status,
-        )
+        return plan_run(plan, status=status, start_at=None)
 
     return make
 

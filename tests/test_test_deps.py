@@ -1,0 +1,65 @@
+"""`make test` does its own set-up: what the tests need from Debian, through one script also used by .ci/run."""
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "install-test-deps.sh"
+FILES = {
+    "chromium": "usr/bin/chromium",
+    "jmeter": "usr/share/jmeter/bin/ApacheJMeter.jar",
+    "jmeter-http": "usr/share/jmeter/lib/ext/ApacheJMeter_http.jar",
+    "default-jdk-headless": "usr/bin/javac",
+    "nginx-light": "usr/sbin/nginx",
+}
+
+
+def check(root: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PLIMSOLL_TEST_DEPS_ROOT": str(root)},
+    )
+
+
+def lay(root: Path, *packages: str) -> None:
+    for package in packages:
+        path = root / FILES[package]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+        path.chmod(0o755)
+
+
+def test_a_machine_with_everything_passes(tmp_path):
+    lay(tmp_path, *FILES)
+    result = check(tmp_path)
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_each_missing_package_stops_with_the_exact_command(tmp_path):
+    for missing in FILES:
+        root = tmp_path / missing
+        lay(root, *(p for p in FILES if p != missing))
+        result = check(root)
+        assert result.returncode == 1, missing
+        assert f"apt-get update && apt-get install -y {missing}'" in result.stderr, result.stderr
+
+
+def test_a_fresh_machine_is_told_every_package_at_once(tmp_path):
+    result = check(tmp_path)
+    assert result.returncode == 1
+    assert "apt-get install -y chromium jmeter jmeter-http default-jdk-headless nginx-light" in result.stderr
+
+
+def test_make_test_and_ci_run_the_script_before_the_tests():
+    # make -n prints the recipe without running it: the script comes before any pytest.
+    plan = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    lines = plan.splitlines()
+    first_pytest = next(i for i, line in enumerate(lines) if "pytest" in line)
+    assert any("scripts/install-test-deps.sh" in line for line in lines[:first_pytest]), plan
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "bash scripts/install-test-deps.sh" in ci
+    assert ci.index("\nbash scripts/install-test-deps.sh") < ci.rindex("\nmake test")
