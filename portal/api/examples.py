@@ -1873,6 +1873,37 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "runs_accept_create": {
+        "request": {"reason": "The new search engine is slower by design; accepted in review #88"},
+        "response": {
+            "verdict": "regressed",
+            "headline": "Run #41 regressed against Baseline: the last 3 valid runs (#38, #39, #40): Search APD 41 ms → 62 ms (51 % more).",
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "Each of the 14 figures with enough pages was weighed against the spread between the 3 baseline runs' own figures plus each run's noise within it; Holm's correction over all 14 keeps the chance of a false alarm on a night with nothing changed at 1 %, and a figure moved only beyond the 10 % tolerance.",
+            "basis": "Batch means of each run's measured window.",
+            "baseline": "Baseline: the last 3 valid runs (#38, #39, #40)",
+            "tolerance_pct": 10.0,
+            "computed_at": "2026-11-24T03:02:11Z",
+            "accepted": True,
+            "accepted_by": "alice",
+            "accepted_at": "2026-11-25T08:15:02Z",
+            "accept_reason": "The new search engine is slower by design; accepted in review #88",
+            "rows": [
+                {
+                    "page": "Search",
+                    "figure": "APD",
+                    "verdict": "regressed",
+                    "before": "41 ms",
+                    "after": "62 ms",
+                    "change": "51 % more",
+                    "noise": "±6.1 % a night",
+                    "basis": "p = 2.1e-05 against the spread between the baseline runs (Holm over all rows)",
+                }
+            ],
+        },
+        "status": 200,
+    },
     "runs_stop_create": {
         "request": None,
         "response": {

@@ -74,7 +74,7 @@ api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
 api/v1/plans/<str:code>/runs/ api/v1/runs/<str:code>/junit.xml api/v1/runs/<str:code>/pages.csv
 api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^runs/$ api/v1/^runs/(?P<code>[^/]+)/$
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
-api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^teams/$
+api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^runs/(?P<code>[^/]+)/accept/$ api/v1/^teams/$
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
 api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invitations/(?P<invitation_id>[^/]+)/$
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$

@@ -34,6 +34,12 @@ class BaselineVerdictSerializer(serializers.Serializer):
     baseline = serializers.CharField(source="baseline_label", help_text="What the run was judged against")
     tolerance_pct = serializers.FloatField(help_text="Moves smaller than this are within noise whatever the noise")
     computed_at = serializers.DateTimeField()
+    accepted = serializers.BooleanField(
+        source="is_accepted", help_text="A regression whose level was accepted as the new normal (or explained)"
+    )
+    accepted_by = serializers.CharField(source="accepted_by.get_username", allow_null=True, default=None)
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    accept_reason = serializers.CharField()
 
 
 class BaselineVerdictDetailSerializer(BaselineVerdictSerializer):

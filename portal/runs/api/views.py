@@ -13,11 +13,14 @@ from rest_framework.response import Response
 from portal.accounts.models import ApiToken
 from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
+from portal.common import Invalid
 from portal.projects.models import Plan
 from portal.runs import reports, selectors, services
 from portal.runs.models import Run
+from portal.schedules.models import RunVerdict
 
 from .serializers import (
+    BaselineVerdictDetailSerializer,
     ErrorRowSerializer,
     PageRowSerializer,
     RunDetailSerializer,
@@ -102,6 +105,10 @@ SCHEDULED_RUN_EXAMPLE = OpenApiExample(
             "baseline": "Baseline: the last 3 valid runs (#27, #28, #29)",
             "tolerance_pct": 10.0,
             "computed_at": "2026-11-24T03:02:11Z",
+            "accepted": False,
+            "accepted_by": None,
+            "accepted_at": None,
+            "accept_reason": "",
             "rows": [
                 {
                     "page": "Search",
@@ -161,6 +168,15 @@ class RunFilterSerializer(StrictSerializer):
         return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
+class AcceptSerializer(StrictSerializer):
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, help_text="Why the new level is normal (or give a change)"
+    )
+    change = serializers.UUIDField(
+        required=False, help_text="The code of an applied tuning change of the run's environment that explains it"
+    )
+
+
 class WaitSerializer(StrictSerializer):
     wait = serializers.FloatField(
         required=False,
@@ -204,7 +220,7 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     serializer_class = RunSerializer
-    required_scopes = {"stop": ApiToken.Scope.RUN}
+    required_scopes = {"stop": ApiToken.Scope.RUN, "accept": ApiToken.Scope.WRITE}
 
     def safely_get_queryset(self):
         return Run.objects.select_related(
@@ -259,6 +275,36 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         if run.is_active:
             run = services.run_cancel(run=run)
         return Response(RunDetailSerializer(run, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        summary="Accept a regressed run's level as the plan's new normal (needs a write token)",
+        description="The run and the later runs of the same regression join the rolling baseline again; an event "
+        "with who and why is written to the environment's ledger, or the given tuning change is linked instead. "
+        "A run without a regression to accept, or no reason and no change, is a 400 and changes nothing.",
+        request=AcceptSerializer,
+        responses={200: BaselineVerdictDetailSerializer, **error_responses(400, 403, 404)},
+    )
+    @action(detail=True, methods=["post"])
+    def accept(self, request, code=None):
+        from portal.history.models import TuningChange
+        from portal.schedules import baselines
+
+        run = self.get_object()
+        body = AcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        change = None
+        if change_code := body.validated_data.get("change"):
+            change = TuningChange.objects.filter(environment_id=run.environment_id, code=change_code).first()
+            if change is None:
+                raise Invalid({"change": ["No tuning change of the run's environment has this code."]})
+        try:
+            baselines.regression_accept(
+                run=run, user=request.user, reason=body.validated_data.get("reason", ""), change=change
+            )
+        except baselines.BaselineError as exc:
+            raise Invalid({"run": [str(exc)]}) from None
+        verdict = RunVerdict.objects.select_related("accepted_by").get(run=run)
+        return Response(BaselineVerdictDetailSerializer(verdict).data)
 
     @extend_schema(
         summary="The per-page table of the measured window(s)",

@@ -10,6 +10,7 @@ from portal.runs.models import Run
 from portal.schedules.baselines import BaselineError, baseline_save, regression_accept, run_judge
 from portal.schedules.models import Baseline, RunVerdict
 from portal.schedules.selectors import regression_streak
+from tests.portal.api.conftest import bearer, session, token_secret  # noqa: F401, F811 (a fixture)
 from tests.portal.runs.factories import plan_run
 from tests.portal.schedules.test_baselines import SEARCH, make_run
 
@@ -155,3 +156,25 @@ def test_a_pin_to_a_run_that_cannot_be_a_baseline_is_refused(soak_plan):
     with pytest.raises(BaselineError, match=r"cannot be a baseline"):
         baseline_save(plan=soak_plan, kind="run", last_n=3, run=slow, tolerance_pct=10)
     assert not Baseline.objects.exists()
+
+
+def test_accept_through_the_api(lasting_regression, alice, bob, charlie, token_secret):  # noqa: F811
+    run = lasting_regression[1][0][0]
+    url = f"/api/v1/runs/{run.code}/accept/"
+    # the outsider does not see the run, the viewer may not write, a run token may not accept
+    assert session(charlie).post(url, {"reason": "x"}, format="json").status_code == 404
+    assert session(bob).post(url, {"reason": "x"}, format="json").status_code == 403
+    assert bearer(token_secret("run")).post(url, {"reason": "x"}, format="json").status_code == 403
+    # no reason, no change: a 400 that says why, and nothing accepted
+    refused = session(alice).post(url, {}, format="json")
+    assert refused.status_code == 400 and "Say why the new level is normal" in str(refused.json())
+    assert not RunVerdict.objects.filter(accepted_at__isnull=False).exists()
+
+    response = session(alice).post(url, {"reason": "slower by design"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["accepted"] is True and response.json()["accepted_by"] == "alice"
+    assert response.json()["accept_reason"] == "slower by design"
+    assert RunVerdict.objects.filter(accepted_at__isnull=False).count() == 4
+    again = session(alice).post(url, {"reason": "twice"}, format="json")
+    assert again.status_code == 400 and "its verdict is accepted already" in str(again.json())
