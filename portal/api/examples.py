@@ -1873,6 +1873,32 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "plans_baseline_retrieve": {
+        "request": None,
+        "response": {
+            "kind": "last_n",
+            "last_n": 3,
+            "run": None,
+            "trial_set": None,
+            "tolerance_pct": 10.0,
+            "pinned": False,
+            "regressed_since": {"run": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00", "number": 41, "runs": 3},
+        },
+        "status": 200,
+    },
+    "plans_baseline_update": {
+        "request": {"kind": "run", "run": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00", "tolerance_pct": 5.0},
+        "response": {
+            "kind": "run",
+            "last_n": 3,
+            "run": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00",
+            "trial_set": None,
+            "tolerance_pct": 5.0,
+            "pinned": True,
+            "regressed_since": None,
+        },
+        "status": 200,
+    },
     "runs_accept_create": {
         "request": {"reason": "The new search engine is slower by design; accepted in review #88"},
         "response": {

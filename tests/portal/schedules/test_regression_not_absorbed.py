@@ -178,3 +178,31 @@ def test_accept_through_the_api(lasting_regression, alice, bob, charlie, token_s
     assert RunVerdict.objects.filter(accepted_at__isnull=False).count() == 4
     again = session(alice).post(url, {"reason": "twice"}, format="json")
     assert again.status_code == 400 and "its verdict is accepted already" in str(again.json())
+
+
+def test_the_baseline_as_code(lasting_regression, soak_plan, alice, bob, charlie):
+    normal, slow = lasting_regression
+    url = f"/api/v1/plans/{soak_plan.code}/baseline/"
+
+    # the default, and the morning view's "regressed since" as data
+    body = session(alice).get(url).json()
+    assert body["kind"] == "last_n" and body["pinned"] is False and body["last_n"] == 3
+    assert body["regressed_since"] == {"run": str(slow[0][0].code), "number": 4, "runs": 4}
+    assert session(charlie).get(url).status_code == 404
+    assert session(bob).put(url, {"kind": "last_n", "last_n": 5}, format="json").status_code == 403
+
+    # pinned to a run of the plan, with its tolerance
+    pinned = session(alice).put(url, {"kind": "run", "run": str(normal[0].code), "tolerance_pct": 5}, format="json")
+    assert pinned.status_code == 200, pinned.json()
+    assert pinned.json()["run"] == str(normal[0].code) and pinned.json()["pinned"] is True
+    baseline = Baseline.objects.get(plan=soak_plan)
+    assert baseline.run == normal[0] and baseline.tolerance_pct == 5
+
+    # a regressed run cannot be pinned, nor a run that is not there: a 400 that says why, nothing changed
+    refused = session(alice).put(url, {"kind": "run", "run": str(slow[1][0].code)}, format="json")
+    assert refused.status_code == 400 and "cannot be a baseline" in str(refused.json())
+    missing = session(alice).put(url, {"kind": "run", "run": str(uuid.uuid4())}, format="json")
+    assert missing.status_code == 400 and "Choose a finished run of this plan." in str(missing.json())
+    assert session(alice).put(url, {"kind": "last_n", "last_n": 50}, format="json").status_code == 400
+    baseline.refresh_from_db()
+    assert baseline.run == normal[0] and baseline.tolerance_pct == 5
