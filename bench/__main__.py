@@ -2,7 +2,8 @@
 
 ``python -m bench store [--lengths 900,3600]`` benchmarks the results store instead (bench/store.py),
 ``python -m bench runs-list [--sizes 1000,10000]`` the runs list (bench/run_list.py) and
-``python -m bench drilldown [--lengths 3600,43200]`` the drill-down data (bench/drilldown.py).
+``python -m bench drilldown [--lengths 3600,43200]`` the drill-down data (bench/drilldown.py) and
+``python -m bench verdicts [--nights 400]`` the verdicts' false alarms and detection (bench/verdicts.py).
 
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
 bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
@@ -88,6 +89,10 @@ def _on_signal(signum: int, _frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["verdicts"]:  # the verdict quality (issue 24): simulated nights, no Django, no load
+        from . import verdicts
+
+        return verdicts.main(given[1:])
     if given[:1] == ["drilldown"]:  # the drill-down data (issue 15): bench/drilldown.py
         from . import drilldown
 

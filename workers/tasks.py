@@ -44,11 +44,14 @@ def watchdog_task() -> None:
     from portal.history.services import advance_all
     from portal.metrics.services import collection_watchdog
     from portal.runs.services import watchdog
+    from portal.schedules.baselines import verdicts_catch_up
 
     watchdog()
     collection_watchdog()
     # Trial sets and experiments also advance when a run ends; this catches up after a restart.
     advance_all()
+    # i24: a verdict lost on its way to the bookkeeping queue is enqueued again.
+    verdicts_catch_up()
 
 
 # Sending the same mail twice is the lesser harm than losing it, so a retry after a failed
@@ -96,7 +99,7 @@ def trialset_advance_task(trial_set_id: int) -> None:
     trialset_advance(trial_set_id)
 
 
-# i12-schedules: a scheduled plan's finished run judged against its baseline, on the default queue.
+# i24: every finished run of a plan judged against its baseline, on the default (bookkeeping) queue.
 @shared_task(ignore_result=True)
 def baseline_verdict_task(run_id: int) -> None:
     from portal.notifications.services import notify_run

@@ -17,6 +17,7 @@ from portal.projects.api.har import ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
+from portal.schedules.api import PlanBaselineViewSet
 from portal.sharing.api import ShareLinkViewSet
 
 app_name = "api"
@@ -60,6 +61,11 @@ urlpatterns = [
     ),
     path("test-cases/<str:code>/steps/<str:step>/move/", StepViewSet.as_view({"post": "move"}), name="step-move"),
     path("plans/<str:code>/runs/", PlanRunViewSet.as_view({"post": "create"}), name="plan-runs"),
+    path(
+        "plans/<str:code>/baseline/",
+        PlanBaselineViewSet.as_view({"get": "retrieve", "put": "update"}),
+        name="plan-baseline",
+    ),
     # Issue 18: imports. A result file becomes a run (in the background); a HAR becomes a test case.
     path(
         "environments/<str:code>/result-imports/",

@@ -166,6 +166,10 @@ class ChangeForm(forms.ModelForm):
         start = environment.configuration if initial_configuration is None else initial_configuration
         self.fields["configuration"].initial = format_configuration(start or [])
         self.fields["based_on"].initial = fingerprint(environment.configuration)
+        # Accepting a baseline is an event of the ledger written by the regressed run's page, not a change to make.
+        self.fields["category"].choices = [
+            c for c in self.fields["category"].choices if c[0] != TuningChange.Category.BASELINE
+        ]
 
     def clean_configuration(self):
         return parse_configuration(self.cleaned_data["configuration"])

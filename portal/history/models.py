@@ -81,6 +81,9 @@ class TuningChange(TimeStamped):
         # "No change", an A/A test: recorded and applied like a change, it touches no key, so an
         # experiment made of it measures the noise floor and the ledger never claims a change that did not happen.
         CONTROL = "control", "Control (no change, A/A)"
+        # A regressed run's level accepted as the new normal (portal/schedules/baselines.py): an event in the
+        # ledger, with who and why, that touches no key either.
+        BASELINE = "baseline", "Baseline accepted"
 
     class Status(models.TextChoices):
         PLANNED = "planned", "Planned"
@@ -149,6 +152,11 @@ class TuningChange(TimeStamped):
     @property
     def is_control(self) -> bool:
         return self.category == self.Category.CONTROL
+
+    @property
+    def touches_nothing(self) -> bool:
+        """A control or an accepted baseline: a ledger entry that changes no key."""
+        return self.category in (self.Category.CONTROL, self.Category.BASELINE)
 
 
 class TrialSet(TimeStamped):

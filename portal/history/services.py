@@ -89,6 +89,8 @@ def change_create(*, environment: Environment, user, edits: list[dict], **fields
 
     A *control* is the one change that changes nothing: it has no edits and no hook.
     """
+    if fields.get("category") == TuningChange.Category.BASELINE:
+        raise ChangeError("A baseline is accepted on the regressed run's page (or its API), not written as a change.")
     if fields.get("category") == TuningChange.Category.CONTROL:
         if edits:
             raise ChangeError(
@@ -141,7 +143,7 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
         if user is not None and change.made_by_id is None:
             change.made_by = user
         change.save()
-        if not change.is_control:  # a control takes its place in the ledger and touches nothing else
+        if not change.touches_nothing:  # a control takes its place in the ledger and touches nothing else
             environment.configuration = after
             environment.save(update_fields=["configuration", "updated_at"])
     return change

@@ -7,6 +7,10 @@ from django.urls import reverse
 from portal.common import TimeStamped, new_code
 from portal.projects.models import Environment, Plan, Project
 
+# A finished run of a plan is judged against its baseline on the bookkeeping queue (portal.schedules.baselines);
+# until then every reader says so.
+VERDICT_PENDING_HEADLINE = "Being judged against the plan's baseline."
+
 
 class Run(TimeStamped):
     """One execution of a plan, with snapshots of the plan and of the environment's configuration at start."""
@@ -73,6 +77,10 @@ class Run(TimeStamped):
     digest = models.JSONField(null=True, blank=True, editable=False)
     # The plan's analysis settings at start (degradation limits), kept apart from the engine's snapshot.
     analysis_settings = models.JSONField(default=dict, blank=True)
+    # What the starter said about the run (issue 24): {"build": "3f2a1c", "branch": "main"} and a note;
+    # shown wherever the run is, filterable in the API (?label=build:3f2a1c). Rules: services/labels.py.
+    labels = models.JSONField(default=dict, blank=True)
+    note = models.TextField(blank=True)
     # The results history: the configuration's last applied change at start (None: the initial
     # configuration), the trial set the run belongs to, and a user's choice to count a doubtful run.
     tuning_change = models.ForeignKey(

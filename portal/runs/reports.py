@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 from portal import csvsafe
 
-from .models import Run
+from .models import VERDICT_PENDING_HEADLINE, Run
 
 PAGE_COLUMNS = (
     "label",
@@ -56,6 +56,8 @@ NO_VERDICT = "The plan sets no thresholds, so the run finished with no pass/fail
 def junit_xml(run: Run) -> str:
     """One test case per threshold per measured window; a failure carries the measured value and the limit.
 
+    A run judged against its plan's baseline adds a suite with a test case per judged figure
+    ("baseline: Search APD"), failing when that figure regressed (``_baseline_suite``).
     A run that did not end normally (error, partial, cancelled) adds a test case in error, so that
     a CI system never shows green for a run whose figures cannot be trusted. A run without
     thresholds (*finished*) has one test case, "run completed", skipped: nothing was judged.
@@ -87,6 +89,7 @@ def junit_xml(run: Run) -> str:
         suite.attrib.update({k: str(v) for k, v in counts.items()})
         for k in totals:
             totals[k] += counts[k]
+    _baseline_suite(root, run, totals)
     outcome = None
     if run.status in (Run.Status.ERROR, Run.Status.PARTIAL, Run.Status.CANCELLED) or run.is_active:
         outcome = run.error_message or f"The run ended {run.get_status_display().lower()}."
@@ -106,6 +109,35 @@ def junit_xml(run: Run) -> str:
     root.attrib.update({k: str(v) for k, v in totals.items()})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _baseline_suite(root, run: Run, totals: dict) -> None:
+    """One test case per figure the verdict judged (a row without a verdict is no test); a regression fails."""
+    verdict = getattr(run, "baseline_verdict", None)
+    if verdict is None or verdict.verdict == "pending":
+        return
+    rows = [r for r in verdict.rows if r["verdict"] != "none"]
+    if not rows:
+        return
+    suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: against the baseline")
+    counts = {"tests": 0, "failures": 0, "errors": 0}
+    for r in rows:
+        where = "Soak" if r.get("soak") else (r["page"] or "All pages")
+        case = ET.SubElement(
+            suite, "testcase", classname=f"plimsoll.{run.plan_name}.baseline", name=f"baseline: {where} {r['figure']}"
+        )
+        counts["tests"] += 1
+        if r["verdict"] == "regressed":
+            counts["failures"] += 1
+            text = f"{r['before']} → {r['after']} ({r['change']})"
+            failure = ET.SubElement(case, "failure", type="regression", message=f"regressed: {text}")
+            failure.text = f"{text}; noise {r['noise']}; {r['basis']}; against {verdict.baseline_label}"
+        else:
+            ET.SubElement(case, "system-out").text = f"{r['verdict'].replace('_', ' ')}: {r['before']} → {r['after']}"
+    ET.SubElement(suite, "system-out").text = f"{verdict.headline} {verdict.method}".strip()
+    suite.attrib.update({k: str(v) for k, v in counts.items()})
+    for k in totals:
+        totals[k] += counts[k]
 
 
 def pages_csv(run: Run) -> str:
@@ -130,13 +162,30 @@ def series_csv(series: dict) -> str:
 
 
 def _baseline_verdict(run: Run) -> dict | None:
-    """The run against its plan's baseline (scheduled plans), as the API shows it; None otherwise."""
+    """The run against its plan's baseline, as the API shows it (pending until judged); None without a plan."""
     verdict = getattr(run, "baseline_verdict", None)
     if verdict is None:
-        return None
+        if run.plan_id is None or run.status not in Run.FINISHED:
+            return None
+        # The row is written when the run ends (portal.schedules.baselines); a reader in between sees pending.
+        return {
+            "verdict": "pending",
+            "headline": VERDICT_PENDING_HEADLINE,
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "",
+            "basis": "",
+            "baseline": "",
+            "tolerance_pct": None,
+            "computed_at": None,
+            "rows": [],
+        }
     return {
         "verdict": verdict.verdict,
         "headline": verdict.headline,
+        "provisional": verdict.provisional,
+        "provisional_reason": verdict.provisional_reason,
+        "method": verdict.method,
         "basis": verdict.basis,
         "baseline": verdict.baseline_label,
         "tolerance_pct": verdict.tolerance_pct,
@@ -156,6 +205,8 @@ def summary_json(run: Run) -> str:
             "verdict": run.verdict,
             "error": run.error_message,
             "started_by": run.started_by,
+            "labels": run.labels,
+            "note": run.note,
             "baseline_verdict": _baseline_verdict(run),
             "summary": run.summary,
         },

@@ -8,13 +8,27 @@ night that is 4 % slower is not worth a morning mail.
 """
 
 import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
 
 from portal.common import task
-from portal.history.comparison import Report, Row, compare_sides, side_for_run, side_for_runs, side_for_trialset
-from portal.runs.models import Run
+from portal.history.comparison import (
+    FIGURES,
+    Report,
+    Row,
+    _summary_value,
+    compare_sides,
+    run_batches,
+    side_for_run,
+    side_for_runs,
+    side_for_trialset,
+)
+from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
 from portal.stats import analysis
 
-from . import soak
+from . import noise, selectors, soak
 from .models import Baseline, RunVerdict
 
 log = logging.getLogger(__name__)
@@ -50,9 +64,7 @@ def baseline_side(*, run: Run, baseline: Baseline):
         side = side_for_trialset(baseline.trial_set)
         side.label = f"Baseline: {side.label}"
         return side, ""
-    earlier = Run.objects.filter(plan_id=run.plan_id, number__lt=run.number, status__in=Run.FINISHED).order_by(
-        "-number"
-    )[:LOOKBACK]
+    earlier = selectors.baseline_candidates(plan_id=run.plan_id, before_number=run.number)[:LOOKBACK]
     valid = [r for r in earlier if r.counts][: baseline.last_n]
     if not valid:
         return None, f"No earlier valid run of the plan “{run.plan_name}” to compare with."
@@ -62,6 +74,7 @@ def baseline_side(*, run: Run, baseline: Baseline):
 
 
 def _row_verdict(row: Row, tolerance_pct: float) -> str:
+    """A row outside the noise model's family (capacity): Welch on its samples, then the tolerance."""
     c = row.comparison
     if c is None:
         return "none"
@@ -74,8 +87,8 @@ def _row_verdict(row: Row, tolerance_pct: float) -> str:
     return "regressed" if c.verdict == analysis.WORSE else "improved"
 
 
-def _row_dict(row: Row, tolerance_pct: float) -> dict:
-    return {
+def _row_dict(row: Row, tolerance_pct: float, judged: noise.Judged | None = None) -> dict:
+    out = {
         "page": row.page,
         "figure": row.figure,
         "verdict": _row_verdict(row, tolerance_pct),
@@ -85,6 +98,17 @@ def _row_dict(row: Row, tolerance_pct: float) -> dict:
         "noise": row.noise_text,
         "basis": row.basis,
     }
+    if judged is not None:
+        out["verdict"] = judged.verdict
+        if judged.noise_pct is not None:
+            unit = "pp" if row.unit == "%" else "%"
+            out["noise"] = f"±{judged.noise_pct:.3g} {unit} a night"
+        if judged.p is not None:
+            out["basis"] = f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows)"
+        if judged.note:
+            out["basis"] = judged.note
+            out["note"] = judged.note
+    return out
 
 
 def _move(r: dict) -> str:
@@ -94,15 +118,25 @@ def _move(r: dict) -> str:
 
 
 def judge(
-    report: Report, *, run: Run, tolerance_pct: float, extra_rows: list[dict] = ()
+    report: Report,
+    *,
+    run: Run,
+    tolerance_pct: float,
+    extra_rows: list[dict] = (),
+    family: dict[tuple[str | None, str], noise.Judged] | None = None,
 ) -> tuple[str, str, list[dict]]:
     """(verdict, headline, rows) of a comparison of the run (after) with its baseline (before).
 
+    ``family``: the rows judged together by the noise model (``noise.judge_cells``), by (page,
+    figure); rows not in it (capacity) keep the comparison's own verdict and the tolerance.
     ``extra_rows``: the soak rows (portal/schedules/soak.py), judged already; they count
     for the verdict and the headline like the figures.
     """
-    rows = [_row_dict(r, tolerance_pct) for r in report.total]
-    rows += [_row_dict(r, tolerance_pct) for _, page_rows in report.pages for r in page_rows]
+    family = family or {}
+    rows = [_row_dict(r, tolerance_pct, family.get((r.page, r.figure))) for r in report.total]
+    rows += [
+        _row_dict(r, tolerance_pct, family.get((r.page, r.figure))) for _, page_rows in report.pages for r in page_rows
+    ]
     rows += list(extra_rows)
     # Pages first: "Search regressed" says where to look; the total only follows its pages.
     by_page_first = sorted(rows, key=lambda r: r["page"] is None)
@@ -128,6 +162,46 @@ def judge(
     return verdict, headline, rows
 
 
+def _pages(run: Run, page: str | None) -> int:
+    value = _summary_value(run, page, "pages")
+    return int(value or 0)
+
+
+def noise_cells(report: Report, baseline_runs: list[Run], run: Run) -> list[noise.Cell]:
+    """The rows of the figures (total and per page) as the noise model reads them: each run's own figure."""
+    batches = {r.id: run_batches(r) for r in [*baseline_runs, run]}
+    cells = []
+    rows = [*report.total, *(r for _, page_rows in report.pages for r in page_rows)]
+    for row in rows:
+        fig = next((f for f in FIGURES if f.name == row.figure), None)
+        if fig is None:
+            continue
+        before = [_summary_value(r, row.page, fig.key) for r in baseline_runs]
+        after = _summary_value(run, row.page, fig.key)
+        if after is None or any(v is None for v in before):
+            continue
+
+        def figure_batches(r, key=fig.key, page=row.page):
+            return [v for v in (batches[r.id].get(page) or {}).get(key, []) if v is not None]
+
+        cells.append(
+            noise.Cell(
+                page=row.page,
+                key=fig.key,
+                lower_is_better=fig.lower_is_better,
+                baseline=[float(v) for v in before],
+                value=float(after),
+                baseline_batches=[figure_batches(r) for r in baseline_runs],
+                batches=figure_batches(run),
+                baseline_pages=[_pages(r, row.page) for r in baseline_runs],
+                pages=_pages(run, row.page),
+                shown_change_pct=row.change_pct,
+                figure=row.figure,
+            )
+        )
+    return cells
+
+
 def run_judge(*, run_id: int) -> RunVerdict | None:
     """Compares a finished run with its plan's baseline and stores the verdict on the run (idempotent)."""
     run = Run.objects.select_related("plan", "project").filter(id=run_id, status__in=Run.FINISHED).first()
@@ -144,14 +218,28 @@ def run_judge(*, run_id: int) -> RunVerdict | None:
     if not report.samples:
         return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
     extra = soak.soak_rows(run.summary, [r.summary for r in side.runs], tolerance)
-    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra)
+    cells = noise_cells(report, side.runs, run)
+    family = noise.judge_cells(cells, tolerance_pct=tolerance)
+    judged = {(c.page, c.figure): j for c, j in zip(cells, family.rows, strict=True)}
+    verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra, family=judged)
     basis = report.basis
     if report.problems:
         basis = " ".join(report.problems) + " " + basis
-    return _store(run, verdict, headline, basis, side.label, tolerance, rows)
+    return _store(
+        run,
+        verdict,
+        headline,
+        basis,
+        side.label,
+        tolerance,
+        rows,
+        provisional=family.provisional,
+        provisional_reason=family.provisional_reason,
+        method=family.method,
+    )
 
 
-def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
+def _store(run, verdict, headline, basis, label, tolerance, rows, **extra) -> RunVerdict:
     stored, _ = RunVerdict.objects.update_or_create(
         run=run,
         defaults={
@@ -161,27 +249,84 @@ def _store(run, verdict, headline, basis, label, tolerance, rows) -> RunVerdict:
             "baseline_label": label,
             "tolerance_pct": tolerance,
             "rows": rows,
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "",
+            **extra,
         },
     )
     log.info("run %s: %s against its baseline", run.id, verdict)
     return stored
 
 
+PENDING_HEADLINE = VERDICT_PENDING_HEADLINE
+# A verdict still pending this long after its run ended was lost on the way (a broker hiccup, a
+# worker killed mid-task): the watchdog enqueues it again. Judging is idempotent.
+PENDING_RETRY_S = 300
+
+
+def verdict_pending(run: Run) -> RunVerdict:
+    """The run's verdict row, *pending* until judged; an existing verdict is left as it is."""
+    verdict, _ = RunVerdict.objects.get_or_create(
+        run=run, defaults={"verdict": Verdict.PENDING, "headline": PENDING_HEADLINE}
+    )
+    return verdict
+
+
+def pending_for(run: Run) -> RunVerdict | None:
+    """What a reader shows for a finished run of a plan whose verdict row is not written yet: pending."""
+    if run.plan_id is None or run.status not in Run.FINISHED:
+        return None
+    return RunVerdict(
+        run=run, verdict=Verdict.PENDING, headline=PENDING_HEADLINE, computed_at=run.finished_at or timezone.now()
+    )
+
+
+def _enqueue_verdict(run_id: int) -> None:
+    follow_up = task("baseline_verdict_task")
+    # On commit: the pending row (and the run's final status) are visible to the worker.
+    transaction.on_commit(lambda: follow_up.delay(run_id))
+
+
 def on_run_finished(sender, run_id: int, **kwargs) -> None:
-    """Enqueues the verdict (scheduled plans) and the notifications of a finished run, on the default queue.
+    """Marks the verdict of a finished run of a plan *pending* and enqueues its judging on the bookkeeping
+    queue (every run of a plan, whoever started it); a run without a plan is only notified.
 
     Never computed here: the signal is sent by the shard that finalized the run.
     """
-    from .models import Schedule
-
-    plan_id = Run.objects.filter(id=run_id).values_list("plan_id", flat=True).first()
-    scheduled = plan_id is not None and Schedule.objects.filter(plan_id=plan_id).exists()
-    # A scheduled plan's run is judged first, and notified by the same task with its verdict.
-    follow_up = task("baseline_verdict_task" if scheduled else "run_notify_task")
+    run = Run.objects.filter(id=run_id, status__in=Run.FINISHED).only("id", "plan_id", "status").first()
+    if run is None:
+        return
     try:
-        follow_up.delay(run_id)
-    except Exception:  # a broker hiccup must not break the run's finish
-        log.exception("run %s: could not enqueue %s", run_id, follow_up.name)
+        if run.plan_id is None:
+            name = "run_notify_task"
+            follow_up = task(name)
+            transaction.on_commit(lambda: follow_up.delay(run_id))
+        else:
+            name = "baseline_verdict_task"
+            verdict_pending(run)
+            # Judged first, and notified by the same task with its verdict.
+            _enqueue_verdict(run_id)
+    except Exception:  # a broker hiccup must not break the run's finish; the watchdog catches up
+        log.exception("run %s: could not enqueue %s", run_id, name)
+
+
+def verdicts_catch_up(*, now=None) -> int:
+    """Enqueues again the verdicts still pending PENDING_RETRY_S after they were last touched (watchdog)."""
+    now = now or timezone.now()
+    stale = list(
+        RunVerdict.objects.filter(
+            verdict=Verdict.PENDING, computed_at__lt=now - timedelta(seconds=PENDING_RETRY_S)
+        ).values_list("id", "run_id")[:100]
+    )
+    for verdict_id, run_id in stale:
+        # Touch it first, so the next watchdog tick does not enqueue it again while it waits in the queue.
+        RunVerdict.objects.filter(id=verdict_id, verdict=Verdict.PENDING).update(computed_at=now)
+        try:
+            _enqueue_verdict(run_id)
+        except Exception:
+            log.exception("run %s: could not enqueue its verdict again", run_id)
+    return len(stale)
 
 
 class BaselineError(ValueError):
@@ -189,11 +334,18 @@ class BaselineError(ValueError):
 
 
 def baseline_save(*, plan, kind: str, last_n: int, run=None, trial_set=None, tolerance_pct: float) -> Baseline:
-    """Pins what the plan's runs are judged against; the run or trial set must be of the same plan."""
-    if kind == Baseline.Kind.RUN and (run is None or run.plan_id != plan.id):
-        raise BaselineError("Choose a finished run of this plan.")
-    if kind == Baseline.Kind.TRIAL_SET and (trial_set is None or trial_set.plan_id != plan.id):
-        raise BaselineError("Choose a trial set of this plan.")
+    """Pins what the plan's runs are judged against; the run or trial set must be of the same plan and count."""
+    if kind == Baseline.Kind.RUN:
+        if run is None or run.plan_id != plan.id:
+            raise BaselineError("Choose a finished run of this plan.")
+        if not selectors.baseline_eligible(Run.objects.filter(id=run.id)).exists() or not run.counts:
+            doubts = ", ".join(run.doubts) or run.get_status_display().lower()
+            raise BaselineError(f"Run #{run.number} cannot be a baseline ({doubts}): choose a run that counts.")
+    if kind == Baseline.Kind.TRIAL_SET:
+        if trial_set is None or trial_set.plan_id != plan.id:
+            raise BaselineError("Choose a trial set of this plan.")
+        if not any(r.counts for r in trial_set.runs.all()):
+            raise BaselineError(f"The trial set “{trial_set}” has no run that counts: choose another.")
     if not 1 <= last_n <= 20:
         raise BaselineError("N is between 1 and 20.")
     if not 0 <= tolerance_pct <= 1000:
@@ -209,3 +361,64 @@ def baseline_save(*, plan, kind: str, last_n: int, run=None, trial_set=None, tol
         },
     )
     return baseline
+
+
+def _ledger_event(*, run: Run, user, title: str, reason: str):
+    """Writes an accepted baseline into the environment's ledger (an entry that touches no key)."""
+    from portal.history.models import TuningChange
+    from portal.history.services import EnvironmentBusyForChange, change_apply
+
+    change = TuningChange.objects.create(
+        environment=run.environment,
+        made_by=user,
+        category=TuningChange.Category.BASELINE,
+        title=title[:200],
+        reason=reason,
+        edits=[],
+    )
+    try:
+        return change_apply(change, user=user, call_hook_first=False)
+    except EnvironmentBusyForChange as exc:
+        raise BaselineError(str(exc)) from None
+
+
+def regression_accept(*, run: Run, user, reason: str = "", change=None) -> list[RunVerdict]:
+    """Accepts a regressed run's level as the plan's new normal, with who and why; or links the tuning change
+    that explains it. The later runs of the same regression are accepted with it, so the rolling baseline
+    takes them all in. Returns the verdicts accepted.
+
+    Refused (nothing changes) without a regression to accept, without a reason, or with a change that is
+    not applied on the run's environment.
+    """
+    reason = (reason or "").strip()
+    verdict = RunVerdict.objects.filter(run=run).first()
+    if verdict is None or not verdict.can_be_accepted:
+        state = "not judged yet" if verdict is None else verdict.get_verdict_display().lower()
+        if verdict is not None and verdict.is_accepted:
+            state = "accepted already"
+        raise BaselineError(f"Run #{run.number} has no regression to accept: its verdict is {state}.")
+    if change is not None:
+        if change.environment_id != run.environment_id or not change.is_applied:
+            raise BaselineError("Link a tuning change applied on the run's environment.")
+    elif not reason:
+        raise BaselineError("Say why the new level is normal (a reason is recorded in the ledger).")
+    if run.environment_id is None:
+        raise BaselineError("The run's environment was deleted: there is no ledger to record the acceptance in.")
+    with transaction.atomic():
+        streak = list(
+            RunVerdict.objects.select_for_update()
+            .filter(run__plan_id=run.plan_id, run__number__gte=run.number, verdict=Verdict.REGRESSED)
+            .filter(accepted_at__isnull=True, accepted_change__isnull=True)
+            .select_related("run")
+            .order_by("run__number")
+        )
+        if change is None:
+            numbers = ", ".join(f"#{v.run.number}" for v in streak)
+            title = f"Baseline accepted: the level of run{'s' if len(streak) > 1 else ''} {numbers} is the new normal"
+            change = _ledger_event(run=run, user=user, title=title, reason=reason)
+        now = timezone.now()
+        for v in streak:
+            v.accepted_at, v.accepted_by, v.accept_reason, v.accepted_change = now, user, reason, change
+            v.save(update_fields=["accepted_at", "accepted_by", "accept_reason", "accepted_change"])
+    log.info("run %s: regression accepted by %s (%s runs)", run.id, user, len(streak))
+    return streak

@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
@@ -157,10 +158,12 @@ ROW_VERDICTS = ("regressed", "improved", "within_noise", "none")
 
 
 class RunVerdict(models.Model):
-    """A finished run of a scheduled plan judged against its plan's baseline (one row per run).
+    """A finished run of a plan judged against its plan's baseline (one row per run, whoever started it).
 
-    ``rows`` keeps every figure in total and per page: [{page, figure, verdict, before, after,
-    change, noise, basis}], so the run page, the journey and the API read it without recomputing.
+    Written *pending* when the run ends (``portal.schedules.baselines.on_run_finished``), then
+    judged on the bookkeeping queue. ``rows`` keeps every figure in total and per page:
+    [{page, figure, verdict, before, after, change, noise, basis}], so the run page, the journey
+    and the API read it without recomputing.
     """
 
     team_path = "run__project__team"
@@ -170,9 +173,25 @@ class RunVerdict(models.Model):
         IMPROVED = "improved", "Improved"
         WITHIN_NOISE = "within_noise", "Within noise"
         NO_BASELINE = "no_baseline", "No baseline"
+        PENDING = "pending", "Being judged"
 
     run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="baseline_verdict")
     verdict = models.CharField(max_length=12, choices=Verdict.choices)
+    provisional = models.BooleanField(
+        default=False, help_text="Judged against too few baseline runs to know their spread well"
+    )
+    provisional_reason = models.TextField(blank=True)
+    method = models.TextField(blank=True, help_text="One sentence: how the verdict was reached")
+    # A regressed run stays out of the rolling baseline until someone accepts its level.
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    accept_reason = models.TextField(blank=True)
+    # Or explained by a tuning change in the environment's ledger (the new level is intended).
+    accepted_change = models.ForeignKey(
+        "history.TuningChange", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     headline = models.TextField()
     basis = models.TextField(blank=True)
     baseline_label = models.CharField(max_length=300, blank=True)
@@ -182,6 +201,14 @@ class RunVerdict(models.Model):
 
     def __str__(self):
         return f"run {self.run_id}: {self.verdict}"
+
+    @property
+    def is_accepted(self) -> bool:
+        return self.accepted_at is not None or self.accepted_change_id is not None
+
+    @property
+    def can_be_accepted(self) -> bool:
+        return self.verdict == self.Verdict.REGRESSED and not self.is_accepted
 
     @property
     def moved_rows(self) -> list[dict]:

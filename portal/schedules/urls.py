@@ -12,4 +12,5 @@ urlpatterns = [
     path("schedules/<uuid:code>/toggle/", views.schedule_toggle, name="toggle"),
     path("schedules/<uuid:code>/delete/", views.schedule_delete, name="delete"),
     path("schedules/<uuid:code>/baseline/", views.baseline_edit, name="baseline"),
+    path("runs/<uuid:code>/accept/", views.regression_accept, name="accept"),
 ]

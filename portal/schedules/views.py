@@ -54,6 +54,10 @@ def project_schedules(request, code):
     now = timezone.now()
     for s in schedules:  # the saved schedule's next fire, under its name
         s.next_fire = next(iter(timing.next_fires(s.cron, s.time_zone, now, count=1)), None) if s.enabled else None
+    # "Regressed since run #41 (3 nights)": until the level is accepted or the regression goes away.
+    streaks = selectors.regression_streaks(plan_ids=[s.plan_id for s in schedules if s.plan_id])
+    for schedule in schedules:
+        schedule.regression = streaks.get(schedule.plan_id)
     context = {
         "schedules": schedules,
         # The morning view: each schedule's trend over its last 30 fires (static/js/charts/schedule-sparklines.js).
@@ -182,3 +186,29 @@ def baseline_edit(request, code):
     else:
         messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
     return redirect(schedule)
+
+
+@login_required
+@require_POST
+def regression_accept(request, code):
+    """Accepts a regressed run's level as the new normal (the form sits in the run page's verdict)."""
+    from portal.history.models import TuningChange
+    from portal.runs.models import Run
+
+    run = get_for_user(request.user, Run.objects.select_related("project", "environment"), code=code, write=True)
+    change = None
+    if change_code := request.POST.get("change", "").strip():
+        change = TuningChange.objects.filter(environment_id=run.environment_id, code=change_code).first()
+        if change is None:
+            messages.error(request, "Link a tuning change applied on the run's environment.")
+            return redirect(run)
+    try:
+        accepted = baselines.regression_accept(
+            run=run, user=request.user, reason=request.POST.get("reason", ""), change=change
+        )
+    except baselines.BaselineError as exc:
+        messages.error(request, str(exc))
+    else:
+        numbers = ", ".join(f"#{v.run.number}" for v in accepted)
+        messages.success(request, f"Accepted as the new normal: run{'s' if len(accepted) > 1 else ''} {numbers}.")
+    return redirect(run)

@@ -131,7 +131,7 @@ def test_the_client_command_fails_the_build_on_a_broken_threshold(
     assert "FAIL Hold: Pages/s" in result.stdout and f"Run #{run.number} failed" in result.stdout
 
 
-def test_the_client_exits_2_when_the_api_refuses(live_server, alice, team, plan):
+def test_the_client_exits_5_when_the_api_refuses(live_server, alice, team, plan):
     _, token = token_create(user=alice, team=team, name="CI", scope="read")
     result = subprocess.run(
         [PYTHON, "-m", "portal.client", "run", "--url", live_server.url, "--plan", str(plan.code), "--wait"],
@@ -141,6 +141,6 @@ def test_the_client_exits_2_when_the_api_refuses(live_server, alice, team, plan)
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2
+    assert result.returncode == 5  # refused, told apart from a run ended in error (2)
     assert "HTTP 403" in result.stderr and "needs a run token" in result.stderr
     assert not Run.objects.exists()

@@ -58,7 +58,9 @@ def run_to_end(plan, user) -> Run:
 
 def verdict_of(run) -> RunVerdict:
     return wait_until(
-        lambda: RunVerdict.objects.filter(run=run).first(), timeout=30, what=f"the verdict of run #{run.number}"
+        lambda: RunVerdict.objects.filter(run=run).exclude(verdict="pending").first(),
+        timeout=30,
+        what=f"the verdict of run #{run.number}",
     )
 
 

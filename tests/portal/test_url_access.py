@@ -48,6 +48,7 @@ environments/<uuid:code>/trialsets/from-runs/
 teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<id:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
+runs/<uuid:code>/accept/
 projects/<uuid:code>/notifications/ projects/<uuid:code>/notifications/new/ channels/<uuid:code>/test/
 channels/<uuid:code>/delete/ channels/<uuid:code>/edit/
 """
@@ -72,10 +73,12 @@ api/v1/^measurements/$ api/v1/^measurements/(?P<code>[^/]+)/$
 api/v1/^projects/$ api/v1/^projects/(?P<code>[^/]+)/$ api/v1/^environments/$ api/v1/^environments/(?P<code>[^/]+)/$
 api/v1/^test-cases/$ api/v1/^test-cases/(?P<code>[^/]+)/$ api/v1/^test-cases/(?P<code>[^/]+)/data-set/$
 api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
-api/v1/plans/<str:code>/runs/ api/v1/runs/<str:code>/junit.xml api/v1/runs/<str:code>/pages.csv
+api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/runs/<str:code>/junit.xml
+api/v1/runs/<str:code>/pages.csv
 api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^runs/$ api/v1/^runs/(?P<code>[^/]+)/$
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
-api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^teams/$
+api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^runs/(?P<code>[^/]+)/accept/$
+api/v1/^teams/$
 api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
 api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invitations/(?P<invitation_id>[^/]+)/$
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$

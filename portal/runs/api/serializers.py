@@ -2,6 +2,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from portal.runs.models import Run, RunShard
+from portal.schedules.baselines import pending_for
 from portal.schedules.models import ROW_VERDICTS, RunVerdict
 
 
@@ -20,14 +21,25 @@ class VerdictRowSerializer(serializers.Serializer):
 
 
 class BaselineVerdictSerializer(serializers.Serializer):
-    """A scheduled plan's run judged against its plan's baseline (portal/schedules/baselines.py)."""
+    """A plan's run judged against its plan's baseline (portal/schedules/baselines.py); *pending* until known."""
 
     verdict = serializers.ChoiceField(choices=RunVerdict.Verdict.choices)
     headline = serializers.CharField()
+    provisional = serializers.BooleanField(
+        help_text="Judged against too few baseline runs to know their spread well (provisional_reason says why)"
+    )
+    provisional_reason = serializers.CharField()
+    method = serializers.CharField(help_text="One sentence: how the verdict was reached")
     basis = serializers.CharField(help_text="How the figures were compared (samples, noise)")
     baseline = serializers.CharField(source="baseline_label", help_text="What the run was judged against")
     tolerance_pct = serializers.FloatField(help_text="Moves smaller than this are within noise whatever the noise")
     computed_at = serializers.DateTimeField()
+    accepted = serializers.BooleanField(
+        source="is_accepted", help_text="A regression whose level was accepted as the new normal (or explained)"
+    )
+    accepted_by = serializers.CharField(source="accepted_by.get_username", allow_null=True, default=None)
+    accepted_at = serializers.DateTimeField(allow_null=True)
+    accept_reason = serializers.CharField()
 
 
 class BaselineVerdictDetailSerializer(BaselineVerdictSerializer):
@@ -64,10 +76,15 @@ class RunSerializer(serializers.ModelSerializer):
     schedule = StartedByScheduleSerializer(
         source="schedule_fire", read_only=True, allow_null=True, help_text="The schedule whose fire started the run"
     )
+    labels = serializers.DictField(
+        child=serializers.CharField(), read_only=True, help_text="What the starter said about it: build, branch …"
+    )
+    note = serializers.CharField(read_only=True)
     baseline_verdict = BaselineVerdictSerializer(
         read_only=True,
         allow_null=True,
-        help_text="A scheduled plan's run against its baseline; null for other runs and until it is judged",
+        help_text="The run against its plan's baseline: pending from its end until judged; "
+        "null while it runs and for a run without a plan",
     )
 
     class Meta:
@@ -89,6 +106,8 @@ class RunSerializer(serializers.ModelSerializer):
             "started_by",
             "api_token",
             "schedule",
+            "labels",
+            "note",
             "baseline_verdict",
             "created_at",
             "start_at",
@@ -97,6 +116,13 @@ class RunSerializer(serializers.ModelSerializer):
             "source",
         )
         read_only_fields = fields
+
+    def to_representation(self, run):
+        data = super().to_representation(run)
+        # The row is written when the run ends; a reader in between sees pending, never null.
+        if data.get("baseline_verdict") is None and (pending := pending_for(run)) is not None:
+            data["baseline_verdict"] = self.fields["baseline_verdict"].to_representation(pending)
+        return data
 
     def get_url(self, run) -> str:
         path = reverse("api:run-detail", args=[run.code])
@@ -122,7 +148,7 @@ class RunDetailSerializer(RunSerializer):
     baseline_verdict = BaselineVerdictDetailSerializer(
         read_only=True,
         allow_null=True,
-        help_text="A scheduled plan's run against its baseline, with every figure; null for other runs",
+        help_text="The run against its plan's baseline, with every figure; pending until judged",
     )
 
     class Meta(RunSerializer.Meta):

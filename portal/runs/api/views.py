@@ -2,6 +2,7 @@
 
 import time
 
+from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
@@ -12,11 +13,14 @@ from rest_framework.response import Response
 from portal.accounts.models import ApiToken
 from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
+from portal.common import Invalid
 from portal.projects.models import Plan
 from portal.runs import reports, selectors, services
 from portal.runs.models import Run
+from portal.schedules.models import RunVerdict
 
 from .serializers import (
+    BaselineVerdictDetailSerializer,
     ErrorRowSerializer,
     PageRowSerializer,
     RunDetailSerializer,
@@ -51,6 +55,8 @@ RUN_EXAMPLE = OpenApiExample(
         "started_by": "alice via token ci-pipeline (plim_x7Kq2b…)",
         "api_token": "ci-pipeline (plim_x7Kq2b…)",
         "schedule": None,
+        "labels": {"build": "3f2a1c", "branch": "main"},
+        "note": "merge of #412",
         "baseline_verdict": None,
         "created_at": "2026-11-24T17:00:00Z",
         "start_at": "2026-11-24T17:00:02Z",
@@ -84,14 +90,25 @@ SCHEDULED_RUN_EXAMPLE = OpenApiExample(
             "description": "every day at 02:00 Europe/Berlin",
             "due_at": "2026-11-24T01:00:00Z",
         },
+        "labels": {},
+        "note": "",
         "baseline_verdict": {
             "verdict": "regressed",
             "headline": "Run #31 regressed against Baseline: the last 3 valid runs (#27, #28, #29): "
             "Search APD 41 ms → 212 ms (5.2× slower).",
+            "provisional": False,
+            "provisional_reason": "",
+            "method": "Each figure against the spread between the 3 baseline runs' own figures, "
+            "Holm-adjusted over its 24 rows for a 1 % chance of a false alarm on a night with nothing changed, "
+            "and beyond the 10 % tolerance.",
             "basis": "Batch means of each run's measured window; Welch 95 % intervals.",
             "baseline": "Baseline: the last 3 valid runs (#27, #28, #29)",
             "tolerance_pct": 10.0,
             "computed_at": "2026-11-24T03:02:11Z",
+            "accepted": False,
+            "accepted_by": None,
+            "accepted_at": None,
+            "accept_reason": "",
             "rows": [
                 {
                     "page": "Search",
@@ -142,10 +159,22 @@ class RunFilterSerializer(StrictSerializer):
     verdict = serializers.ChoiceField(choices=["passed", "failed"], required=False)
     created_after = serializers.DateTimeField(required=False)
     created_before = serializers.DateTimeField(required=False)
+    label = serializers.CharField(
+        required=False, help_text="name:value, e.g. build:3f2a1c (repeat it: runs with all of them)"
+    )
 
     def to_internal_value(self, data):
         # Query strings also carry pagination and ``wait``: only the filters are checked here.
         return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+class AcceptSerializer(StrictSerializer):
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, help_text="Why the new level is normal (or give a change)"
+    )
+    change = serializers.UUIDField(
+        required=False, help_text="The code of an applied tuning change of the run's environment that explains it"
+    )
 
 
 class WaitSerializer(StrictSerializer):
@@ -191,7 +220,7 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     serializer_class = RunSerializer
-    required_scopes = {"stop": ApiToken.Scope.RUN}
+    required_scopes = {"stop": ApiToken.Scope.RUN, "accept": ApiToken.Scope.WRITE}
 
     def safely_get_queryset(self):
         return Run.objects.select_related(
@@ -218,6 +247,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
             runs = runs.filter(created_at__gte=f["created_after"])
         if "created_before" in f:
             runs = runs.filter(created_at__lt=f["created_before"])
+        for text in request.query_params.getlist("label"):
+            key, value = services.label_filter_clean(text)  # a name that is a plain identifier, so a safe lookup
+            runs = runs.filter(**{f"labels__{key}": value})
         page = self.paginate_queryset(runs)
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
@@ -243,6 +275,36 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         if run.is_active:
             run = services.run_cancel(run=run)
         return Response(RunDetailSerializer(run, context=self.get_serializer_context()).data)
+
+    @extend_schema(
+        summary="Accept a regressed run's level as the plan's new normal (needs a write token)",
+        description="The run and the later runs of the same regression join the rolling baseline again; an event "
+        "with who and why is written to the environment's ledger, or the given tuning change is linked instead. "
+        "A run without a regression to accept, or no reason and no change, is a 400 and changes nothing.",
+        request=AcceptSerializer,
+        responses={200: BaselineVerdictDetailSerializer, **error_responses(400, 403, 404)},
+    )
+    @action(detail=True, methods=["post"])
+    def accept(self, request, code=None):
+        from portal.history.models import TuningChange
+        from portal.schedules import baselines
+
+        run = self.get_object()
+        body = AcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        change = None
+        if change_code := body.validated_data.get("change"):
+            change = TuningChange.objects.filter(environment_id=run.environment_id, code=change_code).first()
+            if change is None:
+                raise Invalid({"change": ["No tuning change of the run's environment has this code."]})
+        try:
+            baselines.regression_accept(
+                run=run, user=request.user, reason=body.validated_data.get("reason", ""), change=change
+            )
+        except baselines.BaselineError as exc:
+            raise Invalid({"run": [str(exc)]}) from None
+        verdict = RunVerdict.objects.select_related("accepted_by").get(run=run)
+        return Response(BaselineVerdictDetailSerializer(verdict).data)
 
     @extend_schema(
         summary="The per-page table of the measured window(s)",
@@ -299,7 +361,15 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
 
 
 class StartRunSerializer(StrictSerializer):
-    """A run takes everything from its plan: the body is empty (``{}``), and any field in it is refused."""
+    """A run takes everything from its plan; the body may add labels and a note (``{}`` is fine), nothing else."""
+
+    labels = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text='What the starter says about the run, e.g. {"build": "3f2a1c", "branch": "main"}: '
+        "names of letters, digits, _ . - (at most 40), values of at most 100 characters, at most 20 labels",
+    )
+    note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, help_text="Free text")
 
 
 class PlanRunViewSet(TeamScopedViewSet):
@@ -318,9 +388,13 @@ class PlanRunViewSet(TeamScopedViewSet):
     )
     def create(self, request, code=None):
         plan = self.get_scoped(self.safely_get_queryset(), write=True, code=code)
-        StartRunSerializer(data=request.data if request.data else {}).is_valid(raise_exception=True)
+        start = StartRunSerializer(data=request.data if request.data else {})
+        start.is_valid(raise_exception=True)
+        labels, note = services.labels_clean(start.validated_data.get("labels"), start.validated_data.get("note", ""))
         if refusal := services.target_refusal(plan.environment.base_url):
             raise TargetRefused(refusal)
-        run = services.run_create(plan=plan, user=request.user, token=request_token(request))
+        with transaction.atomic():  # the run's start is enqueued on commit: its labels are there by then
+            run = services.run_create(plan=plan, user=request.user, token=request_token(request))
+            services.run_label(run=run, labels=labels, note=note)
         data = RunDetailSerializer(run, context=self.get_serializer_context()).data
         return Response(data, status=status.HTTP_201_CREATED, headers={"Location": data["url"]})

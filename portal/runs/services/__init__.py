@@ -6,10 +6,12 @@
 - ``sink``: the interval writer, the only code that writes ``ShardInterval``/``PageInterval``;
 - ``rollup``: per-second label rows of finished runs merged into coarser spans;
 - ``watchdog``: silence, lost shards, stuck runs, and the periodic catch-up;
-- ``imports``: result files of other tools (k6, JMeter, Locust, Gatling) as runs.
+- ``imports``: result files of other tools (k6, JMeter, Locust, Gatling) as runs;
+- ``labels``: what a run's starter says about it (build, commit, branch) and a note.
 """
 
 from .imports import result_import_create, result_import_process, result_imports_sweep, result_upload_path, run_import
+from .labels import label_filter_clean, labels_clean, run_label
 from .lifecycle import (
     ENQUEUE_RETRY,
     QUEUED_TIMEOUT,
@@ -36,6 +38,9 @@ from .targets import (
 from .watchdog import watchdog
 
 __all__ = [
+    "label_filter_clean",
+    "labels_clean",
+    "run_label",
     "ENQUEUE_RETRY",
     "QUEUED_TIMEOUT",
     "EnvironmentBusy",

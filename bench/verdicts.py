@@ -1,0 +1,222 @@
+"""The verdict-quality benchmark (issue 24): simulated nights through the real verdict code, old rule vs new.
+
+``python -m bench verdicts [--nights 400] [--trials 300] [--seed 1]``
+
+Each night is one synthetic run of a plan with five pages of very different sample counts (4,000 home pages
+down to 46 admin pages in a 300 s window). A page's durations are log-normal (σ 0.5) around its median,
+times the night's drift: a factor common to all pages, uniform in ±5 %, and one per page, uniform in ±2 %
+(a cache, a query plan). Errors are rare (0.1 %). Each run is cut into 10 batches, as a real run is
+(``portal.runs.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total.
+
+The same nights are judged by both rules, through the code the portal runs:
+
+* **old**: each row on its own (``portal.stats.analysis.compare``, Welch on batch means pooled over the
+  baseline runs, 95 %), regressed when worse and beyond the 10 % tolerance; the rolling baseline is the last
+  3 runs whatever their verdict (the rule before issue 24).
+* **new**: ``portal.schedules.noise.judge_cells`` (the spread between the baseline runs' own figures plus each
+  run's noise within it; Holm over all rows at 1 %; minimum pages per figure; the 10 % tolerance); the rolling
+  baseline is the last 3 runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
+
+It reports the false-alarm rate (nights with nothing changed called regressed), the detection rate of one
+page made 20 % slower on the first night, and how many nights a lasting regression (the search page 2×
+slower from one night on) goes on being reported before the rolling baseline absorbs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from portal.schedules import noise
+from portal.stats import analysis
+
+SECONDS = 300
+BATCHES = 10
+PAGES = {  # label: (pages per run, median ms)
+    "Home": (4000, 40.0),
+    "Articles": (1500, 60.0),
+    "Search": (400, 80.0),
+    "Upload": (120, 200.0),
+    "Admin": (46, 30.0),
+}
+SIGMA = 0.5
+COMMON_DRIFT = 0.05
+PAGE_DRIFT = 0.02
+ERROR_RATE = 0.001
+TOLERANCE = 10.0
+LAST_N = 3
+FIGURES = (("apd_ms", True), ("p95_ms", True), ("pages_per_s", False), ("error_rate_pct", True))
+
+
+@dataclass
+class Run:
+    figures: dict  # {page or None: {key: value}}
+    batches: dict  # {page or None: {key: [10 values]}}
+    pages: dict  # {page or None: int}
+
+
+def _figures(durations: np.ndarray, errors: np.ndarray, seconds: float) -> dict:
+    n = len(durations)
+    return {
+        "apd_ms": float(durations.mean()),
+        "p95_ms": float(np.quantile(durations, 0.95)),
+        "pages_per_s": n / seconds,
+        "error_rate_pct": 100.0 * float(errors.sum()) / n,
+    }
+
+
+def simulate_run(rng: np.random.Generator, slow: dict | None = None) -> Run:
+    common = 1 + rng.uniform(-COMMON_DRIFT, COMMON_DRIFT)
+    figures, batches, pages = {}, {}, {}
+    all_d, all_e, all_b = [], [], []
+    for label, (n, median) in PAGES.items():
+        factor = common * (1 + rng.uniform(-PAGE_DRIFT, PAGE_DRIFT)) * (slow or {}).get(label, 1.0)
+        d = median * factor * np.exp(rng.normal(0, SIGMA, n))
+        e = rng.random(n) < ERROR_RATE
+        b = np.sort(rng.integers(0, BATCHES, n))  # pages spread over the window's batches
+        figures[label], pages[label] = _figures(d, e, SECONDS), n
+        batches[label] = _batch_figures(d, e, b)
+        all_d.append(d), all_e.append(e), all_b.append(b)
+    d, e, b = np.concatenate(all_d), np.concatenate(all_e), np.concatenate(all_b)
+    figures[None], pages[None], batches[None] = _figures(d, e, SECONDS), len(d), _batch_figures(d, e, b)
+    return Run(figures, batches, pages)
+
+
+def _batch_figures(d, e, b) -> dict:
+    out = {key: [] for key, _ in FIGURES}
+    for i in range(BATCHES):
+        mask = b == i
+        if not mask.any():
+            continue
+        for key, value in _figures(d[mask], e[mask], SECONDS / BATCHES).items():
+            out[key].append(value)
+    return out
+
+
+def old_rule(baseline: list[Run], run: Run) -> set:
+    """The rows the rule before issue 24 called regressed: each row alone, Welch on batch means, 95 %."""
+    regressed = set()
+    for page in run.figures:
+        for key, lower in FIGURES:
+            before = [v for r in baseline for v in r.batches[page][key]]
+            after = run.batches[page][key]
+            before_value = float(np.mean([r.figures[page][key] for r in baseline]))
+            c = analysis.compare(
+                before,
+                after,
+                lower_is_better=lower,
+                samples="batches",
+                before_value=before_value,
+                after_value=run.figures[page][key],
+            )
+            pct = abs(c.reduction_pct) if c.reduction_pct is not None else float("inf")
+            if c.verdict == analysis.WORSE and pct > TOLERANCE:
+                regressed.add((page, key))
+    return regressed
+
+
+def new_rule(baseline: list[Run], run: Run) -> set:
+    cells = []
+    for page in run.figures:
+        for key, lower in FIGURES:
+            cells.append(
+                noise.Cell(
+                    page=page,
+                    key=key,
+                    lower_is_better=lower,
+                    baseline=[r.figures[page][key] for r in baseline],
+                    value=run.figures[page][key],
+                    baseline_batches=[r.batches[page][key] for r in baseline],
+                    batches=run.batches[page][key],
+                    baseline_pages=[r.pages[page] for r in baseline],
+                    pages=run.pages[page],
+                )
+            )
+    family = noise.judge_cells(cells, tolerance_pct=TOLERANCE)
+    return {(c.page, c.key) for c, j in zip(cells, family.rows, strict=True) if j.verdict == "regressed"}
+
+
+RULES = {"old": (old_rule, False), "new": (new_rule, True)}
+
+
+def false_alarms(rng, nights: int) -> dict:
+    """Nights with nothing changed, each judged against the rolling baseline of the nights before."""
+    history = [simulate_run(rng) for _ in range(LAST_N)]
+    called = {name: 0 for name in RULES}
+    kept = {name: list(history) for name in RULES}  # each rule's own rolling baseline
+    for _ in range(nights):
+        run = simulate_run(rng)
+        for name, (rule, excludes) in RULES.items():
+            regressed = rule(kept[name][-LAST_N:], run)
+            called[name] += bool(regressed)
+            if not (excludes and regressed):
+                kept[name].append(run)
+    return {name: called[name] / nights for name in RULES}
+
+
+def detection(rng, trials: int, page: str, factor: float = 1.2) -> dict:
+    """The first night with ``page`` made 20 % slower: is it called regressed, on that page?"""
+    found = {name: 0 for name in RULES}
+    for _ in range(trials):
+        baseline = [simulate_run(rng) for _ in range(LAST_N)]
+        run = simulate_run(rng, slow={page: factor})
+        for name, (rule, _) in RULES.items():
+            found[name] += any(p == page for p, _ in rule(baseline, run))
+    return {name: found[name] / trials for name in RULES}
+
+
+def lasting(rng, trials: int, nights: int = 10, page: str = "Search", factor: float = 2.0) -> dict:
+    """From one night on ``page`` is ``factor`` slower for good: how many nights in a row is it reported?"""
+    reported = {name: [] for name in RULES}
+    for _ in range(trials):
+        history = [simulate_run(rng) for _ in range(LAST_N)]
+        kept = {name: list(history) for name in RULES}
+        streak = {name: 0 for name in RULES}
+        ended = set()
+        for _ in range(nights):
+            run = simulate_run(rng, slow={page: factor})
+            for name, (rule, excludes) in RULES.items():
+                regressed = rule(kept[name][-LAST_N:], run)
+                if name not in ended:
+                    if any(p == page for p, _ in regressed):
+                        streak[name] += 1
+                    else:
+                        ended.add(name)
+                if not (excludes and regressed):
+                    kept[name].append(run)
+        for name in RULES:
+            reported[name].append(streak[name])
+    return {name: (float(np.mean(v)), min(v), max(v), sum(1 for x in v if x == nights) / trials, nights)
+            for name, v in reported.items()}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench verdicts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nights", type=int, default=400, help="nights with nothing changed (default 400)")
+    parser.add_argument("--trials", type=int, default=300, help="first nights with one page slower (default 300)")
+    parser.add_argument("--lasting", type=int, default=50, help="lasting regressions of 10 nights (default 50)")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    rng = np.random.default_rng(args.seed)
+
+    fa = false_alarms(rng, args.nights)
+    print(f"False alarms over {args.nights} nights with nothing changed (goal ≤ 2 %):")
+    for name in RULES:
+        print(f"  {name}: {fa[name] * 100:.1f} %")
+    print(f"Detection of one page 20 % slower on the first night ({args.trials} trials each; goal ≥ 95 %):")
+    print("  page (pages per run): old / new")
+    for page, (n, _) in PAGES.items():
+        d = detection(rng, args.trials, page)
+        print(f"  {page} ({n}): {d['old'] * 100:.1f} % / {d['new'] * 100:.1f} %")
+    la = lasting(rng, args.lasting)
+    print(f"A lasting regression (Search 2× slower for 10 nights, {args.lasting} trials): nights reported in a row")
+    for name, (mean, lo, hi, always, nights) in la.items():
+        print(f"  {name}: mean {mean:.1f} (min {lo}, max {hi}); reported all {nights} nights in {always * 100:.0f} %")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The noise a night really has, and one false-alarm budget for all the rows of a verdict (issue 24.2).
+
+Plain statistics, no Django: the verdict service (``baselines.py``) feeds it each row's figures and
+the benchmark (``bench/verdicts.py``) feeds it simulated nights, so both measure the same code.
+
+The model. A figure of one row (a page's APD, the run's p95 …) in run *r* is, on a relative scale,
+``level + drift_r + sampling_r``:
+
+* **sampling** is the within-run noise: how much the figure would differ with other page samples
+  from the same system on the same night. It is estimated per run from the run's batch means
+  (``v``, the squared standard error of the figure), so a page with 46 samples is noisier than one
+  with 4,000 and the verdict knows it.
+* **drift** is what a rerun on another night adds (caches, neighbours, the database's plan): the
+  spread *between* the baseline runs' own figures beyond their sampling noise. It is pooled over
+  the rows of one figure (method of moments: the between-run variance minus the within-run part),
+  so three baseline runs with six rows give twelve degrees of freedom instead of two.
+
+A row's change ``d = figure − mean(baseline figures)`` then has the variance
+``σ_x² + σ_b² / N`` with ``σ_b² = τ² + v_baseline`` and ``σ_x² = τ² + v_run``; its p-value comes from
+Student's t with the pooled degrees of freedom. The rows of a verdict (pages × figures and the
+totals) are one family: Holm's step-down keeps the chance that a night with nothing changed calls any
+row moved at most ``FALSE_ALARM``. A row moved only when it is significant after Holm *and* beyond
+the plan's tolerance.
+
+APD, p95 and pages/s are compared as ratios (their noise grows with their level); the error rate in
+percentage points (it is often 0).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scipy.stats import t as student_t
+
+# The chance that a night with nothing changed is called regressed or improved on any row.
+FALSE_ALARM = 0.01
+# With fewer baseline runs than this the spread between them is known poorly: the verdict is provisional.
+PROVISIONAL_BELOW = 3
+# A figure is judged only where every run on both sides has at least this many pages behind it:
+# an APD (a mean of skewed durations) needs ~30 to be near-normal; a p95 rests on the slowest 5 %,
+# so 100 pages put at least 5 of them above it; an error rate from fewer than 100 pages moves in
+# steps of more than 1 %; pages/s, a count per second, has Poisson noise above 18 % under 30.
+MIN_PAGES = {"apd_ms": 30, "p95_ms": 100, "pages_per_s": 30, "error_rate_pct": 100}
+RELATIVE = {"apd_ms", "p95_ms", "pages_per_s"}
+# The night's common drift is taken out of the pages' changes when at least this many pages are judged
+# (the median of fewer is moved by the one page that regressed).
+MIN_PAGES_FOR_DRIFT = 3
+# Degrees of freedom of one run's within-run noise: its 10 batch means (portal.runs.batches.BATCHES).
+BATCH_DF = 9.0
+# A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
+WEIGHT_FLOOR = 1e-4
+DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
+
+
+@dataclass
+class Cell:
+    """One row of a verdict: a figure of a page (or of all pages, ``page`` None) on both sides."""
+
+    page: str | None
+    key: str  # apd_ms, p95_ms, pages_per_s, error_rate_pct
+    lower_is_better: bool
+    baseline: list[float]  # each baseline run's own figure
+    value: float  # the judged run's figure
+    baseline_batches: list[list[float]]  # each baseline run's batch figures (its within-run noise)
+    batches: list[float]  # the judged run's batch figures
+    baseline_pages: list[int]  # pages behind the figure in each baseline run
+    pages: int  # and in the judged run
+    # The change as the row shows it (the sides' pooled figures), for the tolerance; else from the means.
+    shown_change_pct: float | None = None
+    figure: str = ""  # its name as the report shows it (APD, p95 …)
+
+
+@dataclass
+class Judged:
+    verdict: str  # regressed, improved, within_noise, none
+    change_pct: float | None = None  # (figure − baseline) / baseline, in %
+    p: float | None = None  # two-sided p-value of the move
+    noise_pct: float | None = None  # the 95 % half-width of a night's change, in % of the baseline (pp: error rate)
+    note: str = ""
+
+
+@dataclass
+class Family:
+    """The outcome for all rows, with what the page says about how it was reached."""
+
+    rows: list[Judged]
+    n_baseline: int
+    judged: int  # rows with enough samples on both sides
+    provisional: bool
+    provisional_reason: str
+    method: str
+
+
+def _within_var(batches: Sequence[float], relative: bool) -> float | None:
+    """Squared standard error of a run's figure from its batch means (relative for ratios)."""
+    values = [float(b) for b in batches if b is not None]
+    if len(values) < 2:
+        return None
+    var = statistics.variance(values) / len(values)
+    if relative:
+        mean = statistics.fmean(values)
+        if mean <= 0:
+            return None
+        var /= mean * mean
+    return var
+
+
+def _scaled(values: Sequence[float], relative: bool) -> list[float] | None:
+    if relative:
+        if any(v <= 0 for v in values):
+            return None
+        return [math.log(v) for v in values]
+    return [float(v) for v in values]
+
+
+def _too_few(cell: Cell) -> str:
+    need = MIN_PAGES.get(cell.key, 0)
+    fewest = min([*cell.baseline_pages, cell.pages])
+    if fewest < need:
+        return f"too few pages to judge ({fewest} < {need} in a run)"
+    return ""
+
+
+def _weighted_median(pairs: list[tuple[float, float]]) -> float:
+    pairs = sorted(pairs)
+    half = sum(w for _, w in pairs) / 2.0
+    seen = 0.0
+    for value, weight in pairs:
+        seen += weight
+        if seen >= half:
+            return value
+    return pairs[-1][0]
+
+
+def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down: which hypotheses are rejected with a family-wise error rate of at most alpha."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    rejected = [False] * len(pvalues)
+    m = len(pvalues)
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def _change_pct(base: float, value: float) -> float | None:
+    if base == 0:
+        return None if value == 0 else math.inf
+    return (value - base) / abs(base) * 100.0
+
+
+def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: float = FALSE_ALARM) -> Family:
+    n = min((len(c.baseline) for c in cells), default=0)
+    prepared = []  # (index, cell, scaled baseline, scaled value, v_base, v_run)
+    out: list[Judged] = [Judged("none") for _ in cells]
+    for i, cell in enumerate(cells):
+        relative = cell.key in RELATIVE
+        base_mean = statistics.fmean(cell.baseline) if cell.baseline else None
+        out[i].change_pct = None if base_mean is None else _change_pct(base_mean, cell.value)
+        if not cell.baseline:
+            out[i].note = "no baseline figure"
+            continue
+        if why := _too_few(cell):
+            out[i].note = why
+            continue
+        scaled = _scaled([*cell.baseline, cell.value], relative)
+        if scaled is None:
+            out[i].note = "a run without a value"
+            continue
+        v_base = [v for b in cell.baseline_batches if (v := _within_var(b, relative)) is not None]
+        v_run = _within_var(cell.batches, relative)
+        if not v_base and v_run is None and len(cell.baseline) < 2:
+            out[i].note = "no batches and a single baseline run: nothing to estimate the noise from"
+            continue
+        v_b = statistics.fmean(v_base) if v_base else (v_run or 0.0)
+        v_r = v_run if v_run is not None else v_b
+        prepared.append((i, cell, scaled[:-1], scaled[-1], v_b, v_r))
+
+    # A page's change is read against the night's common drift (the median change of the figure over the
+    # pages, robust to the one page that really moved): a night 4 % slower everywhere is not a page's
+    # regression, and a page 20 % slower stands out of a 4 % night. The totals keep the drift in, so a
+    # night slower everywhere is the totals' to tell, against the spread of the drift between nights.
+    adjusted = {}  # index in prepared → (baseline, value) with the common drift taken out
+    for key in RELATIVE:
+        rows = [k for k, (_, c, base, *_) in enumerate(prepared) if c.key == key and c.page is not None]
+        n_runs = min((len(prepared[k][2]) for k in rows), default=0)
+        if len(rows) < MIN_PAGES_FOR_DRIFT or n_runs < 1:
+            continue
+        levels = {k: statistics.fmean(prepared[k][2]) for k in rows}
+        # Weighted by each page's precision (a 46-page APD says little about the night), capped so that
+        # no page outweighs the others: the median stays on the pages that did not move.
+        weights = {k: 1.0 / (prepared[k][4] + prepared[k][5] + WEIGHT_FLOOR) for k in rows}
+        total = sum(weights.values())
+        weights = {k: min(w, 0.5 * (total - w)) for k, w in weights.items()}
+        common_new = _weighted_median([(prepared[k][3] - levels[k], weights[k]) for k in rows])
+        common_base = [
+            _weighted_median([(prepared[k][2][j] - levels[k], weights[k]) for k in rows]) for j in range(n_runs)
+        ]
+        for k in rows:
+            base = [prepared[k][2][j] - common_base[j] for j in range(n_runs)]
+            adjusted[k] = (base, prepared[k][3] - common_new)
+
+    def groups(k: int, c: Cell) -> tuple[str, bool]:
+        return c.key, k in adjusted
+
+    # The drift between nights beyond each run's own noise, per figure (and apart for drift-adjusted pages),
+    # pooled over its rows (method of moments), with its degrees of freedom.
+    sums: dict[tuple, list[float]] = {}
+    for k, (_, c, base, _, v_b, _) in enumerate(prepared):
+        base = adjusted[k][0] if k in adjusted else base
+        if len(base) >= 2:
+            acc = sums.setdefault(groups(k, c), [0.0, 0.0])
+            acc[0] += (len(base) - 1) * (statistics.variance(base) - v_b)
+            acc[1] += len(base) - 1
+    tau2 = {g: max(0.0, num / den) for g, (num, den) in sums.items() if den}
+    df_tau = {g: den for g, (_, den) in sums.items() if den}
+
+    pvalues = []
+    for k, (i, c, base, value, v_b, v_r) in enumerate(prepared):
+        if k in adjusted:
+            base, value = adjusted[k]
+        g = groups(k, c)
+        n_b = len(base)
+        t2 = tau2.get(g, 0.0)
+        # Three parts, each with its own degrees of freedom (Welch–Satterthwaite): the drift between nights,
+        # the judged run's noise within it and the baseline runs' (batch means: BATCHES − 1 each).
+        parts = [(t2 * (1 + 1 / n_b), df_tau.get(g, 1.0)), (v_r, BATCH_DF), (v_b / n_b, BATCH_DF * n_b)]
+        var = sum(v for v, _ in parts)
+        denominator = sum(v * v / d for v, d in parts if v > 0)
+        dof = max(1.0, var * var / denominator) if denominator > 0 else BATCH_DF
+        d = value - statistics.fmean(base)
+        t = abs(d) / math.sqrt(var) if var > 0 else (math.inf if d else 0.0)
+        p = min(1.0, 2.0 * float(student_t.sf(t, dof)))
+        half = float(student_t.ppf(0.975, dof)) * math.sqrt(max(var, 0.0))
+        out[i].noise_pct = (math.expm1(half) * 100.0) if c.key in RELATIVE else half
+        out[i].p = p
+        pvalues.append(p)
+
+    significant = holm(pvalues, false_alarm)
+    for (i, c, *_), moved in zip(prepared, significant, strict=True):
+        change = c.shown_change_pct if c.shown_change_pct is not None else out[i].change_pct
+        beyond = change is not None and abs(change) > tolerance_pct
+        if moved and beyond:
+            worse = (change > 0) == c.lower_is_better
+            out[i].verdict = "regressed" if worse else "improved"
+        else:
+            out[i].verdict = "within_noise"
+
+    judged = len(prepared)
+    provisional = 0 < n < PROVISIONAL_BELOW
+    reason = ""
+    if n == 1:
+        reason = (
+            "Only one baseline run: the spread between nights is unknown, so only the noise within the runs is "
+            f"weighed; it becomes a full verdict from {PROVISIONAL_BELOW} baseline runs."
+        )
+    elif provisional:
+        reason = (
+            f"Only {n} baseline runs: their spread is known poorly; it becomes a full verdict from "
+            f"{PROVISIONAL_BELOW} baseline runs."
+        )
+    method = (
+        f"Each of the {judged} figures with enough pages was weighed against the spread between the "
+        f"{n} baseline run{'s' if n != 1 else ''}' own figures plus each run's noise within it"
+        f"{DRIFT_OUT if adjusted else ''}; Holm's correction "
+        f"over all {judged} keeps the chance of a false alarm on a night with nothing changed at "
+        f"{false_alarm * 100:g} %, and a figure moved only beyond the {tolerance_pct:g} % tolerance."
+    )
+    return Family(out, n, judged, provisional, reason, method)
