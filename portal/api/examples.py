@@ -12,6 +12,54 @@ and optionally ``summary`` and media types.
 from drf_spectacular.utils import OpenApiExample
 
 DOCUMENTS = {
+    "annotations_list": {
+        "summary": "A night's run (each item of the list)",
+        "response": {
+            "time": 1763604000000,
+            "timeEnd": 1763604600000,
+            "title": "Run #41 Nightly soak: failed",
+            "text": "Staging · http://127.0.0.1:8001 · against its baseline: regressed",
+            "tags": [
+                "plimsoll",
+                "run",
+                "project:Intranet",
+                "plan:Nightly soak",
+                "status:failed",
+                "verdict:regressed",
+            ],
+        },
+        "status": 200,
+    },
+    "grafana_retrieve": {
+        "summary": "Save & test",
+        "response": {"status": "ok", "annotations": True},
+        "status": 200,
+    },
+    "grafana_annotations_create": {
+        "summary": "An annotation query from Grafana",
+        "request": {
+            "range": {"from": "2026-11-20T00:00:00.000Z", "to": "2026-11-21T00:00:00.000Z"},
+            "annotation": {"name": "Plimsoll", "enable": True, "query": "project=Intranet"},
+        },
+        "response": {
+            "annotation": {"name": "Plimsoll", "enable": True, "query": "project=Intranet"},
+            **{
+                "time": 1763604000000,
+                "timeEnd": 1763604600000,
+                "title": "Run #41 Nightly soak: failed",
+                "text": "Staging · http://127.0.0.1:8001 · against its baseline: regressed",
+                "tags": [
+                    "plimsoll",
+                    "run",
+                    "project:Intranet",
+                    "plan:Nightly soak",
+                    "status:failed",
+                    "verdict:regressed",
+                ],
+            },
+        },
+        "status": 200,
+    },
     "environments_create": {
         "request": {
             "base_url": "http://127.0.0.1:8001",

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from portal.accounts.api.views import TeamViewSet, TokenViewSet
+from portal.history.api.annotations import AnnotationViewSet, GrafanaViewSet
 from portal.history.api.views import (
     ExperimentViewSet,
     MeasurementViewSet,
@@ -36,6 +37,7 @@ router.register("experiments", ExperimentViewSet, basename="experiment")
 router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", TokenViewSet, basename="token")
 router.register("share-links", ShareLinkViewSet, basename="share-link")
+router.register("annotations", AnnotationViewSet, basename="annotation")
 
 # Codes are matched loosely (``<str:code>``) so that a malformed one is the API's JSON 404, not an HTML page.
 # Result files keep their extension as the last part of the URL (no trailing slash), as CI tools expect.
@@ -77,6 +79,9 @@ urlpatterns = [
         ProjectHarImportViewSet.as_view({"post": "create"}),
         name="project-har-import",
     ),
+    # Issue 29: Grafana's "simple JSON" data source (its connection test and annotation queries).
+    path("grafana/", GrafanaViewSet.as_view({"get": "check"}), name="grafana"),
+    path("grafana/annotations", GrafanaViewSet.as_view({"post": "annotations"}), name="grafana-annotations"),
     path("plans/<str:code>/trials/", PlanTrialsViewSet.as_view({"post": "create"}), name="plan-trials"),
     path("runs/<str:code>/include/", RunIncludeViewSet.as_view({"post": "create"}), name="run-include"),
     *files,

@@ -5,8 +5,9 @@ these, so a figure cannot be computed two ways.
 """
 
 import statistics
+import uuid
 
-from django.db.models import Count
+from django.db.models import Count, Q
 
 from portal.projects.models import Environment
 from portal.runs.models import Run
@@ -230,3 +231,33 @@ def experiments_related(queryset):
     return queryset.select_related("project__team", "plan", "environment", "change", "created_by").prefetch_related(
         "trial_sets"
     )
+
+
+def annotations(*, runs, changes, start, end, project: str | None = None):
+    """Runs that overlap ``start``–``end`` and tuning changes applied within it, oldest first (Grafana's markers).
+
+    ``runs`` and ``changes`` come already scoped to the caller; ``project`` is a project's name or code.
+    """
+    runs = (
+        runs.filter(start_at__lt=end, start_at__isnull=False)
+        .filter(Q(finished_at__gte=start) | Q(finished_at__isnull=True))
+        .select_related("project", "baseline_verdict")
+        .order_by("start_at")
+    )
+    changes = (
+        changes.filter(applied_at__gte=start, applied_at__lt=end)
+        .select_related("environment__project")
+        .order_by("applied_at")
+    )
+    if project:
+        by = Q(project__name=project)
+        by_change = Q(environment__project__name=project)
+        try:
+            code = uuid.UUID(project)
+        except ValueError:
+            pass
+        else:
+            by |= Q(project__code=code)
+            by_change |= Q(environment__project__code=code)
+        runs, changes = runs.filter(by), changes.filter(by_change)
+    return runs, changes
