@@ -284,7 +284,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "portal.api.parsers.JSONParser",  # DRF's, with a bound on nesting (issue 28)
         "rest_framework.parsers.MultiPartParser",  # data-set uploads
     ],
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
