@@ -351,6 +351,9 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "polling_interval": 0.2,
         "store_processed": False,
     }
+    # kombu's transport, writing each message under a temporary name and renaming it: a worker never
+    # reads a half-written message (issue 28: a JSONDecodeError crashed one). See workers/filesystem_broker.py.
+    CELERY_BROKER_TRANSPORT = "workers.filesystem_broker:Transport"
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: expected redis://… or filesystem://")
 
