@@ -435,7 +435,10 @@ PLIMSOLL_HANDOFF_GRACE = envint("PLIMSOLL_HANDOFF_GRACE", "120", minimum=5)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # Issue 28: a 403 is one line ("Forbidden (Permission denied): /projects/new/"), not a traceback.
+    "filters": {"forbidden_one_line": {"()": "portal.log_filters.ForbiddenWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
