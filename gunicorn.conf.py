@@ -18,3 +18,10 @@ def _without_server_header(self):
 
 
 wsgi.Response.default_headers = _without_server_header
+
+
+def post_worker_init(worker):
+    """Long-polls may hold half of this worker's threads, so the other half always answer pages (issue 30)."""
+    from portal.api import longpoll
+
+    longpoll.configure_for_threads(worker.cfg.threads)

@@ -331,6 +331,15 @@ SPECTACULAR_SETTINGS = {
         "ShareLinkKindEnum": "portal.sharing.models.ShareLink.Kind",
     },
 }
+# Long-polls (GET /api/v1/runs/<code>/?wait=S) hold a web thread while they wait (issue 30): at most this
+# many per token over the whole site, and per web process half its gunicorn threads (or this many, when
+# set); a long-poll over either limit answers at once with the current state. See portal/api/longpoll.py.
+PLIMSOLL_LONG_POLLS_PER_TOKEN = envint("PLIMSOLL_LONG_POLLS_PER_TOKEN", "2", minimum=0)
+PLIMSOLL_LONG_POLLS_PER_PROCESS = (
+    envint("PLIMSOLL_LONG_POLLS_PER_PROCESS", "0", minimum=0)
+    if os.environ.get("PLIMSOLL_LONG_POLLS_PER_PROCESS")
+    else None
+)
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 

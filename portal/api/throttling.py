@@ -3,54 +3,12 @@
 DRF's ``SimpleRateThrottle`` reads a token's history from the cache, appends and writes it back:
 two requests answered at once both read the same history, both pass, and one write is lost, so
 8 parallel clients got 800 and 717 requests through a 600/min limit (issue 28). Here the read,
-the decision and the write are one step: a Lua script on Redis (one command, nothing runs beside
-it), and on the embedded default (files under var/, one machine) the same steps under an
-exclusive file lock per token.
+the decision and the write are one step (``portal.limits.take``).
 """
 
-import fcntl
-import hashlib
-import uuid
-from pathlib import Path
-
-from django.conf import settings
-from django.core.cache.backends.redis import RedisCache
 from rest_framework.throttling import SimpleRateThrottle
 
-# KEYS[1]: the token's sorted set of request times; ARGV: window (s), limit, a unique member.
-# Redis's own clock, so that web machines with skewed clocks share one window.
-_SLIDING_WINDOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local window = tonumber(ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
-  redis.call('ZADD', KEYS[1], now, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000))
-  return {1, '0'}
-end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, tostring(tonumber(oldest[2]) + window - now)}
-"""
-
-
-def _take_redis(cache: RedisCache, key: str, limit: int, window: int) -> tuple[bool, float]:
-    key = cache.make_and_validate_key(key)
-    client = cache._cache.get_client(key, write=True)
-    allowed, wait = client.eval(_SLIDING_WINDOW, 1, key, window, limit, uuid.uuid4().hex)
-    return bool(allowed), float(wait)
-
-
-def _take_locked(cache, key: str, limit: int, window: int, now: float) -> tuple[bool, float]:
-    locks = Path(settings.VAR_DIR) / "throttle-locks"
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / hashlib.sha256(key.encode()).hexdigest()[:32], "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        history = [t for t in cache.get(key, []) if t > now - window]
-        if len(history) >= limit:
-            return False, history[-1] + window - now  # newest first: the last one leaves the window first
-        cache.set(key, [now, *history], window)
-        return True, 0.0
+from portal import limits
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -79,10 +37,7 @@ class TokenRateThrottle(SimpleRateThrottle):
         self.key = self.get_cache_key(request, view)
         if self.key is None:
             return True
-        if isinstance(self.cache, RedisCache):
-            allowed, self._wait = _take_redis(self.cache, self.key, self.num_requests, self.duration)
-        else:
-            allowed, self._wait = _take_locked(self.cache, self.key, self.num_requests, self.duration, self.timer())
+        allowed, self._wait = limits.take(self.key, self.num_requests, self.duration, cache=self.cache)
         return allowed
 
     def wait(self):
