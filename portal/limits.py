@@ -117,3 +117,17 @@ def slot_release(key: str, holder: str, *, cache=None) -> None:
             now = time.time()
             live = {h: e for h, e in holders.items() if e > now}
             cache.set(key, live, max([e - now for e in live.values()], default=1))
+
+
+class TooMany(Exception):
+    """A limit refused an action; the message is for the user, ``retry_after`` in seconds."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = max(1, round(retry_after))
+
+
+def minutes(seconds: float) -> str:
+    """``"in 12 minutes"``-style wording for a wait."""
+    whole = max(1, round(seconds / 60))
+    return f"{whole} minute{'s' if whole != 1 else ''}" if whole < 120 else f"{round(whole / 60)} hours"

@@ -431,8 +431,14 @@ else:
     EMAIL_BACKEND = "portal.notifications.backends.OneFilePerMailBackend"
     EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Plimsoll <plimsoll@localhost>")
-# Anyone may create an account at /signup/ unless PLIMSOLL_SIGNUP=false (invitations still work then).
-PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true")
+# Anyone may create an account at /signup/ when PLIMSOLL_SIGNUP=true (invitations work either way). Off by
+# default unless DEBUG is on (issue 30: anyone could make themselves an editor of a team of their own).
+PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true" if DEBUG else "false")
+# Abuse limits (issue 30), counted in the shared cache by portal.limits: sign-ups per client address an
+# hour, password-reset mails per address an hour, invitations per team a day.
+PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR = envint("PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR", "5", minimum=1)
+PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR = envint("PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR", "3", minimum=1)
+PLIMSOLL_INVITATIONS_PER_TEAM_DAY = envint("PLIMSOLL_INVITATIONS_PER_TEAM_DAY", "30", minimum=1)
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.accounts.context_processors.signup")
 PASSWORD_RESET_TIMEOUT = 3 * 3600  # a reset link is good for three hours
 
