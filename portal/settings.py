@@ -439,6 +439,14 @@ PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true" if DEBUG else "false")
 PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR = envint("PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR", "5", minimum=1)
 PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR = envint("PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR", "3", minimum=1)
 PLIMSOLL_INVITATIONS_PER_TEAM_DAY = envint("PLIMSOLL_INVITATIONS_PER_TEAM_DAY", "30", minimum=1)
+# E-mail channels (issue 30: no open relay): an address gets mail only once confirmed through a link; mail
+# is limited per recipient and per team an hour, confirmation mails per address a day and per user an
+# hour, Send test per user an hour (portal/notifications/addresses.py).
+PLIMSOLL_MAIL_PER_RECIPIENT_HOUR = envint("PLIMSOLL_MAIL_PER_RECIPIENT_HOUR", "30", minimum=1)
+PLIMSOLL_MAIL_PER_TEAM_HOUR = envint("PLIMSOLL_MAIL_PER_TEAM_HOUR", "200", minimum=1)
+PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY = envint("PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY", "3", minimum=1)
+PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR = envint("PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR", "20", minimum=1)
+PLIMSOLL_CHANNEL_TESTS_PER_USER_HOUR = envint("PLIMSOLL_CHANNEL_TESTS_PER_USER_HOUR", "10", minimum=1)
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.accounts.context_processors.signup")
 PASSWORD_RESET_TIMEOUT = 3 * 3600  # a reset link is good for three hours
 

@@ -53,7 +53,7 @@ password-reset/ password-reset/sent/ password-reset/<uidb64>/<token>/ password-r
 """
 TOKEN_ROUTES = """
 s/<str:token>/ s/<str:token>/runs/<uuid:run_code>/series.json s/<str:token>/runs/<uuid:run_code>/detail.json
-s/<str:token>/journey.json invitations/<str:token>/
+s/<str:token>/journey.json invitations/<str:token>/ mail-addresses/confirm/<str:token>/
 """
 API_ROUTES = """
 api/v1/^experiments/$ api/v1/^experiments/(?P<code>[^/]+)/$ api/v1/^experiments/(?P<code>[^/]+)/start/$
