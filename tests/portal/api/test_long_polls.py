@@ -111,3 +111,21 @@ def test_one_token_holds_at_most_two_long_polls(tmp_path, alice, team, active_ru
     finally:
         server.close()
     assert [capped for _, capped, _, _ in answers].count(None) == 2
+
+
+def test_a_worker_with_two_threads_holds_one_long_poll(tmp_path, alice, team, active_run):
+    """The cap follows the worker's --threads (gunicorn.conf.py's post_worker_init), not a fixed number."""
+    secrets = [token_create(user=alice, team=team, name=f"pipeline {i}", scope="read")[1] for i in range(3)]
+    server = Gunicorn(tmp_path, workers=1, threads=2)
+    try:
+        threads, answers = _start(server.port, secrets, active_run.code)
+        wait_until(lambda: len(answers) >= 2, timeout=30, what="the capped long-polls' answers")
+        time.sleep(1.5)
+        assert len(answers) == 2 and all(capped == "capped" for _, capped, _, _ in answers)
+        assert _login_page_seconds(server.url) < 2.0  # the other thread serves pages
+        Run.objects.filter(pk=active_run.pk).update(status=Run.Status.PASSED, finished_at=timezone.now())
+        for t in threads:
+            t.join(20)
+    finally:
+        server.close()
+    assert [capped for _, capped, _, _ in answers].count(None) == 1
