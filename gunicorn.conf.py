@@ -32,3 +32,10 @@ def when_ready(server):
     bound = [tuple(listener.sock.getsockname()[:2]) for listener in server.LISTENERS if listener.FAMILY != 1]
     if problem := mismatch(settings.SITE_URL, bound):
         server.log.warning(problem)
+
+
+def post_worker_init(worker):
+    """Long-polls may hold half of this worker's threads, so the other half always answer pages (issue 30)."""
+    from portal.api import longpoll
+
+    longpoll.configure_for_threads(worker.cfg.threads)

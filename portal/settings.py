@@ -87,8 +87,15 @@ SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", _secure)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", _secure)
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", _secure)
 SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", "31536000" if DEPLOYED else "0", minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "false")
+# includeSubDomains covers the names under the portal's own host name (*.plimsoll.example.com),
+# not its parent domain's, so it is on wherever HSTS is (issue 30: check --deploy's W005).
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _secure)
 SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "false")
+# HSTS preload (W021) is a one-way commitment: once browsers ship the domain in their preload list it
+# takes months to leave it, and every subdomain must serve HTTPS for good. That is the operator's
+# choice (SECURE_HSTS_PRELOAD=true, as docker/.env.example sets), so the warning is silenced until
+# they make it, and check --deploy is otherwise clean.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 
 def envheader(name: str) -> tuple[str, str] | None:
@@ -239,6 +246,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
     {"NAME": "portal.accounts.passwords.SiteWordsValidator"},
+    # Issue 30: "victimvictim" for user victim passed the similarity validator above (ratio 0.67).
+    {"NAME": "portal.accounts.passwords.MostlyUsernameValidator"},
 ]
 # Login throttling (issue 10, django-axes). Every authenticate(request=...) is counted:
 # AXES_FAILURE_LIMIT failures for one account, or PLIMSOLL_LOGIN_ADDRESS_FAILURE_LIMIT from one
@@ -293,7 +302,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "portal.api.parsers.JSONParser",  # DRF's, with a bound on nesting (issue 28)
         "rest_framework.parsers.MultiPartParser",  # data-set uploads
     ],
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.AutoSchema",
@@ -331,6 +340,15 @@ SPECTACULAR_SETTINGS = {
         "ShareLinkKindEnum": "portal.sharing.models.ShareLink.Kind",
     },
 }
+# Long-polls (GET /api/v1/runs/<code>/?wait=S) hold a web thread while they wait (issue 30): at most this
+# many per token over the whole site, and per web process half its gunicorn threads (or this many, when
+# set); a long-poll over either limit answers at once with the current state. See portal/api/longpoll.py.
+PLIMSOLL_LONG_POLLS_PER_TOKEN = envint("PLIMSOLL_LONG_POLLS_PER_TOKEN", "2", minimum=0)
+PLIMSOLL_LONG_POLLS_PER_PROCESS = (
+    envint("PLIMSOLL_LONG_POLLS_PER_PROCESS", "0", minimum=0)
+    if os.environ.get("PLIMSOLL_LONG_POLLS_PER_PROCESS")
+    else None
+)
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
@@ -351,6 +369,9 @@ if CELERY_BROKER_URL.startswith("filesystem"):
         "polling_interval": 0.2,
         "store_processed": False,
     }
+    # kombu's transport, writing each message under a temporary name and renaming it: a worker never
+    # reads a half-written message (issue 28: a JSONDecodeError crashed one). See workers/filesystem_broker.py.
+    CELERY_BROKER_TRANSPORT = "workers.filesystem_broker:Transport"
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ImproperlyConfigured(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: expected redis://… or filesystem://")
 
@@ -419,8 +440,22 @@ else:
     EMAIL_BACKEND = "portal.notifications.backends.OneFilePerMailBackend"
     EMAIL_FILE_PATH = VAR_DIR / "mail"
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Plimsoll <plimsoll@localhost>")
-# Anyone may create an account at /signup/ unless PLIMSOLL_SIGNUP=false (invitations still work then).
-PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true")
+# Anyone may create an account at /signup/ when PLIMSOLL_SIGNUP=true (invitations work either way). Off by
+# default unless DEBUG is on (issue 30: anyone could make themselves an editor of a team of their own).
+PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true" if DEBUG else "false")
+# Abuse limits (issue 30), counted in the shared cache by portal.limits: sign-ups per client address an
+# hour, password-reset mails per address an hour, invitations per team a day.
+PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR = envint("PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR", "5", minimum=1)
+PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR = envint("PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR", "3", minimum=1)
+PLIMSOLL_INVITATIONS_PER_TEAM_DAY = envint("PLIMSOLL_INVITATIONS_PER_TEAM_DAY", "30", minimum=1)
+# E-mail channels (issue 30: no open relay): an address gets mail only once confirmed through a link; mail
+# is limited per recipient and per team an hour, confirmation mails per address a day and per user an
+# hour, Send test per user an hour (portal/notifications/addresses.py).
+PLIMSOLL_MAIL_PER_RECIPIENT_HOUR = envint("PLIMSOLL_MAIL_PER_RECIPIENT_HOUR", "30", minimum=1)
+PLIMSOLL_MAIL_PER_TEAM_HOUR = envint("PLIMSOLL_MAIL_PER_TEAM_HOUR", "200", minimum=1)
+PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY = envint("PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY", "3", minimum=1)
+PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR = envint("PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR", "20", minimum=1)
+PLIMSOLL_CHANNEL_TESTS_PER_USER_HOUR = envint("PLIMSOLL_CHANNEL_TESTS_PER_USER_HOUR", "10", minimum=1)
 TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.accounts.context_processors.signup")
 PASSWORD_RESET_TIMEOUT = 3 * 3600  # a reset link is good for three hours
 
@@ -432,7 +467,10 @@ PLIMSOLL_HANDOFF_GRACE = envint("PLIMSOLL_HANDOFF_GRACE", "120", minimum=5)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # Issue 28: a 403 is one line ("Forbidden (Permission denied): /projects/new/"), not a traceback.
+    "filters": {"forbidden_one_line": {"()": "portal.log_filters.ForbiddenWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["forbidden_one_line"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 

@@ -72,8 +72,16 @@ class MailingPasswordResetForm(PasswordResetForm):
         from django.conf import settings
         from django.urls import reverse
 
+        from portal import limits
         from portal.notifications.mail import mail_enqueue
 
+        # Issue 30: 20 of 20 reset mails to one address went out. Over the limit nothing is sent, and the page
+        # says what it always says (it never tells whether an address has an account).
+        allowed, _ = limits.take(
+            f"password-reset:{to_email.strip().lower()}", settings.PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR, 3600
+        )
+        if not allowed:
+            return
         path = reverse("password_reset_confirm", kwargs={"uidb64": context["uid"], "token": context["token"]})
         mail_enqueue(
             template="password_reset",

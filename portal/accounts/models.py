@@ -82,6 +82,10 @@ class Invitation(TimeStamped):
             return "expired"
         return "pending"
 
+    def is_for(self, user) -> bool:
+        """Whether ``user``'s account has the invited address (e-mail addresses compare without case)."""
+        return bool(user.email) and user.email.strip().lower() == self.email.strip().lower()
+
 
 class ApiToken(TimeStamped):
     """A personal API token: a user's access to one team, limited by a scope and by the user's current role.

@@ -49,6 +49,10 @@ class InvitationError(Exception):
     """An invitation that cannot be used, with the sentence the invitee reads."""
 
 
+class InvitationForAnotherAddress(InvitationError):
+    """The invitation names another address than the account's: a link is bound to the address it was sent to."""
+
+
 INVITATION_REFUSALS = {
     "accepted": "This invitation has already been used. Ask the team's owner for a new one if you still need it.",
     "revoked": "This invitation was withdrawn by the team's owner.",
@@ -68,11 +72,19 @@ def invitation_create(*, team: Team, email: str, role: str, invited_by: Abstract
     """A pending invitation and its token (shown nowhere but in the mail sent after commit)."""
     from datetime import timedelta
 
+    from django.conf import settings
     from django.utils import timezone
 
+    from portal import limits
     from portal.notifications.mail import mail_enqueue
     from portal.tokens import token_new
 
+    per_day = settings.PLIMSOLL_INVITATIONS_PER_TEAM_DAY
+    allowed, wait = limits.take(f"invitations:team-{team.code}", per_day, 24 * 3600)
+    if not allowed:
+        raise limits.TooMany(
+            f"{team} has sent {per_day} invitations in the last 24 hours: try again in {limits.minutes(wait)}.", wait
+        )
     token, digest = token_new()
     invitation = Invitation.objects.create(
         team=team,
@@ -110,11 +122,18 @@ def invitation_revoke(*, invitation: Invitation) -> bool:
 def invitation_accept(*, invitation: Invitation, user: AbstractBaseUser) -> Membership:
     """``user`` joins the team with the invitation's role; the invitation is used up.
 
-    The conditional UPDATE claims the invitation, so two clicks (or two tabs) let in one
-    person once. A user already in the team keeps the higher of the two roles.
+    Only the account of the invited address may accept (issue 30: an owner's invitation forwarded,
+    or leaked, let any logged-in account in). The conditional UPDATE claims the invitation, so two
+    clicks (or two tabs) let in one person once. A user already in the team keeps the higher of the two roles.
     """
     from django.utils import timezone
 
+    if not invitation.is_for(user):
+        raise InvitationForAnotherAddress(
+            f"This invitation is for {invitation.email}, and you are logged in as {user.get_username()} with "
+            "another address. Log out and open the link again to create an account for that address, or ask "
+            "the team's owner to invite your own address."
+        )
     now = timezone.now()
     with transaction.atomic():
         claimed = Invitation.objects.filter(

@@ -12,11 +12,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_POST
 
+from portal import limits
+
 from . import selectors, services
 from .forms import InvitationForm, InvitedSignUpForm, MemberAddForm, RoleForm, SignUpForm, TokenForm
 from .models import ApiToken, Invitation, Membership, Team
 from .services import LastOwner, membership_remove, membership_set, token_create, token_revoke
-from .throttle import LOCKOUT_RECORD_DAYS, lockouts_for_owner
+from .throttle import LOCKOUT_RECORD_DAYS, client_ip, lockouts_for_owner
 
 
 def _get_team_for_owner(request, code) -> Team:
@@ -113,9 +115,13 @@ def invitation_create(request, code):
     team = _get_team_for_owner(request, code)
     form = InvitationForm(request.POST)
     if form.is_valid():
-        services.invitation_create(
-            team=team, email=form.cleaned_data["email"], role=form.cleaned_data["role"], invited_by=request.user
-        )
+        try:
+            services.invitation_create(
+                team=team, email=form.cleaned_data["email"], role=form.cleaned_data["role"], invited_by=request.user
+            )
+        except limits.TooMany as exc:
+            messages.error(request, str(exc))
+            return redirect("accounts:teams")
         days = services.INVITATION_DAYS
         messages.success(
             request, f"Invitation sent to {form.cleaned_data['email']}: the link works once, for {days} days."
@@ -163,6 +169,10 @@ def invitation(request, token):
             with transaction.atomic():
                 user = request.user if form is None else form.save()
                 membership = services.invitation_accept(invitation=invitation, user=user)
+        except services.InvitationForAnotherAddress as exc:
+            return render(
+                request, "accounts/invitation_refused.html", {"message": str(exc), "state": "another"}, status=403
+            )
         except services.InvitationError:
             invitation.refresh_from_db()
             return _invitation_refused(request, invitation)
@@ -173,6 +183,7 @@ def invitation(request, token):
     context = {"invitation": invitation, "form": form, "already": None}
     if request.user.is_authenticated:
         context["already"] = Membership.objects.filter(team=invitation.team, user=request.user).first()
+        context["for_another_address"] = not invitation.is_for(request.user)
     return render(request, "accounts/invitation.html", context, status=400 if form and form.errors else 200)
 
 
@@ -184,6 +195,17 @@ def signup(request):
         return redirect(settings.LOGIN_REDIRECT_URL)
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
+        per_hour = settings.PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR
+        allowed, wait = limits.take(f"signup:{client_ip(request)}", per_hour, 3600)
+        if not allowed:
+            form.add_error(
+                None,
+                f"{per_hour} accounts were created from your address in the last hour: "
+                f"try again in {limits.minutes(wait)}.",
+            )
+            response = render(request, "accounts/signup.html", {"form": form}, status=429)
+            response["Retry-After"] = str(round(wait))
+            return response
         user = form.save()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, f"Welcome, {user.get_username()}: {user.teams.get()} is yours.")

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from portal.common import Invalid
+from portal.limits import TooMany
 from portal.projects.services import InUse
 from portal.runs.services import EnvironmentBusy, RunError
 
@@ -68,6 +69,10 @@ def api_exception_handler(exc, context):
             _body(409, "conflict", "That was changed a moment ago (a name taken, say); read it again and retry."),
             status=status.HTTP_409_CONFLICT,
         )
+    if isinstance(exc, TooMany):  # an abuse limit (portal.limits): invitations per team, …
+        response = Response(_body(429, "throttled", str(exc)), status=status.HTTP_429_TOO_MANY_REQUESTS)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, InUse):
         return Response(_body(409, "in_use", str(exc)), status=status.HTTP_409_CONFLICT)
     if isinstance(exc, TargetRefused):

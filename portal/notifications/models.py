@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
@@ -90,3 +91,29 @@ class Delivery(models.Model):
 
     def __str__(self):
         return f"{self.channel_id} {self.key}: {self.status}"
+
+
+class MailAddress(models.Model):
+    """An address a team's e-mail channels may send to once its owner confirmed it (issue 30: no open relay).
+
+    A channel's addresses get a confirmation mail with a single-use link (a random token, stored as its
+    SHA-256, good for CONFIRM_DAYS); deliveries and tests go only to confirmed addresses.
+    """
+
+    team_path = "team"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE, related_name="mail_addresses")
+    email = models.EmailField(help_text="Lower-cased")
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    requested_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "email"], name="mail_address_unique_per_team")]
+
+    def __str__(self):
+        return f"{self.email} ({'confirmed' if self.confirmed_at else 'awaiting confirmation'})"

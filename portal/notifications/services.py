@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from portal.common import task
 
+from .addresses import addresses_request, recipients_allowed, test_allowed
 from .models import Channel, Delivery, Event
 
 log = logging.getLogger(__name__)
@@ -37,9 +38,20 @@ class ChannelError(ValueError):
 
 
 def channel_create(
-    *, project, name: str, kind: str, events: list[str], emails: str = "", url: str = "", payload_format: str = ""
+    *,
+    project,
+    name: str,
+    kind: str,
+    events: list[str],
+    emails: str = "",
+    url: str = "",
+    payload_format: str = "",
+    requested_by=None,
 ) -> Channel:
-    """A new channel; a webhook gets a fresh signing secret (the caller shows it once)."""
+    """A new channel; a webhook gets a fresh signing secret (the caller shows it once).
+
+    An e-mail channel's addresses are mailed a confirmation link (``addresses.addresses_request``).
+    """
     from portal.outbound import OutboundRefused, parse_url, site_service_refusal
 
     unknown = set(events) - set(Event.values)
@@ -63,6 +75,8 @@ def channel_create(
     else:
         raise ChannelError(f"Unknown kind of channel “{kind}”.")
     channel.save()
+    if channel.kind == Channel.Kind.EMAIL:
+        addresses_request(team=project.team, emails=channel.recipients, requested_by=requested_by)
     return channel
 
 
@@ -76,6 +90,7 @@ def channel_update(
     payload_format: str = "",
     enabled: bool = True,
     replace_secret: bool = False,
+    requested_by=None,
 ) -> Channel:
     """Edits a channel in place; its kind stays (an e-mail list does not become a webhook).
 
@@ -108,6 +123,8 @@ def channel_update(
         if replace_secret:
             channel.secret = secrets.token_urlsafe(32)
     channel.save()
+    if channel.kind == Channel.Kind.EMAIL:
+        addresses_request(team=channel.project.team, emails=channel.recipients, requested_by=requested_by)
     return channel
 
 
@@ -293,8 +310,10 @@ def notify_experiment(*, experiment_id: int) -> list[Delivery]:
     )
 
 
-def channel_test(*, channel: Channel, now: datetime | None = None) -> Delivery:
-    """The "send test" button: a delivery that says it is a test."""
+def channel_test(*, channel: Channel, now: datetime | None = None, requested_by=None) -> Delivery:
+    """The "send test" button: a delivery that says it is a test (limited per user: limits.TooMany)."""
+    if requested_by is not None:
+        test_allowed(user=requested_by)
     now = now or timezone.now()
     payload = {
         "event": "test",
@@ -374,17 +393,21 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> float 
 
 
 def _send_email(delivery: Delivery):
+    """To the channel's confirmed addresses within the mail limits (issue 30); the others are named in the log."""
     from .mail import mail_send
 
+    to, held = recipients_allowed(delivery.channel)
+    if not to:
+        return False, None, "", "Not sent: " + "; ".join(held), False
     try:
         mail_send(
             template="notification",
-            to=delivery.channel.recipients,
+            to=to,
             context={"payload": delivery.payload, "channel": delivery.channel.name},
         )
     except OSError as exc:  # SMTP down or refused: worth another try
         return False, None, "", f"{type(exc).__name__}: {exc}", True
-    return True, None, f"sent to {', '.join(delivery.channel.recipients)}", "", False
+    return True, None, f"sent to {', '.join(to)}", "; ".join(f"not sent to {h}" for h in held), False
 
 
 def webhook_body(channel: Channel, payload: dict) -> bytes:

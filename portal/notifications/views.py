@@ -1,21 +1,27 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from portal import limits
 from portal.accounts.access import get_for_user, membership_for
 from portal.projects.models import Project
 
-from . import selectors, services
+from . import addresses, selectors, services
 from .forms import ChannelEditForm, ChannelForm
 from .models import Channel
 
 
 def _page(request, project, form, status=200):
     membership = membership_for(request.user, project.team)
+    channels = list(selectors.project_channels(project=project))
+    states = addresses.address_states(channels)
+    for channel in channels:
+        channel.address_states = [(a, states.get(a.strip().lower(), False)) for a in channel.recipients]
     context = {
         "project": project,
-        "channels": selectors.project_channels(project=project),
+        "channels": channels,
         "form": form,
         "can_write": membership is not None and membership.can_write,
         "nav": "projects",
@@ -45,6 +51,7 @@ def channel_new(request, code):
                 emails=data["emails"],
                 url=data["url"],
                 payload_format=data["payload_format"],
+                requested_by=request.user,
             )
         except services.ChannelError as exc:
             form.add_error(None, str(exc))
@@ -77,6 +84,7 @@ def channel_edit(request, code):
                     payload_format=data.get("payload_format", ""),
                     enabled=data["enabled"],
                     replace_secret=data.get("replace_secret", False),
+                    requested_by=request.user,
                 )
             except services.ChannelError as exc:
                 form.add_error(None, str(exc))
@@ -96,8 +104,12 @@ def channel_edit(request, code):
 @require_POST
 def channel_test(request, code):
     channel = get_for_user(request.user, Channel.objects.select_related("project"), code=code, write=True)
-    services.channel_test(channel=channel)
-    messages.info(request, "Test sent: its outcome appears in the delivery log in a few seconds.")
+    try:
+        services.channel_test(channel=channel, requested_by=request.user)
+    except limits.TooMany as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.info(request, "Test sent: its outcome appears in the delivery log in a few seconds.")
     return redirect(channel)
 
 
@@ -109,3 +121,18 @@ def channel_delete(request, code):
     channel.delete()
     messages.success(request, "Channel deleted.")
     return redirect("notifications:project", project.code)
+
+
+@never_cache
+def address_confirm(request, token):
+    """The link of a confirmation mail: who asks, and a button (POST) that confirms; no login needed."""
+    address = addresses.address_pending(token)
+    if address is None:
+        context = {"state": "dead", "days": addresses.CONFIRM_DAYS}
+        return render(request, "notifications/address_confirm.html", context, status=410)
+    if request.method == "POST":
+        confirmed = addresses.address_confirm(token=token)
+        state = "confirmed" if confirmed else "dead"
+        context = {"state": state, "address": address, "days": addresses.CONFIRM_DAYS}
+        return render(request, "notifications/address_confirm.html", context, status=200 if confirmed else 410)
+    return render(request, "notifications/address_confirm.html", {"state": "pending", "address": address})

@@ -62,6 +62,24 @@ def test_the_deploy_check_is_clean_with_the_docker_settings(tmp_path):
     assert "System check identified no issues (0 silenced)." in result.stdout
 
 
+def test_the_deploy_check_is_clean_with_nothing_but_a_host_name_and_a_key(tmp_path):
+    """Issue 30 item 8: W005 (HSTS subdomains) and W021 (preload) were left for every operator to meet."""
+    env = _env(tmp_path, DEBUG="false", ALLOWED_HOSTS="plimsoll.example.com", SECRET_KEY=secrets.token_urlsafe(50))
+    # when
+    result = subprocess.run(
+        [PYTHON, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then: clean, with only the preload warning silenced (the operator's one-way choice)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (1 silenced)." in result.stdout
+    assert _settings(env, "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SILENCED_SYSTEM_CHECKS") == ["True", "['security.W021']"]
+
+
 def test_a_deployed_portal_is_secure_by_default(tmp_path):
     env = _env(tmp_path, DEBUG="false", ALLOWED_HOSTS="plimsoll.example.com", SECRET_KEY="x" * 60)
     assert _settings(env, *SECURE_NAMES) == ["True", "True", "True", "31536000"]

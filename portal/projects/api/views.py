@@ -9,12 +9,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from portal.accounts.models import Team
 from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
+from portal.api.parsers import JSONParser
 from portal.projects import services
 from portal.projects.forms import (
     DataSetUploadForm,

@@ -5,12 +5,13 @@ import time
 from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.accounts.models import ApiToken
+from portal.api import longpoll
 from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
 from portal.common import Invalid
@@ -182,7 +183,12 @@ class WaitSerializer(StrictSerializer):
         required=False,
         min_value=0,
         max_value=MAX_WAIT_S,
-        help_text="Seconds to wait for the run to end before answering (long-poll, at most 60)",
+        help_text=(
+            "Seconds to wait for the run to end before answering (long-poll, at most 60). Long-polls are "
+            "limited per token (2 at once by default) and per web process: over a limit the run's current "
+            "state comes back at once, with the header `X-Plimsoll-Wait: capped` and `Retry-After` (seconds "
+            "to wait before asking again)."
+        ),
     )
 
     def to_internal_value(self, data):
@@ -214,8 +220,26 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
     ),
     retrieve=extend_schema(
         summary="A run: status, verdict, thresholds and summary; ?wait=S long-polls until it ends",
-        parameters=[WaitSerializer],
-        responses={200: RunDetailSerializer, **error_responses(400, 404)},
+        parameters=[
+            WaitSerializer,
+            OpenApiParameter(
+                "X-Plimsoll-Wait",
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description="`capped`: the long-poll was not held (over the token's or the process's limit)",
+            ),
+        ],
+        responses={
+            200: OpenApiResponse(
+                RunDetailSerializer,
+                description=(
+                    "The run. With ?wait=S, once it ended or after S seconds; at once, with the header "
+                    "`X-Plimsoll-Wait: capped`, when the token or the web process has no long-poll to spare."
+                ),
+            ),
+            **error_responses(400, 404),
+        },
     ),
 )
 class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
@@ -257,11 +281,25 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         params = WaitSerializer(data=request.query_params)
         params.is_valid(raise_exception=True)
         run = self.get_object()
-        deadline = time.monotonic() + params.validated_data.get("wait", 0)
-        # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
-        while run.is_active and time.monotonic() < deadline:
-            time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
-            run.refresh_from_db()
+        wait = params.validated_data.get("wait", 0)
+        if not (wait and run.is_active):
+            return Response(self.get_serializer(run).data)
+        token = request_token(request)
+        slot = longpoll.acquire(f"token-{token.pk}" if token else f"user-{request.user.pk}", wait)
+        if slot is None:
+            # Every long-poll slot of this process or of this token is taken: the current state, at once.
+            response = Response(self.get_serializer(run).data)
+            response["X-Plimsoll-Wait"] = "capped"
+            response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
+            return response
+        deadline = time.monotonic() + wait
+        try:
+            # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
+            while run.is_active and time.monotonic() < deadline:
+                time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+                run.refresh_from_db()
+        finally:
+            slot.release()
         return Response(self.get_serializer(run).data)
 
     @extend_schema(

@@ -18,6 +18,10 @@ pytestmark = pytest.mark.django_db
         ("plimsoll2024", "too close to “plimsoll”"),
         ("password", "too common"),
         ("v1ct", "too short"),
+        # Issue 30 item 8: a repeated username passed the similarity ratio (0.67 < 0.7).
+        ("victimvictim", "mostly your username"),
+        ("VICTIM-victim-1", "mostly your username"),
+        ("victim.victim@", "mostly your username"),
     ],
 )
 def test_weak_passwords_are_refused(password, message):
@@ -42,3 +46,20 @@ def test_the_set_password_form_shows_the_reason():
     # then
     assert not form.is_valid()
     assert "The password is too similar to the username." in form.errors["new_password2"]
+
+
+def test_the_sign_up_page_refuses_the_username_twice(client, settings):
+    settings.PLIMSOLL_SIGNUP = True
+    # when: victim signs up with their name twice as the password
+    response = client.post(
+        "/signup/",
+        {"username": "victim", "email": "v@example.test", "password1": "victimvictim", "password2": "victimvictim"},
+    )
+    # then: the form says why, and no account exists
+    assert response.status_code == 400
+    assert "The password is mostly your username" in response.content.decode()
+    assert not User.objects.filter(username="victim").exists()
+
+
+def test_a_password_that_contains_the_username_among_words_of_its_own_passes():
+    validate_password("victim of a strong passphrase", User(username="victim"))

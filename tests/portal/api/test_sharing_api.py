@@ -249,7 +249,7 @@ def test_owners_list_invitations_and_their_states(persona, request, team, alice,
 
     pending, _ = invitation_create(team=team, email="p@example.com", role="editor", invited_by=alice)
     used, _ = invitation_create(team=team, email="u@example.com", role="viewer", invited_by=alice)
-    invitation_accept(invitation=used, user=django_user_model.objects.create_user("erin"))
+    invitation_accept(invitation=used, user=django_user_model.objects.create_user("erin", email="u@example.com"))
 
     response = persona.get(f"/api/v1/teams/{team.code}/invitations/")
 
@@ -286,7 +286,7 @@ def test_revoking_a_used_invitation_is_a_409_and_unknown_ids_are_404(team, alice
     from portal.accounts.services import invitation_create
 
     invitation, _ = invitation_create(team=team, email="p@example.com", role="editor", invited_by=alice)
-    invitation_accept(invitation=invitation, user=django_user_model.objects.create_user("erin"))
+    invitation_accept(invitation=invitation, user=django_user_model.objects.create_user("erin", email="p@example.com"))
     client = session(alice)
 
     assert client.delete(f"/api/v1/teams/{team.code}/invitations/{invitation.pk}/").status_code == 409

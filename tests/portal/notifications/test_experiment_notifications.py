@@ -16,6 +16,8 @@ from portal.history.services import experiment_advance, experiment_stop
 from portal.notifications import services
 from portal.notifications.models import Delivery
 
+from .addresses import confirm_addresses
+
 pytestmark = pytest.mark.django_db
 
 
@@ -82,6 +84,7 @@ def test_the_mail_says_what_the_experiment_found(last_trials_running, smtp, eage
         events=["experiment_finished"],
         emails="dba@x.test",
     )
+    confirm_addresses(last_trials_running.project.team, "dba@x.test")
 
     with django_capture_on_commit_callbacks(execute=True):
         experiment_advance(last_trials_running.id)

@@ -15,6 +15,8 @@ from portal.schedules.models import RunVerdict, ScheduleFire
 from portal.schedules.services import schedules_tick
 from tests.processes import free_port
 
+from .addresses import confirm_addresses
+
 pytestmark = pytest.mark.django_db
 ALL_EVENTS = ["run_finished", "thresholds_failed", "run_error", "regression", "degradation", "schedule_skipped"]
 
@@ -118,6 +120,7 @@ def nightly_run(plan):
 
 def test_email_through_a_real_smtp_server(smtp, project, regressed_run):
     services.channel_create(project=project, name="Team", kind="email", events=["regression"], emails="ops@x.test")
+    confirm_addresses(project.team, "ops@x.test")  # only confirmed addresses get mail (test_mail_addresses.py)
     (delivery,) = services.notify_run(run_id=regressed_run.id)
     assert services.delivery_attempt(delivery_id=delivery.id) is None
 
@@ -211,6 +214,7 @@ def test_a_skipped_fire_is_notified(project, nightly, plan, alice, smtp, django_
     channel = services.channel_create(
         project=project, name="Night", kind="email", events=["schedule_skipped"], emails="n@x.test"
     )
+    confirm_addresses(project.team, "n@x.test")
     run_create(plan=plan, user=alice)  # holds the environment all night
     schedules_tick(now=utc(2026, 5, 1, 2, 0, 5))
     schedules_tick(now=utc(2026, 5, 1, 2, 0, 5) + timedelta(minutes=31))
