@@ -7,7 +7,8 @@ Only the standard library, so a CI job needs nothing but Python 3 and this file:
 
 Exit codes: 0 passed (or done: a capacity search that found its capacity), 1 thresholds failed,
 2 error, partial, cancelled (or the API refused), 3 timed out, 4 could not tell (Plimsoll stayed
-unreachable, or answered 5xx, for more than OUTAGE_S while the run was being waited for).
+unreachable, or answered 5xx, for more than OUTAGE_S while the run was being waited for), 5 incomplete
+(the run achieved materially less load than planned, so it was not judged: run it again).
 """
 
 import argparse
@@ -18,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 
-PASSED, FAILED, ERROR, TIMED_OUT, COULD_NOT_TELL = 0, 1, 2, 3, 4
+PASSED, FAILED, ERROR, TIMED_OUT, COULD_NOT_TELL, INCOMPLETE = 0, 1, 2, 3, 4, 5
 # The server holds each call this long at most while the run goes on (its long-poll limit is 60 s).
 POLL_S = 30
 # While waiting, a portal that is unreachable or answers 5xx (its database or broker restarting)
@@ -66,6 +67,8 @@ def outcome(run: dict) -> int:
         return PASSED
     if run["status"] == "failed":
         return FAILED
+    if run["status"] == "incomplete":
+        return INCOMPLETE
     return ERROR
 
 

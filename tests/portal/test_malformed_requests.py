@@ -76,7 +76,7 @@ def world(alice, bob, charlie, plan, monkeypatch, settings):
     from portal.schedules.services import schedule_save
     from portal.sharing.services import share_create
 
-    monkeypatch.setattr(run_services, "_enqueue_start", lambda run_id: None)  # no broker in this test
+    monkeypatch.setattr(run_services.lifecycle, "_enqueue_start", lambda run_id: None)  # no broker in this test
     # The API's rate limit (600/min) would answer the walk 429 and hide what it looks for.
     monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": None})
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.django_db
 def enqueued(monkeypatch):
     """Run ids handed to Celery (no worker here: the tests end the runs themselves)."""
     ids = []
-    monkeypatch.setattr(run_services, "_enqueue_start", ids.append)
+    monkeypatch.setattr(run_services.lifecycle, "_enqueue_start", ids.append)
     return ids
 
 
