@@ -36,6 +36,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers, one SQL server",
             "metrics_interval_s": 5,
+            "generator_pool": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -339,6 +340,7 @@ DOCUMENTS = {
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
             "metrics_interval_s": 5,
+            "generator_pool": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -360,6 +362,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
+            "generator_pool": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -382,6 +385,7 @@ DOCUMENTS = {
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
             "metrics_interval_s": 5,
+            "generator_pool": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -408,6 +412,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
+            "generator_pool": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [

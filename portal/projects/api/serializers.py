@@ -49,6 +49,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "base_url",
             "description",
             "metrics_interval_s",
+            "generator_pool",
             "configuration",
             "servers",
         )

@@ -50,7 +50,10 @@ class ShardLoadSerializer(serializers.Serializer):
     late_s = serializers.FloatField(allow_null=True, help_text="How long after the common start it began")
     ran_s = serializers.IntegerField(help_text="Seconds it recorded")
     status = serializers.CharField()
-    worker = serializers.CharField()
+    worker = serializers.CharField(help_text="host:pid of the process that ran it")
+    node = serializers.CharField(required=False, help_text="The Celery node (worker) that ran it")
+    pool = serializers.CharField(required=False, help_text="The generator pool ('' the default pool)")
+    labels = serializers.DictField(child=serializers.CharField(), required=False, help_text="The worker's labels")
     spans = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
 
 

@@ -272,9 +272,14 @@ def _waiting_runs() -> list[Waiting]:
     waiting = []
     for run_id, team_id, created_at, snapshot, pool in rows:
         from workers.engine.plan import Plan as EnginePlan
+        from workers.engine.plan import PlanError
         from workers.engine.schedule import total_duration
 
-        profile = EnginePlan.from_dict(snapshot).profile
+        try:
+            profile = EnginePlan.from_dict(snapshot).profile
+        except PlanError:  # a snapshot the engine cannot read can never start: run_start ends it in error
+            log.warning("run %s: its plan snapshot cannot be read; left out of the queue", run_id)
+            continue
         waiting.append(
             Waiting(
                 run_id,

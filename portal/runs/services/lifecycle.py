@@ -87,7 +87,8 @@ def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
         visible = busy.project.team.memberships.filter(user=user).exists() if user is not None else False
         raise TargetBusy(busy, _target_origin(snapshot["base_url"]), visible=visible)
     # Admission (issue 25): a run that can never fit the pool, or is over its team's limits, is refused at once.
-    if refusal := admission_refusal(snapshot=snapshot, pool="", team_id=plan.project.team_id):
+    pool = environment.generator_pool
+    if refusal := admission_refusal(snapshot=snapshot, pool=pool, team_id=plan.project.team_id):
         raise RunError(refusal)
     project = type(plan.project).objects.select_for_update().get(pk=plan.project_id)
     number = (project.runs.aggregate(n=Max("number"))["n"] or 0) + 1
@@ -107,6 +108,7 @@ def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
         created_by=user,
         api_token=token,
         api_token_label=token_label(token),
+        pool=pool,
     )
     transaction.on_commit(lambda: _enqueue_start(run.id))
     return run

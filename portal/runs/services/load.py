@@ -19,7 +19,7 @@ from django.db import connection
 
 from workers.engine.schedule import arrival_count, arrival_time, arrivals_until, kind_of, shard_user_ids, user_windows
 
-from ..models import RunShard, ShardInterval
+from ..models import GeneratorWorker, RunShard, ShardInterval
 
 Spans = list[tuple[int, int]]
 
@@ -86,6 +86,9 @@ def run_load(run, shards: list[RunShard]) -> dict:
     unit = "iterations" if kind_of(profile) == "arrival_rate" else "user-seconds"
     below = settings.PLIMSOLL_INCOMPLETE_BELOW_PCT
     spans = covered_spans(run.id)
+    # Which worker (Celery node), pool and labels ran each shard, for the report (issue 25).
+    nodes = {s.worker_node for s in shards if s.worker_node}
+    labels = dict(GeneratorWorker.objects.filter(node__in=nodes).values_list("node", "labels")) if nodes else {}
     rows, notes = [], []
     for shard in shards:
         mine = spans.get(shard.shard_no, [])
@@ -104,6 +107,9 @@ def run_load(run, shards: list[RunShard]) -> dict:
                 "ran_s": ran_s,
                 "status": shard.status,
                 "worker": shard.worker,
+                "node": shard.worker_node,
+                "pool": run.pool,
+                "labels": labels.get(shard.worker_node, {}),
                 "spans": [list(s) for s in mine[:20]],
             }
         )

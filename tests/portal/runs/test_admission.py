@@ -24,8 +24,9 @@ def no_broker(monkeypatch, settings):
     sent = []
     monkeypatch.setattr(services.lifecycle, "_enqueue_start", lambda run_id: None)
     monkeypatch.setattr(
-        services.lifecycle, "task", lambda name: type("T", (), {"apply_async": lambda *a, **k: sent.append(a)})()
+        services.lifecycle, "task", lambda name: type("T", (), {"apply_async": lambda *a, **k: sent.append((a, k))})()
     )
+    monkeypatch.setattr(services.lifecycle, "_metrics_start", lambda run_id: None)
     settings.PLIMSOLL_SHARD_MAX_USERS = 10
     return sent
 
@@ -271,3 +272,57 @@ def test_a_team_sees_its_usage_and_queue_and_no_other_teams(team, test_case, ali
     assert "Waiting for capacity</strong>: position 1 of 1" in run_page
     assert api["queue"]["position"] == 1 and api["queue"]["free"] == 0 and api["queue"]["slots"] == 1
     assert waiting.plan_name not in other and team.name not in other
+
+
+def test_an_environment_that_requires_a_pool_runs_only_on_its_workers(
+    team, test_case, alice, django_capture_on_commit_callbacks, no_broker
+):
+    plan = make_plan(team, test_case)
+    Environment.objects.filter(id=plan.environment_id).update(generator_pool="private")
+    plan.refresh_from_db()
+    worker("public@h", slots=4)
+
+    # no worker of the pool: refused at once, with what to do
+    with pytest.raises(services.RunError) as refused:
+        services.run_create(plan=plan, user=alice)
+    assert str(refused.value) == (
+        "No worker of pool “private” is running, so the run cannot start: ask an operator to start one."
+    )
+
+    # a worker of the pool registers: the run is admitted onto its slot, and its shard goes to its queue
+    worker("private@h", slots=1, labels={"pool": "private", "zone": "eu"}, queues=["engine.private"])
+    run = services.run_create(plan=plan, user=alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.admit() == [run.id]
+    assert run.pool == "private"
+    assert [call[1]["queue"] for call in no_broker] == ["engine.private"]
+
+
+def test_the_environment_form_sets_a_pool_and_refuses_a_bad_name(alice_client, environment):
+    from django.urls import reverse
+
+    from tests.portal.projects.data import environment_data
+
+    url = reverse("projects:environment-edit", args=[environment.code])
+    data = environment_data(name=environment.name, base_url=environment.base_url)
+
+    bad = alice_client.post(url, {**data, "generator_pool": "eu west!"})
+    alice_client.post(url, {**data, "generator_pool": "private"})
+
+    assert bad.status_code == 200 and "letters, numbers, underscores or hyphens" in bad.content.decode()
+    environment.refresh_from_db()
+    assert environment.generator_pool == "private"
+
+
+def test_the_api_sets_an_environments_pool_and_refuses_a_bad_name(alice, environment):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(alice)
+    url = f"/api/v1/environments/{environment.code}/"
+
+    bad = client.patch(url, {"generator_pool": "eu west!"}, format="json")
+    good = client.patch(url, {"generator_pool": "private"}, format="json")
+
+    assert bad.status_code == 400 and "generator_pool" in str(bad.json())
+    assert good.status_code == 200 and good.json()["generator_pool"] == "private"
