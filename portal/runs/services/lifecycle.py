@@ -262,8 +262,6 @@ def _finalize_compute(run_id: int) -> None:
     lost = [s for s in shards if s.status in ended_early and (s.claimed_at or s.handoffs)]
     has_data = summary["whole_run"]["pages"] > 0
     load = run_load(run, shards)
-    if not load["complete"]:
-        problems.insert(0, f"Incomplete: it {load['sentence']}.")
     if run.cancel_requested:
         status = Status.CANCELLED
     elif lost and not has_data:
@@ -280,6 +278,8 @@ def _finalize_compute(run_id: int) -> None:
         status = Status.FAILED
     else:
         status = Status.PASSED
+    if not load["complete"] and status in (Status.INCOMPLETE, Status.PARTIAL):
+        problems.insert(0, f"Incomplete: it {load['sentence']}.")
     with transaction.atomic():
         if not Run.objects.select_for_update().filter(id=run_id, status=Status.FINISHING).exists():
             return

@@ -326,3 +326,24 @@ def test_the_api_sets_an_environments_pool_and_refuses_a_bad_name(alice, environ
 
     assert bad.status_code == 400 and "generator_pool" in str(bad.json())
     assert good.status_code == 200 and good.json()["generator_pool"] == "private"
+
+
+def test_runs_waiting_through_a_broker_restart_are_admitted_once(team, test_case, alice, watched):
+    # given: two waiting runs whose start messages were lost with the broker (no task ever arrives)
+    runs = [services.run_create(plan=make_plan(team, test_case, users=20), user=alice) for _ in range(2)]
+    worker(slots=4)
+
+    # when: the watchdog passes (no admission message needed: waiting is a state in the database)
+    services.watchdog()
+    assert [status(r) for r in runs] == [Run.Status.STARTING] * 2
+    # and passes again, with a duplicate admission pass, as a repeated message would run it
+    services.admit()
+    services.watchdog()
+
+    # then: both started, each once: two shards each, one admission time
+    for run in runs:
+        run.refresh_from_db()
+        assert run.status == Run.Status.STARTING and run.shards.count() == 2
+    admitted = [Run.objects.get(id=r.id).admitted_at for r in runs]
+    services.admit()
+    assert [Run.objects.get(id=r.id).admitted_at for r in runs] == admitted
