@@ -3,7 +3,8 @@
 ``python -m bench store [--lengths 900,3600]`` benchmarks the results store instead (bench/store.py),
 ``python -m bench runs-list [--sizes 1000,10000]`` the runs list (bench/run_list.py) and
 ``python -m bench drilldown [--lengths 3600,43200]`` the drill-down data (bench/drilldown.py) and
-``python -m bench verdicts [--nights 400]`` the verdicts' false alarms and detection (bench/verdicts.py).
+``python -m bench verdicts [--nights 400]`` the verdicts' false alarms and detection (bench/verdicts.py) and
+``python -m bench admission`` the admission scheduler (bench/admission.py).
 
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
 bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
@@ -97,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import drilldown
 
         return drilldown.main(given[1:])
+    if given[:1] == ["admission"]:  # the admission scheduler (issue 25): no nginx, no load
+        from . import admission
+
+        return admission.main(given[1:])
     if given[:1] == ["store"]:  # the results store (issue 9): no nginx, no load, its own options
         from . import store
 

@@ -17,7 +17,8 @@ Exit codes (docs/ci.md):
   5  Plimsoll unreachable, or it refused the request (token, plan, a busy environment, bad labels)
   6  regressed against the plan's baseline (with --fail-on regression)
   7  degradation found in the soak (with --fail-on degradation)
-  8  incomplete: materially less load than planned (with --fail-on incomplete)
+  8  incomplete: materially less load than planned, so the run was not judged (always; naming it in
+     --fail-on is accepted)
   130, 143  interrupted (SIGINT, SIGTERM): the client stopped the run it started
 When several apply, the first in this order wins: 2, 1, 6, 7, 8.
 """
@@ -244,14 +245,15 @@ def outcome(run: dict, fail_on: set[str] = frozenset()) -> int:
     status, verdict = run["status"], run.get("baseline_verdict") or {}
     if status not in ("passed", "done", "finished", "failed", "incomplete"):
         return ERROR
-    if status == "failed" or (status == "incomplete" and run.get("verdict") == "failed"):
+    if status == "incomplete":
+        # Never a verdict on load that did not run (issue 25): its own code, whatever --fail-on says.
+        return INCOMPLETE
+    if status == "failed":
         return FAILED
     if "regression" in fail_on and verdict.get("verdict") == "regressed":
         return REGRESSION
     if "degradation" in fail_on and degraded(run):
         return DEGRADATION
-    if "incomplete" in fail_on and status == "incomplete":
-        return INCOMPLETE
     return PASSED
 
 

@@ -412,6 +412,22 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"PLIMSOLL_ALLOWED_TARGETS: {exc}") from None
 # Users one shard (one Celery task) simulates; a larger run is split across workers.
 PLIMSOLL_SHARD_MAX_USERS = envint("PLIMSOLL_SHARD_MAX_USERS", "500", minimum=1)
+# Admission (issue 25, docs/capacity.md): workers register their engine slots and labels every
+# PLIMSOLL_WORKER_HEARTBEAT s; a worker silent for PLIMSOLL_WORKER_TTL s is dead and its slots no longer count.
+PLIMSOLL_WORKER_HEARTBEAT = envint("PLIMSOLL_WORKER_HEARTBEAT", "5", minimum=1)
+PLIMSOLL_WORKER_TTL = envint("PLIMSOLL_WORKER_TTL", "15", minimum=2)
+# This worker's labels, "zone=eu-west,pool=private" (its pool is the queue it consumes: engine.<pool>).
+PLIMSOLL_WORKER_LABELS = os.environ.get("PLIMSOLL_WORKER_LABELS", "")
+# Shards this worker runs at once; 0: its Celery concurrency.
+PLIMSOLL_WORKER_SLOTS = envint("PLIMSOLL_WORKER_SLOTS", "0", minimum=0)
+# Per-team limits (0: none): runs active at once (waiting runs do not count), peak users of one run,
+# and user-hours run per calendar month (UTC). A team's own limits in the admin (TeamQuota) override these.
+PLIMSOLL_TEAM_MAX_RUNS = envint("PLIMSOLL_TEAM_MAX_RUNS", "0", minimum=0)
+PLIMSOLL_TEAM_MAX_USERS = envint("PLIMSOLL_TEAM_MAX_USERS", "0", minimum=0)
+PLIMSOLL_TEAM_MAX_USER_HOURS = envint("PLIMSOLL_TEAM_MAX_USER_HOURS", "0", minimum=0)
+# A run (or one of its shards) that achieved less than this % of its planned load (user-seconds,
+# iterations for arrival rates) is incomplete: never passed, out of baselines (portal/runs/services/load.py).
+PLIMSOLL_INCOMPLETE_BELOW_PCT = envint("PLIMSOLL_INCOMPLETE_BELOW_PCT", "95", minimum=1)
 # Seconds between enqueueing a run's shards and their common start, so all workers start together.
 PLIMSOLL_START_DELAY = envint("PLIMSOLL_START_DELAY", "2", minimum=0)
 # A shard silent this long is lost (its worker died); the run ends as partial.

@@ -1,8 +1,12 @@
 """The Celery app: run with ``celery -A workers.celery worker`` / ``beat``.
 
-Two queues (one per workload): ``engine`` for shards, which hold a worker slot for the
-whole run, and ``default`` for short bookkeeping (starting a run, the watchdog), so a
-long soak never delays the start of another run.
+Two kinds of queue, served by separate worker processes (Procfile, docker/compose.yml):
+``engine`` (and ``engine.<pool>`` for a generator pool) for shards, which hold a worker slot
+for the whole run, and ``default``, the bookkeeping queue (admission, the watchdog, schedule
+ticks, verdicts, notifications, imports), which shards can never occupy: a 72 h soak never
+delays a watchdog pass or another run's start. A worker on an engine queue registers its
+slots and labels with a heartbeat (``portal.runs.services.admission``), and admission starts a
+run only when all its shards have a slot.
 """
 
 import logging
@@ -11,7 +15,7 @@ import threading
 
 from celery import Celery
 from celery.apps.worker import Worker as CeleryWorker
-from celery.signals import worker_shutting_down
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 from kombu.utils.objects import cached_property
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -56,7 +60,14 @@ app.conf.update(
         "watchdog": {
             "task": "workers.tasks.watchdog_task",
             "schedule": 10.0,
-            # A beat that piles up while no worker runs is useless: expire it.
+            # A beat that piles up while no worker runs is useless: expire it. Shards never occupy
+            # the bookkeeping queue's workers, so a tick expires only when no such worker runs at all.
+            "options": {"expires": 10.0},
+        },
+        # Issue 25: waiting runs are admitted on this tick too (and at once when a slot frees or a run is created).
+        "admission": {
+            "task": "workers.tasks.admit_task",
+            "schedule": float(os.environ.get("PLIMSOLL_ADMISSION_TICK", "2")),
             "options": {"expires": 10.0},
         },
         # Issue 18: uploaded HAR files of abandoned import previews are deleted.
@@ -108,3 +119,61 @@ def _ask_to_hand_over(node: str, why: str) -> None:
             connection.close()
 
     threading.Thread(target=ask, name="plimsoll-handoff", daemon=True).start()
+
+
+# -- the generator registry (issue 25) ------------------------------------------------------------
+
+_registry_stop = threading.Event()
+
+
+@worker_ready.connect
+def _register(sender, **kwargs) -> None:
+    """A worker on an engine queue registers its slots, labels and queues, then refreshes them every
+    PLIMSOLL_WORKER_HEARTBEAT seconds from a thread of its main process (busy pool processes cannot)."""
+    queues = [q.name for q in sender.task_consumer.queues] if sender.task_consumer else []
+    if not any(q.startswith("engine") for q in queues):
+        return  # a bookkeeping worker runs no shards
+    from django.conf import settings
+
+    from portal.runs.services.admission import parse_labels
+
+    labels = parse_labels(settings.PLIMSOLL_WORKER_LABELS)
+    pool = labels.get("pool")
+    if pool and f"engine.{pool}" not in queues:
+        logger.warning("labels say pool=%s but the worker does not consume engine.%s: -Q engine.%s", pool, pool, pool)
+    slots = settings.PLIMSOLL_WORKER_SLOTS or sender.controller.concurrency
+    node = sender.hostname
+    threading.Thread(
+        target=_heartbeat, args=(node, slots, labels, queues), name="plimsoll-registry", daemon=True
+    ).start()
+
+
+def _heartbeat(node: str, slots: int, labels: dict, queues: list[str]) -> None:
+    import socket
+
+    from django.conf import settings
+    from django.db import connection
+
+    from portal.runs.services.admission import admit, worker_heartbeat
+
+    while not _registry_stop.is_set():
+        try:
+            if worker_heartbeat(node=node, host=socket.gethostname(), slots=slots, labels=labels, queues=queues):
+                admit()  # new slots: waiting runs may start now
+        except Exception:
+            logger.exception("could not register this worker's slots; retrying")
+            connection.close()
+        _registry_stop.wait(settings.PLIMSOLL_WORKER_HEARTBEAT)
+    connection.close()
+
+
+@worker_shutdown.connect
+def _unregister(sender, **kwargs) -> None:
+    """Its slots stop counting at once (a worker killed outright stops counting after PLIMSOLL_WORKER_TTL)."""
+    _registry_stop.set()
+    try:
+        from portal.runs.services.admission import worker_gone
+
+        worker_gone(node=sender.hostname)
+    except Exception:
+        logger.exception("could not unregister this worker")

@@ -6,11 +6,21 @@ Each is safe to run twice: the services change a row only from the status they e
 from celery import shared_task
 
 
+# A run is started by an admission pass once all its shards can start together (issue 25); the id is
+# kept so that messages sent before admission existed are still understood.
 @shared_task(ignore_result=True)
 def start_run_task(run_id: int) -> None:
-    from portal.runs.services import run_start
+    from portal.runs.services import admit
 
-    run_start(run_id)
+    admit()
+
+
+# One admission pass (a run created or stopped, a worker registered, the beat's tick); safe to run twice.
+@shared_task(ignore_result=True)
+def admit_task() -> None:
+    from portal.runs.services import admit
+
+    admit()
 
 
 # acks_late: a shard whose worker died before it claimed the shard is delivered again;

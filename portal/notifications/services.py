@@ -141,7 +141,7 @@ def run_events(run, verdict=None) -> list[str]:
     events = [Event.RUN_FINISHED]
     if run.status == "failed":
         events.append(Event.THRESHOLDS_FAILED)
-    if run.status in ("error", "partial"):
+    if run.status in ("error", "partial", "incomplete"):
         events.append(Event.RUN_ERROR)
     degradation = (run.summary or {}).get("degradation") or {}
     if degradation.get("onset_s") is not None:
@@ -171,6 +171,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "error_rate_pct": totals.get("error_rate_pct"),
             # A soak's degradation in words ("Throughput fell 58 % … at 6 min 10 s"), when one was found.
             "degradation": degradation.get("sentence") if degradation.get("degraded") else None,
+            # Planned against achieved load ("ran 20 of 100 users for 30 s: …"), when it fell short (issue 25).
+            "load": run.load_sentence if run.load and not run.load.get("complete") else None,
         },
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,

@@ -10,7 +10,7 @@ import re
 
 from django import forms
 from django.conf import settings
-from django.core.validators import MaxValueValidator
+from django.core.validators import MaxValueValidator, validate_slug
 from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
@@ -313,7 +313,7 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s"]
+        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s", "generator_pool"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3}), "config_url": forms.URLInput()}
 
     def __init__(self, *args, **kwargs):
@@ -336,6 +336,13 @@ class EnvironmentForm(ProjectScopedForm):
             raise forms.ValidationError(messages)
         return url
 
+    def clean_generator_pool(self):
+        # The pool names a Celery queue (engine.<pool>): letters, digits, - and _ only.
+        pool = self.cleaned_data.get("generator_pool", "").strip()
+        if pool:
+            validate_slug(pool)
+        return pool
+
     def clean_metrics_interval_s(self):
         # Optional in the form (older clients and the API post none): empty keeps the current value.
         value = self.cleaned_data.get("metrics_interval_s")
@@ -347,7 +354,10 @@ class EnvironmentForm(ProjectScopedForm):
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
-        values = {k: data[k] for k in ("name", "base_url", "config_url", "description", "metrics_interval_s")}
+        values = {
+            k: data[k]
+            for k in ("name", "base_url", "config_url", "description", "metrics_interval_s", "generator_pool")
+        }
         if "configuration_text" in self.fields:
             values["configuration"] = data["configuration_text"]
         return values

@@ -69,6 +69,14 @@ class Environment(TimeStamped):
         validators=[MinValueValidator(1), MaxValueValidator(300)],
         help_text="How often Plimsoll reads each server's metrics endpoint while a run is active.",
     )
+    # Issue 25: the generator pool whose workers load this environment (workers on engine.<pool>); "": the default.
+    generator_pool = models.CharField(
+        "generator pool",
+        max_length=60,
+        blank=True,
+        default="",
+        help_text="Run on the workers of this pool only (PLIMSOLL_WORKER_LABELS pool=…); empty: the default pool.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -101,6 +101,7 @@ def environment_save(
     configuration: list[dict] | None = None,
     servers: list[ServerSpec] | None = None,
     config_url: str | None = None,
+    generator_pool: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -137,6 +138,11 @@ def environment_save(
         env.config_url = config_url
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
+    if generator_pool is not None:  # issue 25: the pool names a Celery queue (engine.<pool>)
+        generator_pool = generator_pool.strip()
+        if generator_pool and not re.fullmatch(r"[-a-zA-Z0-9_]+", generator_pool):
+            errors["generator_pool"] = ["A pool's name has letters, numbers, underscores or hyphens only."]
+        env.generator_pool = generator_pool
     if environment is None:
         env.configuration = [
             {"key": str(i["key"]).strip(), "value": str(i.get("value", ""))} for i in configuration or []

@@ -32,6 +32,9 @@ class Run(TimeStamped):
         DONE = "done", "Done"
         CANCELLED = "cancelled", "Cancelled"
         PARTIAL = "partial", "Partial"
+        # Achieved materially less load than planned (a shard late, never started or lost):
+        # never judged on its thresholds (portal.runs.services.load states the rule).
+        INCOMPLETE = "incomplete", "Incomplete"
         ERROR = "error", "Error"
 
     ACTIVE = (Status.QUEUED, Status.STARTING, Status.RUNNING, Status.CANCELLING, Status.FINISHING)
@@ -42,6 +45,7 @@ class Run(TimeStamped):
         Status.DONE,
         Status.CANCELLED,
         Status.PARTIAL,
+        Status.INCOMPLETE,
         Status.ERROR,
     )
 
@@ -63,7 +67,7 @@ class Run(TimeStamped):
     api_token_label = models.CharField(
         max_length=120, blank=True, help_text="The API token that started the run: its name and prefix"
     )
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     error_message = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
     shard_count = models.PositiveIntegerField(default=0)
@@ -96,6 +100,13 @@ class Run(TimeStamped):
     # left in *finishing* a bounded number of times (services.finalize_stuck).
     finishing_at = models.DateTimeField(null=True, blank=True)
     finalize_attempts = models.PositiveSmallIntegerField(default=0)
+    # Planned against achieved load, per shard and in total, written at finalize
+    # (portal.runs.services.load.run_load): an incomplete run's reason, the report's shard table.
+    load = models.JSONField(null=True, blank=True)
+    # Admission (issue 25): the generator pool its shards need ("" the default pool: workers on the
+    # ``engine`` queue), when it was admitted (all its shards could start together), and why it waits.
+    pool = models.CharField(max_length=60, blank=True, default="")
+    admitted_at = models.DateTimeField(null=True, blank=True)
 
     class Kind(models.TextChoices):
         NATIVE = "native", "Run by Plimsoll"
@@ -214,6 +225,8 @@ class Run(TimeStamped):
                 reasons.append("a shard was interrupted: its worker stopped and no worker took over")
             else:
                 reasons.append("a shard was lost")
+        elif self.status == self.Status.INCOMPLETE:
+            reasons.append(f"it is incomplete: it {self.load_sentence or 'ran less load than planned'}")
         elif self.status == self.Status.ERROR:
             reasons.append("it ended in error")
         saturated = ((self.summary or {}).get("generator") or {}).get("saturated")
@@ -222,6 +235,14 @@ class Run(TimeStamped):
         if not self.summary and self.status != self.Status.ERROR:
             reasons.append("it has no summary")
         return reasons
+
+    @property
+    def load_sentence(self) -> str:
+        """``ran 20 of 100 users for 30 s: …``, or "" when the run has no load record (or it was not loaded:
+        a journey's points read only a few fields, and must not query once per run)."""
+        if "load" in self.get_deferred_fields():
+            return ""
+        return (self.load or {}).get("sentence", "")
 
     @property
     def counts(self) -> bool:
@@ -306,6 +327,8 @@ class RunShard(models.Model):
     resume_second = models.PositiveIntegerField(default=0)
     released_at = models.DateTimeField(null=True, blank=True)
     handoffs = models.JSONField(default=list, blank=True)
+    # The watchdog sent its task once more (its first message was lost): never a second time (issue 25).
+    resent = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["shard_no"]
@@ -313,6 +336,59 @@ class RunShard(models.Model):
 
     def __str__(self):
         return f"shard {self.shard_no} of run {self.run_id}"
+
+
+class GeneratorWorker(models.Model):
+    """A Celery worker that runs shards, as it registered itself: its slots, labels and queues (issue 25).
+
+    Each worker writes its row when it is ready and every PLIMSOLL_WORKER_HEARTBEAT seconds
+    after (a thread of its main process), and deletes it on shutdown; a row whose heartbeat is
+    older than PLIMSOLL_WORKER_TTL is a dead worker and its slots no longer count. Admission
+    counts the pool's slots from these rows (Celery's own inspection is slow under load).
+    """
+
+    node = models.CharField(max_length=200, unique=True, help_text="the Celery node name, name@host")
+    host = models.CharField(max_length=200, blank=True)
+    slots = models.PositiveIntegerField(help_text="shards it runs at once (its concurrency)")
+    labels = models.JSONField(default=dict, blank=True, help_text='e.g. {"zone": "eu-west", "pool": "private"}')
+    queues = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["node"]
+
+    def __str__(self):
+        return f"{self.node} ({self.slots} slots)"
+
+    @property
+    def pools(self) -> list[str]:
+        """The pools whose shards it takes: ``""`` for the ``engine`` queue, ``P`` for ``engine.P``."""
+        return sorted(
+            {"" if q == "engine" else q.removeprefix("engine.") for q in self.queues if q.startswith("engine")}
+        )
+
+
+class TeamQuota(models.Model):
+    """A team's own limits, set by an operator in the admin; empty fields take the settings' defaults
+    (PLIMSOLL_TEAM_MAX_RUNS, _MAX_USERS, _MAX_USER_HOURS; 0 there: no limit)."""
+
+    team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE, related_name="quota")
+    max_runs = models.PositiveIntegerField(null=True, blank=True, help_text="runs active at once, waiting included")
+    max_users = models.PositiveIntegerField(null=True, blank=True, help_text="peak users of one run")
+    max_user_hours = models.PositiveIntegerField(null=True, blank=True, help_text="user-hours per calendar month")
+
+    def __str__(self):
+        return f"limits of {self.team}"
+
+
+class AdmissionPass(models.Model):
+    """One row, locked by each admission pass so that two passes never admit the same free slots twice."""
+
+    last_pass_at = models.DateTimeField()
+
+    def __str__(self):
+        return f"admission, last pass {self.last_pass_at}"
 
 
 class WatchdogView(models.Model):

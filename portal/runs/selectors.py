@@ -59,6 +59,15 @@ def _run_totals(run: Run, last: int) -> tuple[int, int]:
     return totals["p"] or 0, totals["e"] or 0
 
 
+def run_shards(run) -> list:
+    """The run's shards, each with ``load``: its planned and achieved load and lateness (None before the finalize)."""
+    loads = {row["shard_no"]: row for row in (run.load or {}).get("shards", [])}
+    shards = list(run.shards.all())
+    for shard in shards:
+        shard.load = loads.get(shard.shard_no)
+    return shards
+
+
 def run_handoffs(run: Run) -> list[dict]:
     """The run's shard handoffs for its timeline: from the summary once it ended, else as they stand."""
     from . import analysis

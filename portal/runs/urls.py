@@ -7,6 +7,8 @@ app_name = "runs"
 urlpatterns = [
     # /runs/
     path("runs/", views.run_list, name="list"),
+    # Issue 25: generator capacity, a team's usage, limits and waiting runs.
+    path("capacity/", views.capacity, name="capacity"),
     path("runs/<uuid:code>/", views.run_detail, name="detail"),
     path("runs/<uuid:code>/series.json", views.run_series, name="series"),
     # Issue 15: one page's series, a time range's figures, the latency distribution.

@@ -79,6 +79,20 @@ def run_list(request):
 
 
 @login_required
+def capacity(request):
+    """The generator pools (slots, use, workers) and, for each of the user's teams, its usage, limits and queue."""
+    from portal.accounts.models import Team
+
+    teams = scoped(Team.objects.order_by("name"), request.user)
+    context = {
+        "nav": "runs",
+        "overview": services.pool_overview(),
+        "teams": [{"team": team, **services.pool_overview(team.id)} for team in teams],
+    }
+    return render(request, "runs/capacity.html", context)
+
+
+@login_required
 def project_runs(request, code):
     project = get_for_user(request.user, Project.objects.all(), code=code)
     return _runs_table(request, project.runs.all(), project=project)
@@ -105,8 +119,9 @@ def run_detail(request, code):
         "nav": "runs",
         "live": selectors.run_live_figures(run),
         "can_write": membership is not None and membership.can_write,
-        "shards": run.shards.all(),
+        "shards": selectors.run_shards(run),
         "handoffs": selectors.run_handoffs(run),
+        "queue": services.run_queue(run),
     }
     if request.htmx and not request.htmx.boosted:
         response = render(request, "runs/detail.html#live", context)

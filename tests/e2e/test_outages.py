@@ -207,7 +207,12 @@ class RedisServer:
 def test_a_broker_restart_loses_no_queued_run(worker_env, project, alice, demo_target, tmp_path):
     # given: 50 runs queued on 50 environments, their start messages in a broker without persistence
     redis = RedisServer(tmp_path)
-    env = dict(worker_env, CELERY_BROKER_URL=redis.url, PLIMSOLL_START_DELAY="1")
+    # Admission (issue 25): runs start onto registered slots. Shards run elsewhere (tested elsewhere):
+    # the load workers' registry row says 50 slots, and lives through the test (its TTL raised).
+    env = dict(worker_env, CELERY_BROKER_URL=redis.url, PLIMSOLL_START_DELAY="1", PLIMSOLL_WORKER_TTL="600")
+    from portal.runs.services.admission import worker_heartbeat
+
+    worker_heartbeat(node="elsewhere@test", host="test", slots=50, labels={}, queues=["engine"])
     port = demo_target.base_url.rsplit(":", 1)[1]
     for n in range(50):
         # One system under test each (one run per target): loopback addresses of their own. Only

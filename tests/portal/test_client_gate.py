@@ -153,7 +153,7 @@ def test_without_fail_on_a_regression_is_reported_but_passes(portal, capsys):
         ({**ENDED, "summary": {"degradation": {"degraded": True}}}, "degradation", client.DEGRADATION),
         ({**ENDED, "summary": {"degradation": {"degraded": True}}}, "regression", client.PASSED),
         ({**ENDED, "status": "incomplete"}, "incomplete", client.INCOMPLETE),
-        ({**ENDED, "status": "incomplete"}, "", client.PASSED),
+        ({**ENDED, "status": "incomplete"}, "", client.INCOMPLETE),  # never judged: its own code always
         ({**ENDED, "status": "failed", "baseline_verdict": REGRESSED}, "regression", client.FAILED),
         ({**ENDED, "status": "error", "baseline_verdict": None}, "regression", client.ERROR),
         ({**ENDED, "status": "finished"}, "regression", client.PASSED),

@@ -106,6 +106,13 @@ def test_a_capacity_search_that_found_its_capacity_is_a_success(portal_with):
     assert _run(server) == client.PASSED
 
 
+def test_an_incomplete_run_has_its_own_exit_code(portal_with):
+    # issue 25: a run that achieved materially less load than planned was not judged; neither passed nor failed
+    server = portal_with(failing_gets=0, final_status="incomplete")
+
+    assert _run(server) == client.INCOMPLETE == 8
+
+
 def test_a_refusal_is_not_waited_through(portal_with, monkeypatch):
     # A 4xx is an answer (a revoked token, a foreign run), not an outage: the client stops at once.
     monkeypatch.setattr(client, "OUTAGE_S", 30.0)

@@ -50,6 +50,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "config_url",
             "description",
             "metrics_interval_s",
+            "generator_pool",
             "configuration",
             "servers",
         )

@@ -306,6 +306,9 @@ class EnvironmentWriteSerializer(StrictSerializer):
         many=True, required=False, help_text="The initial configuration (on create only; then tuning changes)"
     )
     servers = ServerWriteSerializer(many=True, required=False, default=list, help_text="Replaced as a whole")
+    generator_pool = serializers.CharField(
+        max_length=60, required=False, allow_blank=True, help_text="Run on this generator pool's workers only"
+    )
 
 
 @extend_schema_view(
@@ -374,6 +377,7 @@ class EnvironmentViewSet(
             configuration=None if configuration is None else [dict(item) for item in configuration],
             # The servers are replaced as a whole: the document's rows, in order.
             servers=[services.ServerSpec(**server) for server in data["servers"]],
+            generator_pool=data.get("generator_pool"),
         )
         return EnvironmentSerializer(self.safely_get_queryset().get(pk=environment.pk)).data
 

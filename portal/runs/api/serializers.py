@@ -1,4 +1,5 @@
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.runs.models import Run, RunShard
@@ -50,6 +51,48 @@ class StartedByScheduleSerializer(serializers.Serializer):
     code = serializers.UUIDField(source="schedule.code", help_text="The schedule's code")
     description = serializers.CharField(source="schedule.description", help_text="e.g. every day at 02:00 UTC")
     due_at = serializers.DateTimeField(help_text="The fire time that started the run")
+
+
+class ShardLoadSerializer(serializers.Serializer):
+    shard_no = serializers.IntegerField()
+    users = serializers.IntegerField()
+    planned = serializers.FloatField(help_text="Planned load: user-seconds, or iterations for an arrival rate")
+    achieved = serializers.FloatField(help_text="The planned load over the seconds this shard was there")
+    pct = serializers.FloatField()
+    late_s = serializers.FloatField(allow_null=True, help_text="How long after the common start it began")
+    ran_s = serializers.IntegerField(help_text="Seconds it recorded")
+    status = serializers.CharField()
+    worker = serializers.CharField(help_text="host:pid of the process that ran it")
+    node = serializers.CharField(required=False, help_text="The Celery node (worker) that ran it")
+    pool = serializers.CharField(required=False, help_text="The generator pool ('' the default pool)")
+    labels = serializers.DictField(child=serializers.CharField(), required=False, help_text="The worker's labels")
+    spans = serializers.ListField(child=serializers.ListField(child=serializers.IntegerField()))
+
+
+class RunLoadSerializer(serializers.Serializer):
+    """Planned against achieved load (portal/runs/services/load.py); null until the run has finished."""
+
+    unit = serializers.ChoiceField(choices=["user-seconds", "iterations"])
+    planned = serializers.FloatField()
+    achieved = serializers.FloatField()
+    pct = serializers.FloatField()
+    complete = serializers.BooleanField(help_text="False: the run is incomplete (or partial), never passed")
+    rule_pct = serializers.IntegerField(help_text="Below this % of the planned load (total or a shard): incomplete")
+    users_planned = serializers.IntegerField()
+    users_ran = serializers.IntegerField()
+    sentence = serializers.CharField(help_text="e.g. ran 20 of 100 users for 30 s: …")
+    shards = ShardLoadSerializer(many=True)
+
+
+class RunQueueSerializer(serializers.Serializer):
+    """A waiting run's place (issue 25): null once it has been admitted."""
+
+    position = serializers.IntegerField(help_text="1: the next run of its pool to start")
+    waiting = serializers.IntegerField(help_text="Runs waiting for the same pool")
+    estimate_s = serializers.IntegerField(allow_null=True, help_text="Seconds until it starts, if the runs end on time")
+    reason = serializers.CharField(help_text="Why it waits, in words")
+    free = serializers.IntegerField(help_text="Free slots of its pool")
+    slots = serializers.IntegerField(help_text="All slots of its pool (live workers)")
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -143,6 +186,8 @@ class RunDetailSerializer(RunSerializer):
         help_text="Each threshold of each measured window, and whether it held"
     )
 
+    load = RunLoadSerializer(read_only=True, allow_null=True, help_text="Planned against achieved load, per shard")
+    queue = serializers.SerializerMethodField(help_text="While it waits for capacity: its position, estimate, reason")
     plan_snapshot = serializers.JSONField(read_only=True, help_text="The plan as it was when the run started")
     config_snapshot = serializers.JSONField(read_only=True, help_text="The environment's configuration at start")
     baseline_verdict = BaselineVerdictDetailSerializer(
@@ -152,8 +197,22 @@ class RunDetailSerializer(RunSerializer):
     )
 
     class Meta(RunSerializer.Meta):
-        fields = (*RunSerializer.Meta.fields, "thresholds", "summary", "plan_snapshot", "config_snapshot")
+        fields = (
+            *RunSerializer.Meta.fields,
+            "queue",
+            "thresholds",
+            "summary",
+            "load",
+            "plan_snapshot",
+            "config_snapshot",
+        )
         read_only_fields = fields
+
+    @extend_schema_field(RunQueueSerializer(allow_null=True))
+    def get_queue(self, run) -> dict | None:
+        from portal.runs.services import run_queue
+
+        return run_queue(run)
 
     def get_thresholds(self, run) -> list[dict]:
         rows = []

@@ -6,10 +6,13 @@
 - ``sink``: the interval writer, the only code that writes ``ShardInterval``/``PageInterval``;
 - ``rollup``: per-second label rows of finished runs merged into coarser spans;
 - ``watchdog``: silence, lost shards, stuck runs, and the periodic catch-up;
+- ``admission``: generator slots, the workers' registry, the fair queue of waiting runs, team limits;
+- ``load``: planned against achieved load, and the rule that makes a run incomplete;
 - ``imports``: result files of other tools (k6, JMeter, Locust, Gatling) as runs;
 - ``labels``: what a run's starter says about it (build, commit, branch) and a note.
 """
 
+from .admission import admit, admit_soon, pool_overview, run_queue, worker_gone, worker_heartbeat
 from .imports import result_import_create, result_import_process, result_imports_sweep, result_upload_path, run_import
 from .labels import label_filter_clean, labels_clean, run_label
 from .lifecycle import (
@@ -41,6 +44,12 @@ __all__ = [
     "label_filter_clean",
     "labels_clean",
     "run_label",
+    "admit",
+    "admit_soon",
+    "pool_overview",
+    "run_queue",
+    "worker_gone",
+    "worker_heartbeat",
     "ENQUEUE_RETRY",
     "QUEUED_TIMEOUT",
     "EnvironmentBusy",

@@ -29,6 +29,8 @@ from ..models import (
     run_digest,
 )
 from ..signals import run_finished
+from .admission import admission_refusal, engine_queue
+from .load import run_load
 from .targets import (
     EnvironmentBusy,
     RunError,
@@ -84,6 +86,10 @@ def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
     if busy := active_run_on_target(snapshot["base_url"]):
         visible = busy.project.team.memberships.filter(user=user).exists() if user is not None else False
         raise TargetBusy(busy, _target_origin(snapshot["base_url"]), visible=visible)
+    # Admission (issue 25): a run that can never fit the pool, or is over its team's limits, is refused at once.
+    pool = environment.generator_pool
+    if refusal := admission_refusal(snapshot=snapshot, pool=pool, team_id=plan.project.team_id):
+        raise RunError(refusal)
     project = type(plan.project).objects.select_for_update().get(pk=plan.project_id)
     number = (project.runs.aggregate(n=Max("number"))["n"] or 0) + 1
     last_change = environment.changes.filter(status="applied").order_by("-number").first()
@@ -102,6 +108,7 @@ def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
         created_by=user,
         api_token=token,
         api_token_label=token_label(token),
+        pool=pool,
     )
     transaction.on_commit(lambda: _enqueue_start(run.id))
     return run
@@ -127,7 +134,10 @@ def _enqueue_start(run_id: int) -> None:
 
 
 def run_start(run_id: int) -> None:
-    """Checks the target, splits the users into shards and enqueues them with a common start time."""
+    """Checks the target, splits the users into shards and enqueues them with a common start time.
+
+    Called by an admission pass (``admission.admit``) once all the run's shards can start together.
+    """
     if not Run.objects.filter(id=run_id, status=Status.QUEUED).update(status=Status.STARTING):
         return  # already started (a repeated message), cancelled, or gone
     run = Run.objects.get(id=run_id)
@@ -154,12 +164,14 @@ def run_start(run_id: int) -> None:
             ],
             ignore_conflicts=True,
         )
-        start_at = timezone.now() + timedelta(seconds=settings.PLIMSOLL_START_DELAY)
-        Run.objects.filter(id=run_id).update(shard_count=shard_count, start_at=start_at)
+        now = timezone.now()
+        start_at = now + timedelta(seconds=settings.PLIMSOLL_START_DELAY)
+        Run.objects.filter(id=run_id).update(shard_count=shard_count, start_at=start_at, admitted_at=now)
         run_shard_task = task("run_shard_task")
+        queue = engine_queue(run.pool)
 
         for n in range(shard_count):
-            transaction.on_commit(lambda n=n: run_shard_task.delay(run_id, n))
+            transaction.on_commit(lambda n=n: run_shard_task.apply_async((run_id, n), queue=queue))
     _metrics_start(run_id)
 
 
@@ -246,8 +258,10 @@ def _finalize_compute(run_id: int) -> None:
     batches = sampler.result()
     problems = [f"Shard {s.shard_no} {s.status}: {s.error_message.splitlines()[0]}" for s in shards if s.error_message]
     ended_early = (RunShard.Status.LOST, RunShard.Status.FAILED, RunShard.Status.INTERRUPTED)
-    lost = [s for s in shards if s.status in ended_early]
+    # A shard no worker ever claimed was not lost: it never ran, and the run is incomplete.
+    lost = [s for s in shards if s.status in ended_early and (s.claimed_at or s.handoffs)]
     has_data = summary["whole_run"]["pages"] > 0
+    load = run_load(run, shards)
     if run.cancel_requested:
         status = Status.CANCELLED
         # Stopped before its window ended: the thresholds were measured over the part that ran, and the
@@ -257,6 +271,9 @@ def _finalize_compute(run_id: int) -> None:
         status = Status.ERROR
     elif lost:
         status = Status.PARTIAL
+    elif not load["complete"]:
+        # Never a verdict on load that did not run: thresholds held by 20 of 100 users say nothing.
+        status = Status.INCOMPLETE
     elif (capacity := summary.get("capacity") or {}).get("search") and capacity.get("analysed"):
         # A capacity search's upper levels break by design: it has its answer unless the first level broke.
         status = Status.FAILED if capacity["capacity_users"] is None else Status.DONE
@@ -269,6 +286,8 @@ def _finalize_compute(run_id: int) -> None:
         status = Status.FINISHED
     else:
         status = Status.PASSED
+    if not load["complete"] and status in (Status.INCOMPLETE, Status.PARTIAL):
+        problems.insert(0, f"Incomplete: it {load['sentence']}.")
     with transaction.atomic():
         if not Run.objects.select_for_update().filter(id=run_id, status=Status.FINISHING).exists():
             return
@@ -279,6 +298,7 @@ def _finalize_compute(run_id: int) -> None:
             status=status,
             summary=summary,
             digest=run_digest(summary, run.plan_snapshot),
+            load=load,
             error_message="\n".join(problems),
             finished_at=timezone.now(),
         )

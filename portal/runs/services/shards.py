@@ -97,6 +97,17 @@ def shard_execute(run_id: int, shard_no: int, *, worker_node: str = "") -> None:
             return  # another worker takes it from here
         _shard_end(shard, RunShard.Status.DONE, totals=merged)
     run_finalize(run_id)
+    _admit_next()
+
+
+def _admit_next() -> None:
+    """A slot is free now: the next waiting run starts at once, not at the next tick (issue 25)."""
+    from .admission import admit
+
+    try:
+        admit()
+    except Exception:  # the beat's tick runs the pass anyway
+        log.exception("admission after a shard's end failed; the next tick retries")
 
 
 def _merge_totals(before: dict | None, now: dict) -> dict:
@@ -136,6 +147,7 @@ def _shard_release(
             resume_second=resume_second,
             released_at=now,
             handoff_requested=False,
+            resent=False,  # a new message for the continuation: the watchdog may send it once more
             handoffs=[*RunShard.objects.get(id=shard.id).handoffs, handoff],
             totals=totals,
         )
@@ -149,10 +161,12 @@ def _shard_release(
 
 def _send_shard(run_id: int, shard_no: int) -> None:
     """Queues a shard's task; a broker that cannot be reached now is retried by the watchdog."""
-    run_shard_task = task("run_shard_task")
+    from .admission import engine_queue
 
+    run_shard_task = task("run_shard_task")
+    queue = engine_queue(Run.objects.filter(id=run_id).values_list("pool", flat=True).first() or "")
     try:
-        run_shard_task.apply_async((run_id, shard_no), retry=True, retry_policy=ENQUEUE_RETRY)
+        run_shard_task.apply_async((run_id, shard_no), queue=queue, retry=True, retry_policy=ENQUEUE_RETRY)
     except Exception:
         log.exception("run %s shard %s: could not queue its task; the watchdog sends it again", run_id, shard_no)
 

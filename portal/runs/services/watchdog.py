@@ -18,6 +18,7 @@ from ..models import (
     ShardInterval,
     WatchdogView,
 )
+from .admission import pool_capacity
 from .lifecycle import ENQUEUE_RETRY, QUEUED_TIMEOUT, _run_error, finalize_stuck, run_finalize
 from .rollup import rollup_due
 from .shards import _continuation_end, _shard_release
@@ -49,7 +50,11 @@ def watchdog() -> None:
             error_message=f"no worker was free to start this shard within {settings.PLIMSOLL_SHARD_TIMEOUT} s "
             "of the run's start; add workers or raise PLIMSOLL_SHARD_MAX_USERS",
         )
-    queued_long = Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT)
+    # A run waiting for capacity waits as long as it takes, unless no worker of its pool is registered at all.
+    staffed = [pool for pool, slots in pool_capacity(now).items() if slots > 0]
+    queued_long = Run.objects.filter(status=Status.QUEUED, created_at__lt=now - QUEUED_TIMEOUT).exclude(
+        pool__in=staffed
+    )
     for run_id in (queued_long if watched >= QUEUED_TIMEOUT else Run.objects.none()).values_list("id", flat=True):
         _run_error(
             run_id,
@@ -151,17 +156,31 @@ def _end_unclaimed_continuations(now) -> None:
 
 
 def _resend_waiting_tasks(now) -> None:
-    """Sends again the tasks of queued runs and pending shards that no worker took (lost with the broker)."""
-    run_shard_task, start_run_task = task("run_shard_task"), task("start_run_task")
+    """Admits waiting runs (their state is in the database: a broker restart loses none), and sends once
+    more the task of a shard that no worker took although its slot was free (lost with the broker).
 
+    A shard is sent again at most once (``resent``): runs are admitted only onto free slots, so a
+    shard still pending RESEND_AFTER after its send lost its message; sending it on every pass
+    would fill the engine queue with copies (8 → 16 → 24 → 32 for one run, issue 25).
+    """
+    from .admission import admit, engine_queue
+
+    try:
+        admit()
+    except Exception:
+        log.exception("watchdog: the admission pass failed; the next pass retries")
+    run_shard_task = task("run_shard_task")
     old = now - RESEND_AFTER
     try:
-        for run_id in Run.objects.filter(status=Status.QUEUED, created_at__lt=old).values_list("id", flat=True):
-            start_run_task.apply_async((run_id,), retry=True, retry_policy=ENQUEUE_RETRY)
         waiting = RunShard.objects.filter(
-            Q(released_at__lt=old) | Q(released_at__isnull=True, run__start_at__lt=old), status=RunShard.Status.PENDING
+            Q(released_at__lt=old) | Q(released_at__isnull=True, run__start_at__lt=old),
+            status=RunShard.Status.PENDING,
+            resent=False,
         )
-        for run_id, shard_no in waiting.values_list("run_id", "shard_no"):
-            run_shard_task.apply_async((run_id, shard_no), retry=True, retry_policy=ENQUEUE_RETRY)
+        for shard_id, run_id, shard_no, pool in waiting.values_list("id", "run_id", "shard_no", "run__pool"):
+            if RunShard.objects.filter(id=shard_id, resent=False).update(resent=True):
+                run_shard_task.apply_async(
+                    (run_id, shard_no), queue=engine_queue(pool), retry=True, retry_policy=ENQUEUE_RETRY
+                )
     except Exception:
         log.exception("watchdog: could not send waiting tasks again; next pass retries")

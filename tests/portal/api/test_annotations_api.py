@@ -81,7 +81,7 @@ def test_a_token_reads_its_own_teams_annotations(token_secret, history):
 
 
 @pytest.mark.parametrize(
-    "query, field",
+    ("query", "field"),
     [
         ({"to": "2026-11-21T00:00:00Z"}, "start"),
         ({"from": "yesterday", "to": "2026-11-21T00:00:00Z"}, "start"),

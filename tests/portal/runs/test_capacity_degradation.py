@@ -239,6 +239,9 @@ def search_run(run, users, figures, *, thresholds, search=True):
     run.save()
     RunShard.objects.create(run=run, shard_no=0, user_count=max(users), status=RunShard.Status.DONE)
     fill_levels(run, figures)
+    # The ramps' seconds too: the shard was there for the whole plan (a complete run).
+    recorded = set(ShardInterval.objects.filter(run=run).values_list("second", flat=True))
+    fill(run, [s for s in range(int(run.planned_duration)) if s not in recorded], pages=lambda s: 0, apd_ms=None)
     return run
 
 

@@ -268,7 +268,8 @@ def test_finalize_runs_once(run):
     run.status = Run.Status.RUNNING
     run.save()
     RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
-    add_second(run, 2, labels={"Browse: Home": ([10.0], {})})
+    for s in range(6):  # the whole plan (1 s ramp, 5 s hold): a complete run
+        add_second(run, s, labels={"Browse: Home": ([10.0], {})} if s == 2 else None)
 
     services.run_finalize(run.id)
     run.refresh_from_db()

@@ -75,6 +75,7 @@ def test_the_report_shows_the_summary(alice_client, run):
     run.status = Run.Status.RUNNING
     run.save()
     RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    add_second(run, 0)  # the ramp's first second: the shard was there, nothing finished yet
     for s in range(1, 6):
         add_second(
             run, s, labels={"Browse: Home": ([12.0, 12.0], {}), "Browse: Articles": ([30.0], {"http_status": 1})}
