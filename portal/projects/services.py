@@ -664,6 +664,11 @@ def har_analysis_process(*, project_id: int, user_id: int, token: str) -> None:
         path.unlink(missing_ok=True)  # nothing of a refused recording is kept
         path.with_name(path.name + ".preview").unlink(missing_ok=True)
         done = {**asked, "state": "refused", "error": str(exc)}
+    except Exception:
+        if api_import is not None:  # its client would poll "analysing" until the sweep: it fails now
+            har_upload_discard(project=project, user_id=user_id, token=token)
+            _har_api_import_finish(api_import, None, "The analysis stopped on an error; nothing was imported.")
+        raise
     else:
         if api_import is not None:  # the API's client reads the outcome from the row: nothing of the file is kept
             har_upload_discard(project=project, user_id=user_id, token=token)

@@ -53,6 +53,7 @@ def worker(settings, monkeypatch, var_dir):
         finally:
             monkeypatch.setattr(har, "analyze", refuse)
 
+    run.queued = queued
     return run
 
 
@@ -156,3 +157,52 @@ def test_the_outcome_is_swept_with_the_recordings(alice, project, var_dir, worke
     services.har_uploads_sweep()
 
     assert session(alice).get(url).status_code == 404 and not HarImport.objects.exists()
+
+
+def test_an_analysis_that_crashes_fails_the_import_and_keeps_nothing(alice, project, var_dir, worker, monkeypatch):
+    url = _har(session(alice), project).json()["url"]
+
+    # when: the analysis stops on an unexpected error in the worker
+    def crash(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(har, "analyze", crash)
+    with pytest.raises(RecursionError):  # raised on, for the worker's log
+        har_analysis_task(*worker.queued.pop())
+
+    # then: the client is told, not left polling "analysing"; the recording is deleted
+    failed = session(alice).get(url).json()
+    assert failed["status"] == "failed" and "stopped on an error" in failed["error"]
+    assert not TestCase.objects.exists() and uploads(var_dir) == []
+
+
+def test_a_large_har_is_written_to_disk_in_chunks_not_read_whole(alice, project, var_dir, settings):
+    """The 202 path streams the upload to its file: the web process never holds the recording whole."""
+    import tracemalloc
+
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from portal.projects.api.har import ProjectHarImportViewSet
+
+    # given: a 4 MB upload over a 1 MB inline limit (the request built before memory is traced)
+    settings.PLIMSOLL_HAR_INLINE_MB = 1
+    content = har_bytes(*login_journey())
+    content = content[:-2] + b" " * (4 * 1024 * 1024) + content[-2:]
+    upload = SimpleUploadedFile("big.har", content)
+    request = APIRequestFactory().post(f"/api/v1/projects/{project.code}/har-import/", {"file": upload})
+    force_authenticate(request, user=alice)
+    view = ProjectHarImportViewSet.as_view({"post": "create"})
+
+    # when
+    tracemalloc.start()
+    try:
+        response = view(request, code=str(project.code))  # its task is sent on commit: never, in a test
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    # then: queued, the file on disk whole, and never whole in memory
+    assert response.status_code == 202, response.data
+    kept = [p for p in uploads(var_dir) if p.suffix == ".har"]
+    assert len(kept) == 1 and kept[0].read_bytes() == content
+    assert peak < 2 * 1024 * 1024, f"peak {peak / 1024 / 1024:.1f} MB"
