@@ -32,6 +32,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from http.client import HTTPMessage
 
 PASSED, FAILED, ERROR, TIMED_OUT, COULD_NOT_TELL, REFUSED = 0, 1, 2, 3, 4, 5
 REGRESSION, DEGRADATION, INCOMPLETE = 6, 7, 8
@@ -75,14 +76,14 @@ def _retry_after(value: str | None) -> float:
 
 def _request(
     method: str, url: str, token: str, *, body: dict | None = None, timeout: float = POLL_S + 30
-) -> tuple[int, bytes]:
+) -> tuple[int, bytes, HTTPMessage]:
     req = urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {token}"})
     if method == "POST":
         req.add_header("Content-Type", "application/json")
         req.data = json.dumps(body or {}).encode()
     try:
         with urllib.request.urlopen(req, timeout=timeout) as response:
-            return response.status, response.read()
+            return response.status, response.read(), response.headers
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         try:
@@ -119,13 +120,15 @@ class Waiter:
 
     def __init__(self, token: str, deadline: float):
         self.token, self.deadline = token, deadline
+        # A long-poll the server answered at once (X-Plimsoll-Wait: capped): the Retry-After it asked for.
+        self.capped_for: float | None = None
 
     def get(self, url: str) -> dict | None:
         """The answer, or None when the portal stayed unreachable for OUTAGE_S (raises on a refusal)."""
         failing_since = None
         while True:
             try:
-                return _json("GET", url, self.token)
+                _status, raw, headers = _request("GET", url, self.token)
             except ApiError as exc:
                 if exc.retry_after is not None:
                     _say(f"Plimsoll asks to slow down (429); asking again in {exc.retry_after:.0f} s.")
@@ -142,6 +145,10 @@ class Waiter:
                     return None
                 _say(f"Plimsoll did not answer ({exc}); asking again in {RETRY_S:.0f} s.")
                 time.sleep(RETRY_S)
+                continue
+            capped = headers.get("X-Plimsoll-Wait") == "capped"
+            self.capped_for = _retry_after(headers.get("Retry-After")) if capped else None
+            return json.loads(raw)
 
 
 def _labels(pairs: list[str]) -> dict:
@@ -219,6 +226,10 @@ def wait_for_end(run: dict, waiter: Waiter) -> dict | None:
         if run["status"] != status:
             status = run["status"]
             _say(f"Run #{run['number']}: {status}")
+        if run["is_active"] and waiter.capped_for is not None:
+            # The server's long-polls were all taken, so it answered at once: asking again straight
+            # away would make this a busy loop against a crowded server.
+            _sleep(waiter.capped_for, waiter.deadline)
     return run
 
 
@@ -297,7 +308,7 @@ def report(run: dict, args, token: str) -> None:
     if verdict := run.get("baseline_verdict"):
         _say(f"  Against the baseline: {verdict['verdict'].replace('_', ' ')}. {verdict['headline']}")
     if args.junit:
-        _status, body = _request("GET", f"{run['url']}junit.xml", token)
+        _status, body, _headers = _request("GET", f"{run['url']}junit.xml", token)
         with open(args.junit, "wb") as f:
             f.write(body)
         _say(f"JUnit XML written to {args.junit}")

@@ -118,6 +118,39 @@ DOCUMENTS = {
         "status": 202,
         "summary": "A JTL file accepted for import",
     },
+    "har_imports_retrieve": {
+        "summary": "A large recording imported off the web request",
+        "response": {
+            "code": "3e0b7c1d-9a4f-4c2e-8b6d-5f1a2e3c4d5e",
+            "url": "https://plimsoll.example/api/v1/har-imports/3e0b7c1d-9a4f-4c2e-8b6d-5f1a2e3c4d5e/",
+            "project": "a1b2c3d4-0000-4000-8000-000000000001",
+            "file_name": "checkout.har",
+            "name": "Checkout",
+            "dry_run": False,
+            "status": "done",
+            "error": "",
+            "created": True,
+            "test_case": "b6c1e0a2-3f4d-4e5f-8a9b-0c1d2e3f4a5b",
+            "test_case_url": "https://plimsoll.example/api/v1/test-cases/b6c1e0a2-3f4d-4e5f-8a9b-0c1d2e3f4a5b/",
+            "preview": {
+                "base_url": "http://127.0.0.1:8001",
+                "steps": [
+                    {"name": "Cart", "method": "GET", "path": "/cart", "think_time": 3.2, "resources": ["/app.css"]},
+                    {"name": "Checkout", "method": "POST", "path": "/checkout", "think_time": 1.8, "resources": []},
+                ],
+                "hosts": [{"host": "cdn.example.com", "requests": 412, "kept": False, "reason": "third-party"}],
+                "correlations": [
+                    {"name": "csrf_token", "kind": "hidden form field", "step": 1, "uses": [2], "accepted": True}
+                ],
+                "variables_needed": [],
+                "notes": [],
+            },
+            "created_by": "alice",
+            "created_at": "2026-11-25T23:40:00Z",
+            "finished_at": "2026-11-25T23:40:07Z",
+        },
+        "status": 200,
+    },
     "share_links_list": {
         "request": None,
         "response": {

@@ -14,7 +14,7 @@ from portal.history.api.views import (
     TrialSetViewSet,
     TuningChangeViewSet,
 )
-from portal.projects.api.har import ProjectHarImportViewSet
+from portal.projects.api.har import HarImportViewSet, ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
@@ -30,6 +30,7 @@ router.register("test-cases", TestCaseViewSet, basename="test-case")
 router.register("plans", PlanViewSet, basename="plan")
 router.register("runs", RunViewSet, basename="run")
 router.register("result-imports", ResultImportViewSet, basename="result-import")
+router.register("har-imports", HarImportViewSet, basename="har-import")
 router.register("tuning-changes", TuningChangeViewSet, basename="tuning-change")
 router.register("measurements", MeasurementViewSet, basename="measurement")
 router.register("trial-sets", TrialSetViewSet, basename="trial-set")

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
@@ -703,3 +704,33 @@ class MixEntry(models.Model):
 
     def __str__(self):
         return f"{self.test_case} × {self.weight}"
+
+
+class HarImport(TimeStamped):
+    """A large HAR imported through the API, analysed by har_analysis_task off the web request.
+
+    The recording waits on disk only until the task is done with it (see services.har_api_import_start);
+    this row keeps the outcome (the preview's summary, the test case or the refusal) for a client to
+    poll, and is deleted by the sweep PLIMSOLL_HAR_UPLOAD_TTL_S after it was made.
+    """
+
+    team_path = "project__team"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        ANALYSING = "analysing"
+        DONE = "done"
+        FAILED = "failed"
+
+    code = models.UUIDField(default=new_code, unique=True, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="har_imports")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    token = models.CharField(max_length=64, unique=True, help_text="the waiting recording's file token")
+    file_name = models.CharField(max_length=255)
+    name = models.CharField(max_length=100, help_text="the test case's name")
+    dry_run = models.BooleanField(default=False)
+    status = models.CharField(max_length=9, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True, default="")
+    preview = models.JSONField(null=True, blank=True, help_text="the preview's summary, once done")
+    test_case = models.ForeignKey(TestCase, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    finished_at = models.DateTimeField(null=True, blank=True)

@@ -1,11 +1,13 @@
 """Writes that touch several rows or enforce a rule; views call these, never the other way round."""
 
+import datetime
 import json
 import os
 import pickle
 import re
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,13 +15,14 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
+from django.utils import timezone
 
 from portal.accounts.models import Team
 from portal.common import Invalid
 from workers.engine.targets import BadTargetURL, parse_target_url
 
 from . import har, rules
-from .models import DataSet, Environment, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
+from .models import DataSet, Environment, HarImport, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
 
 
 class InUse(Exception):
@@ -515,12 +518,81 @@ def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:
     return token
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def _write_private(path: Path, data: bytes | Iterable[bytes]) -> None:
     tmp = path.with_name(path.name + f".{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        for chunk in (data,) if isinstance(data, bytes) else data:
+            f.write(chunk)
     os.replace(tmp, path)  # a reader sees the whole file or none
+
+
+def har_preview_summary(preview: har.Preview) -> dict:
+    """The preview as the API shows it (steps, hosts, correlations numbered from 1): no header, body or cookie."""
+    return {
+        "base_url": preview.base_url,
+        "steps": [
+            {"name": s.name, "method": s.method, "path": s.path, "think_time": s.think_time, "resources": s.resources}
+            for s in preview.steps
+        ],
+        "hosts": [vars(h) for h in preview.hosts],
+        "correlations": [
+            {
+                "name": c.name,
+                "kind": c.kind,
+                "step": c.step + 1,
+                "uses": [u + 1 for u in c.uses],
+                "accepted": c.accepted,
+            }
+            for c in preview.correlations
+        ],
+        "variables_needed": preview.variables_needed(),
+        "notes": list(preview.notes),
+    }
+
+
+# A large HAR through the API: the recording waits on disk as a page upload does (same path, same
+# sweep), a HarImport row says how its analysis goes; har_analysis_process finishes it (the test case
+# or the preview's summary, or the refusal) and deletes the recording at once.
+
+
+def har_api_import_start(
+    *, project: Project, user, chunks: Iterable[bytes], file_name: str, name: str, dry_run: bool, rejected: set[str]
+) -> HarImport:
+    """Keeps a large HAR and queues its analysis (har_analysis_task); the row is the client's status."""
+    if not dry_run:
+        _test_case_name_free(project, name)
+    har_uploads_sweep()
+    token = secrets.token_urlsafe(24)
+    path = _har_path(project=project, user_id=user.pk, token=token)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(path, chunks)  # in chunks: a 50 MB recording is never whole in the web process's memory
+    item = HarImport.objects.create(
+        project=project, created_by=user, token=token, file_name=file_name, name=name, dry_run=dry_run
+    )
+    har_analysis_request(project=project, user_id=user.pk, token=token, choices=har.Choices(rejected=rejected))
+    return item
+
+
+def _har_api_import_finish(item: HarImport, preview: har.Preview | None, error: str) -> None:
+    test_case = None
+    if preview is not None and not item.dry_run:
+        try:
+            test_case = test_case_import(
+                project=item.project,
+                name=item.name,
+                steps=preview.step_fields(),
+                description=f"Imported from {item.file_name} through the API.",
+            )
+        except ImportRefused as exc:
+            error = str(exc)
+    HarImport.objects.filter(pk=item.pk, status=HarImport.Status.ANALYSING).update(
+        status=HarImport.Status.FAILED if error else HarImport.Status.DONE,
+        error=error,
+        preview=har_preview_summary(preview) if preview is not None and not error else None,
+        test_case=test_case,
+        finished_at=timezone.now(),
+    )
 
 
 # A large HAR's analysis: beside ``x.har``, ``x.har.state`` (JSON: the state, the choices it is for,
@@ -584,13 +656,29 @@ def har_analysis_process(*, project_id: int, user_id: int, token: str) -> None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return  # discarded or swept meanwhile
+    api_import = HarImport.objects.filter(project=project, token=token).first()
+    if api_import is not None:  # one delivery of this task claims it; another one leaves it alone
+        queued = HarImport.objects.filter(pk=api_import.pk, status=HarImport.Status.QUEUED)
+        if not queued.update(status=HarImport.Status.ANALYSING):
+            return
     try:
         preview = har.analyze(har_entries(raw), allowed=allowed_target, choices=_choices_of(asked["choices"]))
     except har.HarError as exc:
+        if api_import is not None:
+            har_upload_discard(project=project, user_id=user_id, token=token)
+            return _har_api_import_finish(api_import, None, str(exc))
         path.unlink(missing_ok=True)  # nothing of a refused recording is kept
         path.with_name(path.name + ".preview").unlink(missing_ok=True)
         done = {**asked, "state": "refused", "error": str(exc)}
+    except Exception:
+        if api_import is not None:  # its client would poll "analysing" until the sweep: it fails now
+            har_upload_discard(project=project, user_id=user_id, token=token)
+            _har_api_import_finish(api_import, None, "The analysis stopped on an error; nothing was imported.")
+        raise
     else:
+        if api_import is not None:  # the API's client reads the outcome from the row: nothing of the file is kept
+            har_upload_discard(project=project, user_id=user_id, token=token)
+            return _har_api_import_finish(api_import, preview, "")
         _write_private(path.with_name(path.name + ".preview"), pickle.dumps(preview))
         done = {**asked, "state": "ready"}
     try:
@@ -650,11 +738,24 @@ def har_uploads_sweep(*, now: float | None = None) -> int:
                 deleted += 1
         except FileNotFoundError:
             pass  # another sweep took it
+    # An API import's outcome is kept as long as a recording would be, for its client to read.
+    expired = timezone.now() - datetime.timedelta(seconds=settings.PLIMSOLL_HAR_UPLOAD_TTL_S)
+    HarImport.objects.filter(created_at__lt=expired).delete()
     return deleted
 
 
 class ImportRefused(Exception):
     """The preview cannot become a test case as it stands; the message says why."""
+
+
+def _test_case_name_free(project: Project, name: str) -> str:
+    """The name, trimmed, unless the project has a test case by that name already (ImportRefused)."""
+    name = name.strip()[:100]
+    if not name:
+        raise ImportRefused("Give the test case a name.")
+    if TestCase.objects.filter(project=project, name__iexact=name).exists():
+        raise ImportRefused(f"This project already has a test case called “{name}”; choose another name.")
+    return name
 
 
 @transaction.atomic
@@ -663,11 +764,7 @@ def test_case_import(*, project: Project, name: str, steps: list[dict], descript
     from workers.engine.plan import Plan as EnginePlan
     from workers.engine.plan import PlanError
 
-    name = name.strip()[:100]
-    if not name:
-        raise ImportRefused("Give the test case a name.")
-    if TestCase.objects.filter(project=project, name__iexact=name).exists():
-        raise ImportRefused(f"This project already has a test case called “{name}”; choose another name.")
+    name = _test_case_name_free(project, name)
     if not steps:
         raise ImportRefused("The recording has no page to import.")
     try:  # the same validation a run's snapshot gets, so an imported test case can run

@@ -84,8 +84,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, b"<testsuites/>")
         portal.gets += 1
         answer = portal.runs.pop(0) if len(portal.runs) > 1 else portal.runs[0]
-        if isinstance(answer, tuple):  # (code, body, headers)
-            return self._send(*answer)
+        if isinstance(answer, tuple):  # (code, body, headers); a 200's body: the run's fields
+            code, body, headers = answer
+            return self._send(code, portal.run(**body) if code == 200 else body, headers)
         self._send(200, portal.run(**answer))
 
 
@@ -238,3 +239,15 @@ def test_a_plan_is_named_by_its_project_and_name(portal):
     assert server.posts[0][0] == f"/api/v1/plans/{PLAN}/runs/"
     missing = client.main(["run", "--url", server.base, "--project", "Shop", "--plan", "Nope", "--wait"])
     assert missing == client.REFUSED
+
+
+def test_a_capped_long_poll_waits_its_retry_after_before_asking_again(portal):
+    # given a server whose long-polls are all taken: it answers at once with the current state
+    capped = (200, {"status": "running"}, {"X-Plimsoll-Wait": "capped", "Retry-After": "1"})
+    server = portal(runs=[capped, capped, ENDED])
+    # when the gate waits for the run
+    started = time.monotonic()
+    assert gate(server) == client.PASSED
+    # then it asked three times, a second apart, not in a busy loop
+    assert server.gets == 3
+    assert time.monotonic() - started >= 2.0

@@ -84,7 +84,7 @@ api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invita
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$
 api/v1/^annotations/$ api/v1/grafana/ api/v1/grafana/annotations
 api/v1/environments/<str:code>/result-imports/ api/v1/projects/<str:code>/har-import/
-api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$
+api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$ api/v1/^har-imports/(?P<code>[^/]+)/$
 api/v1/test-cases/<str:code>/steps/ api/v1/test-cases/<str:code>/steps/<str:step>/
 api/v1/test-cases/<str:code>/steps/<str:step>/move/ api/v1/runs/<str:code>/include/
 """
