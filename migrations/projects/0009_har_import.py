@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("projects", "0007_environment_config_url"),
+        ("projects", "0008_environment_generator_pool"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
