@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 PRESSURE_ENTRIES = 100_000
 """Above this many entries each clean-up walks the whole cache (the default of ``token_cache.pressure``)."""
 CLEANUP_SECONDS_PER_ENTRY = 5e-6
-"""Modelled cost of walking one entry: 0.5 s for 100,000 entries."""
+"""Modelled cost of walking one entry: 0.5 s for 100,000 entries (the default of ``token_cache.cleanup_us_per_entry``).
+
+A lower ``token_cache.pressure`` with a higher cost per entry gives the same stall after fewer pages
+(30,000 entries at 20 µs: 0.6 s), so a test's soak can be short."""
 CLEANUP_INTERVAL_SECONDS = 0.5
 """Time from the end of one clean-up to the next (triggered by a page request)."""
 
@@ -63,6 +66,7 @@ class TokenCache:
         self._issued = 0
         self.cap = 0  # 0: no cap
         self.pressure = PRESSURE_ENTRIES  # the knob token_cache.pressure
+        self.seconds_per_entry = CLEANUP_SECONDS_PER_ENTRY  # the knob token_cache.cleanup_us_per_entry
         self.lock = asyncio.Lock()
         self._last_cleanup_end = float("-inf")
 
@@ -111,7 +115,7 @@ class TokenCache:
         if size > self.pressure:
             if self._counters.token_cache_first_stall_at is None:
                 self._counters.token_cache_first_stall_at = time.time()
-            await asyncio.sleep(size * CLEANUP_SECONDS_PER_ENTRY)
+            await asyncio.sleep(size * self.seconds_per_entry)
         self._counters.token_cache_cleanups += 1
         self._counters.token_cache_cleanup_s += time.perf_counter() - started
         self._last_cleanup_end = time.monotonic()

@@ -272,6 +272,7 @@ def test_knobs_get_post_and_schema(base):
                 "tempdb.files": 1,
                 "token_cache.cap": 0,
                 "token_cache.pressure": 100_000,
+                "token_cache.cleanup_us_per_entry": 5,
                 "documents.storage": "database",
                 "web_garden.processes": 1,
             }
@@ -286,6 +287,7 @@ def test_knobs_get_post_and_schema(base):
                 "tempdb.files",
                 "token_cache.cap",
                 "token_cache.pressure",
+                "token_cache.cleanup_us_per_entry",
                 "documents.storage",
                 "web_garden.processes",
             }

@@ -207,6 +207,42 @@ def test_cleanup_of_a_large_cache_stalls_pages_and_grows_with_the_cache(base, se
     assert large_page >= expected_large and larger_page >= expected_larger  # the page waited for it
 
 
+def test_a_lower_pressure_with_a_higher_cost_per_entry_stalls_as_long_after_fewer_pages(base, server):
+    """The knobs a short soak uses (tests/e2e/soak.py): the stall of 100,000 entries after 20,000."""
+    cache = server[1][STATE].token_cache
+
+    async def cleanup_ms_at(s, size):
+        on_server_loop(server, cache.issue, size - len(cache))
+        before = await get_json(s, f"{base}/_demo/counters")
+        await asyncio.sleep(CLEANUP_INTERVAL_SECONDS + 0.05)  # the clean-up is now due
+        async with s.get(base + "/") as r:
+            await r.read()
+        after = await get_json(s, f"{base}/_demo/counters")
+        assert after["token_cache_cleanups"] == before["token_cache_cleanups"] + 1
+        return after["token_cache_cleanup_ms_total"] - before["token_cache_cleanup_ms_total"]
+
+    async def scenario():
+        async with client() as s:
+            await s.post(f"{base}/_demo/counters/reset")
+            new = await set_knobs(s, base, **{"token_cache.pressure": 20_000, "token_cache.cleanup_us_per_entry": 25})
+            assert new["token_cache.pressure"] == 20_000 and new["token_cache.cleanup_us_per_entry"] == 25
+            try:
+                below = await cleanup_ms_at(s, 19_000)
+                above = await cleanup_ms_at(s, 20_500)
+            finally:
+                await set_knobs(
+                    s, base, **{"token_cache.pressure": PRESSURE_ENTRIES, "token_cache.cleanup_us_per_entry": 5}
+                )
+                await s.post(f"{base}/_demo/counters/reset")
+            return below, above
+
+    below, above = asyncio.run(scenario())
+    print(f"pressure 20,000 at 25 µs per entry: clean-ups {below:.1f} ms, {above:.1f} ms")
+    assert below < 20  # below the (lowered) line a clean-up is free
+    expected = 20_500 * 25e-6 * 1000  # 512 ms: at the default 5 µs it would be 102 ms
+    assert expected <= above < expected * 1.5 + 200
+
+
 def test_uncapped_cache_past_the_threshold_cuts_throughput_a_capped_one_does_not(base, server):
     cache = server[1][STATE].token_cache
     users, seconds, think = 20, 3.0, 0.05  # up to 400 pages/s offered
