@@ -9,6 +9,7 @@ round's scheduling recorded rather than queued: no worker is needed to read Prom
 
 import contextlib
 import http.server
+import io
 import json
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ import urllib.request
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from portal.metrics import services
@@ -165,7 +167,7 @@ def test_prometheus_reads_the_same_figures_as_the_scrape_live_and_afterwards(
     ServerSample.objects.filter(run=run, server_id=queried.id).delete()
     end = run.start_at + timedelta(seconds=ROUNDS + 0.5)
     Run.objects.filter(id=run.id).update(status=Run.Status.FINISHED, finished_at=end)
-    assert services.prometheus_backfill(run_id=run.id) == {}
+    call_command("metrics_from_prometheus", run.id, stdout=io.StringIO())
     afterwards = _values(run, queried)
     assert set(ticks) <= set(afterwards)
     _assert_within_one_interval(direct, afterwards, ticks)

@@ -3,7 +3,12 @@
 The readings themselves are tested against a real Prometheus in tests/e2e/test_prometheus_source.py.
 """
 
+import http.server
+import io
+import threading
+
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from portal.metrics.countersets import DEMO, LINUX
@@ -135,3 +140,39 @@ def test_the_environment_page_says_what_went_wrong_reading_prometheus(alice_clie
         )
     page = alice_client.get(env.get_absolute_url()).content.decode()
     assert "server “web-01”: 3 readings from Prometheus failed; the last: Prometheus refused the token" in page
+
+
+def test_reading_a_past_run_needs_a_prometheus_and_says_which_server_failed(plan, misbehaving_url):
+    run = plan_run(plan)
+    with pytest.raises(CommandError, match="has no Prometheus URL"):
+        call_command("metrics_from_prometheus", run.id)
+    env = plan.environment
+    env.prometheus_url = misbehaving_url
+    env.save()
+    server = Server.objects.create(environment=env, name="web-01", counter_set="linux", prometheus_selector='a="b"')
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 server"):
+        call_command("metrics_from_prometheus", run.id, stderr=err)
+    assert f"server {server.id}: Prometheus answered an error (bad_data): parse error" in err.getvalue()
+    # and every round of the window is a gap with that reason, for the run's page
+    gaps = ServerSample.objects.filter(run=run, server_id=server.id)
+    assert gaps.count() > 2 and all(g.values is None and "parse error" in g.error for g in gaps)
+
+
+@pytest.fixture
+def misbehaving_url():
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b'{"status":"error","errorType":"bad_data","error":"parse error"}'
+            self.send_response(400)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
