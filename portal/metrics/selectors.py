@@ -122,7 +122,8 @@ def run_servers(run: Run) -> dict | None:
                 "id": source["id"],
                 "name": source["name"],
                 "role": source.get("role", ""),
-                "url": source["url"],
+                # where the figures came from: the scraped endpoint, or the Prometheus and the server's labels there
+                "url": source["url"] or f"{source.get('prometheus', '')} {{{source.get('selector', '')}}}".strip(),
                 "counter_set": counter_set.name,
                 "scrapes": len(samples),
                 "good_scrapes": sum(1 for s in samples if s.values is not None),

@@ -27,6 +27,7 @@ from portal.metrics.countersets import DEMO
 from portal.metrics.exposition import figures
 from portal.metrics.models import ServerSample
 from portal.metrics.promql import token_encrypt
+from portal.metrics.selectors import run_servers
 from portal.projects.models import Environment, Server
 from portal.runs.models import Run
 from tests.portal.runs.factories import plan_run
@@ -159,6 +160,11 @@ def test_prometheus_reads_the_same_figures_as_the_scrape_live_and_afterwards(
     assert scheduled[-1] == ROUNDS + 1  # the chain goes on
 
     direct, live = _values(run, scraped), _values(run, queried)
+    # the run page's Servers section: both servers, the same series, each round answered
+    shown = {s["name"]: s for s in run_servers(run)["servers"]}
+    assert shown["demo via Prometheus"]["url"] == f'{base} {{job="demo", instance="{instance}"}}'
+    assert [s["key"] for s in shown["demo via Prometheus"]["series"]] == [s["key"] for s in shown["demo"]["series"]]
+    assert shown["demo via Prometheus"]["good_scrapes"] == shown["demo via Prometheus"]["scrapes"] == ROUNDS + 1
     errors = list(ServerSample.objects.filter(run=run).exclude(error="").values_list("error", flat=True))
     assert not errors, errors
     _assert_within_one_interval(direct, live, ticks)
@@ -171,6 +177,9 @@ def test_prometheus_reads_the_same_figures_as_the_scrape_live_and_afterwards(
     afterwards = _values(run, queried)
     assert set(ticks) <= set(afterwards)
     _assert_within_one_interval(direct, afterwards, ticks)
+
+
+MANY = [{"metric": {"__name__": "demo_requests_total", "instance": f"web-{i}"}, "value": [1, "1"]} for i in range(3000)]
 
 
 class _Answers(http.server.BaseHTTPRequestHandler):
@@ -187,6 +196,7 @@ class _Answers(http.server.BaseHTTPRequestHandler):
             "refuse": (401, b"Unauthorized"),
             "error": (422, b'{"status":"error","errorType":"execution","error":"query timed out in expression"}'),
             "slow": (200, b'{"status":"success","data":{"resultType":"vector","result":[]}}'),
+            "many": (200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": MANY}}).encode()),
         }[kind]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -212,6 +222,7 @@ def misbehaving():
         ("refuse", "Prometheus refused the token (HTTP 401)"),
         ("error", "Prometheus answered an error (execution): query timed out in expression"),
         ("slow", "did not answer within 0.8 s"),
+        ("many", "The query matched 3,000 series (at most 2,000): narrow the server's label matchers."),
         (None, "No series in Prometheus match"),
     ],
 )
