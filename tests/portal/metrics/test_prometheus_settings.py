@@ -15,6 +15,8 @@ from portal.metrics.countersets import DEMO, LINUX
 from portal.metrics.models import ServerSample
 from portal.metrics.promql import parse_selector, query_for, token_decrypt
 from portal.projects.models import Environment, Server
+from portal.runs.models import Run
+from portal.runs.services import RunError, run_create
 from tests.portal.api.conftest import session
 from tests.portal.projects.data import environment_data
 from tests.portal.runs.factories import plan_run
@@ -176,3 +178,14 @@ def misbehaving_url():
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+def test_a_prometheus_outside_the_allowlist_refuses_the_run_before_it_starts(plan, alice):
+    # saved while it was allowed, then the allowlist changed: the run must not start
+    env = plan.environment
+    env.prometheus_url = "http://10.20.30.40:9090"
+    env.save()
+    Server.objects.create(environment=env, name="db-01", counter_set="linux", prometheus_selector='instance="db"')
+    with pytest.raises(RunError, match="environment's Prometheus is refused"):
+        run_create(plan=plan, user=alice)
+    assert not Run.objects.exists()
