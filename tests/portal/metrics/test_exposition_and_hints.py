@@ -189,5 +189,5 @@ def test_a_knee_at_one_user_reads_in_the_singular():
         knee_users=1, level_users=[1, 2, 4], cpu_by_server={"web": [20.0, 21.0, 22.0]}, generator_saturated=None
     )
     evidence = [e for h in hints for e in h.evidence]
-    assert "throughput stopped growing after 1 user (the knee)" in evidence
+    assert "after 1 user (the knee) throughput grows less than half as fast as the users" in evidence
     assert not any("1 users" in e for e in evidence)
