@@ -5,6 +5,7 @@
 #   jmeter, jmeter-http    the real-JMeter import test (tests/e2e/test_import_jmeter_locust_end_to_end.py)
 #   default-jdk-headless   javac for that test's launcher (tests/e2e/tools/PermissiveJMeter.java)
 #   nginx-light            the HTTP/1.1 client against nginx (tests/engine/test_h1.py)
+#   prometheus             server metrics read from a real Prometheus (tests/e2e/test_prometheus_source.py)
 # Everything else comes from PyPI (requirements.txt; Locust into bench/.venv-locust on first use).
 # As root it runs apt-get; otherwise, or with --check, it prints the exact command and exits 1.
 set -euo pipefail
@@ -16,6 +17,7 @@ missing=()
 [ -f "$root/usr/share/jmeter/lib/ext/ApacheJMeter_http.jar" ] || missing+=(jmeter-http)
 [ -x "$root/usr/bin/javac" ] || missing+=(default-jdk-headless)
 [ -x "$root/usr/sbin/nginx" ] || missing+=(nginx-light)
+[ -x "$root/usr/bin/prometheus" ] || missing+=(prometheus)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -12,6 +12,7 @@ FILES = {
     "jmeter-http": "usr/share/jmeter/lib/ext/ApacheJMeter_http.jar",
     "default-jdk-headless": "usr/bin/javac",
     "nginx-light": "usr/sbin/nginx",
+    "prometheus": "usr/bin/prometheus",
 }
 
 
@@ -51,7 +52,7 @@ def test_each_missing_package_stops_with_the_exact_command(tmp_path):
 def test_a_fresh_machine_is_told_every_package_at_once(tmp_path):
     result = check(tmp_path)
     assert result.returncode == 1
-    assert "apt-get install -y chromium jmeter jmeter-http default-jdk-headless nginx-light" in result.stderr
+    assert "apt-get install -y chromium jmeter jmeter-http default-jdk-headless nginx-light prometheus" in result.stderr
 
 
 def test_make_test_and_ci_run_the_script_before_the_tests():

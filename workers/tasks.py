@@ -159,3 +159,10 @@ def result_import_task(import_id: int) -> None:
     from portal.runs.services import result_import_process
 
     result_import_process(import_id)
+
+
+@shared_task(ignore_result=True)
+def prometheus_backfill_task(run_id: int) -> None:
+    from portal.metrics.services import prometheus_backfill
+
+    prometheus_backfill(run_id=run_id)

@@ -86,11 +86,27 @@ DOCUMENTS = {
             "description": "Two web servers, one SQL server",
             "metrics_interval_s": 5,
             "generator_pool": "",
+            "prometheus_url": "",
+            "prometheus_token_set": False,
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
-                {"counter_set": "", "hardware": "4 vCPU, 16 GB", "metrics_url": "", "name": "web-01", "role": "web"},
-                {"counter_set": "", "hardware": "", "metrics_url": "", "name": "sql-01", "role": "database"},
+                {
+                    "counter_set": "",
+                    "hardware": "4 vCPU, 16 GB",
+                    "metrics_url": "",
+                    "name": "web-01",
+                    "prometheus_selector": "",
+                    "role": "web",
+                },
+                {
+                    "counter_set": "",
+                    "hardware": "",
+                    "metrics_url": "",
+                    "name": "sql-01",
+                    "prometheus_selector": "",
+                    "role": "database",
+                },
             ],
         },
         "status": 201,
@@ -424,6 +440,8 @@ DOCUMENTS = {
             "description": "",
             "metrics_interval_s": 5,
             "generator_pool": "",
+            "prometheus_url": "",
+            "prometheus_token_set": False,
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -433,7 +451,13 @@ DOCUMENTS = {
     "environments_partial_update": {
         "request": {
             "servers": [
-                {"counter_set": "demo", "metrics_url": "http://127.0.0.1:8001/metrics", "name": "web-01", "role": "web"}
+                {
+                    "counter_set": "demo",
+                    "metrics_url": "http://127.0.0.1:8001/metrics",
+                    "name": "web-01",
+                    "prometheus_selector": "",
+                    "role": "web",
+                }
             ]
         },
         "response": {
@@ -447,6 +471,8 @@ DOCUMENTS = {
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
             "generator_pool": "",
+            "prometheus_url": "",
+            "prometheus_token_set": False,
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -455,6 +481,7 @@ DOCUMENTS = {
                     "hardware": "",
                     "metrics_url": "http://127.0.0.1:8001/metrics",
                     "name": "web-01",
+                    "prometheus_selector": "",
                     "role": "web",
                 }
             ],
@@ -471,6 +498,8 @@ DOCUMENTS = {
             "description": "",
             "metrics_interval_s": 5,
             "generator_pool": "",
+            "prometheus_url": "",
+            "prometheus_token_set": False,
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -499,11 +528,27 @@ DOCUMENTS = {
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
             "generator_pool": "",
+            "prometheus_url": "",
+            "prometheus_token_set": False,
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
-                {"counter_set": "", "hardware": "4 vCPU, 16 GB", "metrics_url": "", "name": "web-01", "role": "web"},
-                {"counter_set": "", "hardware": "", "metrics_url": "", "name": "sql-01", "role": "database"},
+                {
+                    "counter_set": "",
+                    "hardware": "4 vCPU, 16 GB",
+                    "metrics_url": "",
+                    "name": "web-01",
+                    "prometheus_selector": "",
+                    "role": "web",
+                },
+                {
+                    "counter_set": "",
+                    "hardware": "",
+                    "metrics_url": "",
+                    "name": "sql-01",
+                    "prometheus_selector": "",
+                    "role": "database",
+                },
             ],
         },
         "status": 200,

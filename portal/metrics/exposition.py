@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,34 +32,52 @@ def extract(text: str, counter_set: CounterSet) -> list[float | None]:
     A ``ratio`` or ``fraction`` series keeps two numbers: its numerator at its position and
     its denominator after the last series, in the order of these series.
     """
+    try:
+        # Parsed eagerly: the parser's errors belong to the text, not to the summing below.
+        samples = [
+            (sample.name, sample.labels, sample.value, family.type)
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+    except Exception as exc:  # the parser raises ValueError, IndexError, … on malformed text
+        # The parser's message quotes the line it choked on ("Invalid line: -ERR …"): a gap is shown to
+        # every viewer, so it names the fault only, never what the server answered.
+        fault = str(exc).split(":", 1)[0].strip()[:80]
+        raise ExpositionError(f"not Prometheus text ({type(exc).__name__}: {fault})") from None
+    return extract_samples(samples, counter_set)
+
+
+def metric_names(counter_set: CounterSet) -> list[str]:
+    """Every metric name the counter set reads (numerators and denominators), once each, in order."""
+    return list(dict.fromkeys(name for s in counter_set.series for name in s.metric + s.denominator))
+
+
+def extract_samples(samples: Iterable[tuple[str, dict, float, str]], counter_set: CounterSet) -> list[float | None]:
+    """``extract`` on samples already parsed: (metric name, labels, value, family type or "").
+
+    The one place a counter set's series are matched and summed, whether the samples come
+    from a scrape of ``/metrics`` or from a Prometheus query (``portal.metrics.promql``).
+    """
     wanted: dict[str, list[Series]] = defaultdict(list)
     for s in counter_set.series:
         for name in dict.fromkeys(s.metric + s.denominator):  # once each, even in both lists
             wanted[name].append(s)
     sums: dict[tuple[str, str], float] = defaultdict(float)  # (series key, "num"|"den")
     per: dict[str, set[str]] = defaultdict(set)
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = sample.name
-                if name not in wanted and family.type == "counter" and name.endswith("_total"):
-                    # The parser names every counter's samples ``<family>_total``; exporters such as
-                    # postgres_exporter and windows_exporter's mssql collector expose them without it.
-                    name = name[: -len("_total")]
-                for s in wanted.get(name, ()):
-                    if not _matches(s, sample.labels) or not math.isfinite(sample.value):
-                        continue
-                    if name in s.metric:
-                        sums[(s.key, "num")] += sample.value
-                        if s.per:
-                            per[s.key].add(sample.labels.get(s.per, ""))
-                    if name in s.denominator:
-                        sums[(s.key, "den")] += sample.value
-    except Exception as exc:  # the parser raises ValueError, IndexError, … on malformed text
-        # The parser's message quotes the line it choked on ("Invalid line: -ERR …"): a gap is shown to
-        # every viewer, so it names the fault only, never what the server answered.
-        fault = str(exc).split(":", 1)[0].strip()[:80]
-        raise ExpositionError(f"not Prometheus text ({type(exc).__name__}: {fault})") from None
+    for name, labels, value, family_type in samples:
+        if name not in wanted and family_type == "counter" and name.endswith("_total"):
+            # The parser names every counter's samples ``<family>_total``; exporters such as
+            # postgres_exporter and windows_exporter's mssql collector expose them without it.
+            name = name[: -len("_total")]
+        for s in wanted.get(name, ()):
+            if not _matches(s, labels) or not math.isfinite(value):
+                continue
+            if name in s.metric:
+                sums[(s.key, "num")] += value
+                if s.per:
+                    per[s.key].add(labels.get(s.per, ""))
+            if name in s.denominator:
+                sums[(s.key, "den")] += value
     values: list[float | None] = []
     ratios: list[float | None] = []
     for s in counter_set.series:

@@ -122,7 +122,8 @@ def run_servers(run: Run) -> dict | None:
                 "id": source["id"],
                 "name": source["name"],
                 "role": source.get("role", ""),
-                "url": source["url"],
+                # where the figures came from: the scraped endpoint, or the Prometheus and the server's labels there
+                "url": source["url"] or f"{source.get('prometheus', '')} {{{source.get('selector', '')}}}".strip(),
                 "counter_set": counter_set.name,
                 "scrapes": len(samples),
                 "good_scrapes": sum(1 for s in samples if s.values is not None),
@@ -190,3 +191,29 @@ def run_hints(run: Run, servers: list[dict], windows: list[dict]) -> list:
             }
             out += hint_rules.growing_series_hints(throughput=throughput, series=named)
     return out
+
+
+def prometheus_problems(environment) -> list[str]:
+    """What went wrong reading the environment's Prometheus in its latest run that read it (for its page)."""
+    servers = {s.id: s.name for s in environment.servers.all() if environment.prometheus_url and s.prometheus_selector}
+    if not servers:
+        return []
+    latest = (
+        ServerSample.objects.filter(run__environment=environment, server_id__in=servers)
+        .order_by("-run__start_at", "-run_id")
+        .values_list("run_id", "run__number")
+        .first()
+    )
+    if latest is None:
+        return []
+    run_id, number = latest
+    rows = ServerSample.objects.filter(run_id=run_id, server_id__in=servers).order_by("tick")
+    reasons: dict[int, tuple[str, int]] = {}
+    for server_id, error in rows.values_list("server_id", "error"):
+        if error:
+            reasons[server_id] = (error, reasons.get(server_id, ("", 0))[1] + 1)
+    return [
+        f"Run #{number}, server “{servers[sid]}”: {count} reading{'s' if count != 1 else ''} from Prometheus "
+        f"failed; the last: {reason}"
+        for sid, (reason, count) in reasons.items()
+    ]

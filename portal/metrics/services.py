@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -34,21 +35,38 @@ def _margin(interval: int) -> float:
     return max(interval, 5)
 
 
+def from_prometheus(environment, server) -> bool:
+    """Whether ``server``'s figures come from the environment's Prometheus rather than a scrape."""
+    return bool(environment.prometheus_url and server.prometheus_selector)
+
+
 def sources_of(environment) -> list:
-    """The environment's servers that have a metrics endpoint and a counter set."""
-    return [s for s in environment.servers.all() if s.metrics_url and s.counter_set in COUNTER_SETS]
+    """The environment's servers with a counter set and a metrics endpoint or Prometheus label matchers."""
+    return [
+        s
+        for s in environment.servers.all()
+        if s.counter_set in COUNTER_SETS and (s.metrics_url or from_prometheus(environment, s))
+    ]
 
 
 def metric_sources_problems(environment) -> list[str]:
     """Why a run on ``environment`` must not start because of its metrics endpoints (checked before each run)."""
+    from .promql import check_prometheus_url
     from .scrape import check_metrics_url
 
     problems = []
     for server in sources_of(environment):
+        if from_prometheus(environment, server):
+            continue  # checked once below, for every server that reads it
         try:
             check_metrics_url(server.metrics_url)
         except ValueError as exc:
             problems.append(f"Server “{server.name}”: its metrics endpoint is refused: {exc}")
+    if environment.prometheus_url and any(from_prometheus(environment, s) for s in sources_of(environment)):
+        try:
+            check_prometheus_url(environment.prometheus_url)
+        except ValueError as exc:
+            problems.append(f"The environment's Prometheus is refused: {exc}")
     return problems
 
 
@@ -57,9 +75,11 @@ def collection_start(*, run_id: int) -> MetricCollection | None:
     run = Run.objects.select_related("environment").get(id=run_id)
     if run.environment is None or run.start_at is None:
         return None
+    env = run.environment
     servers = [
         {"id": s.id, "name": s.name, "role": s.role, "url": s.metrics_url, "counter_set": s.counter_set}
-        for s in sources_of(run.environment)
+        | ({"prometheus": env.prometheus_url, "selector": s.prometheus_selector} if from_prometheus(env, s) else {})
+        for s in sources_of(env)
     ]
     if not servers:
         return None
@@ -107,9 +127,16 @@ def collect_tick(*, run_id: int, tick: int) -> None:
     start = run.start_at.timestamp()
     timeout = min(SCRAPE_TIMEOUT_S, interval * 0.8)
     servers = collection.servers
+    token = _token_of(run) if any("prometheus" in s for s in servers) else ("", "")
+
+    def read(server: dict) -> tuple[float, list | None, str]:
+        if "prometheus" in server:
+            return _query(server, token, timeout)
+        return scrape(server["url"], server["counter_set"], timeout=timeout)
+
     # One thread per server: a server that hangs until its timeout delays none of the others.
     with ThreadPoolExecutor(max_workers=len(servers)) as pool:
-        results = list(pool.map(lambda s: scrape(s["url"], s["counter_set"], timeout=timeout), servers))
+        results = list(pool.map(read, servers))
     rows = [
         ServerSample(
             run_id=run_id,
@@ -133,6 +160,103 @@ def collect_tick(*, run_id: int, tick: int) -> None:
         MetricCollection.objects.filter(run_id=run_id).update(done=True)
         return
     _enqueue(run_id, following, run.start_at + timedelta(seconds=following * interval))
+
+
+def _token_of(run: Run) -> tuple[str, str]:
+    """(the environment's Prometheus token, or "" and why it cannot be read)."""
+    from .promql import PrometheusError, token_decrypt
+
+    env = run.environment
+    try:
+        return (token_decrypt(env.prometheus_token) if env else ""), ""
+    except PrometheusError as exc:
+        return "", str(exc)
+
+
+def _query(server: dict, token: tuple[str, str], timeout: float) -> tuple[float, list | None, str]:
+    """A scrape round's reading of one server from Prometheus: as ``scrape`` answers (at, values, gap reason)."""
+    from .promql import PrometheusError, instant
+
+    at = time.time()
+    if token[1]:
+        return at, None, token[1]
+    try:
+        values = instant(
+            server["prometheus"], token[0], server["selector"], COUNTER_SETS[server["counter_set"]], at, timeout=timeout
+        )
+    except (PrometheusError, ValueError) as exc:
+        return at, None, str(exc)[:300]
+    return at, values, ""
+
+
+def prometheus_backfill(*, run_id: int) -> dict[int, str]:
+    """A run's server figures read afterwards from its environment's Prometheus (an imported run, say).
+
+    For every server of the environment with label matchers, the run's window (one interval before
+    its start to a margin after its end) is read with ``query_range`` at the environment's interval
+    and stored as the scrape rounds a live collection stores (upserted: running it twice is safe).
+    Returns {server id: why it has no figures} for the servers that failed as a whole.
+    """
+    from .promql import PrometheusError, token_decrypt, window
+
+    run = Run.objects.select_related("environment").get(id=run_id)
+    env = run.environment
+    if env is None or run.start_at is None or not env.prometheus_url:
+        return {}
+    interval = env.metrics_interval_s
+    end_offset = (run.finished_at - run.start_at).total_seconds() if run.finished_at else run.planned_duration
+    start = run.start_at.timestamp()
+    failed: dict[int, str] = {}
+    servers = [s for s in sources_of(env) if from_prometheus(env, s)]
+    if not servers:
+        return {}
+    snapshot = [
+        {"id": s.id, "name": s.name, "role": s.role, "url": "", "counter_set": s.counter_set}
+        | {"prometheus": env.prometheus_url, "selector": s.prometheus_selector}
+        for s in servers
+    ]
+    # The run page reads which servers a run has from its collection: one, finished, for a run in the past.
+    collection, created = MetricCollection.objects.get_or_create(
+        run_id=run_id, defaults={"interval_s": interval, "servers": snapshot, "done": True}
+    )
+    if not created:
+        interval = collection.interval_s
+        known = {s["id"] for s in collection.servers}
+        if missing := [s for s in snapshot if s["id"] not in known]:
+            MetricCollection.objects.filter(id=collection.id).update(servers=collection.servers + missing)
+    first, last = -1, math.ceil((end_offset + _margin(interval)) / interval)
+    for server in servers:
+        try:
+            readings = window(
+                env.prometheus_url,
+                token_decrypt(env.prometheus_token),
+                server.prometheus_selector,
+                COUNTER_SETS[server.counter_set],
+                start + first * interval,
+                start + last * interval,
+                interval,
+            )
+        except PrometheusError as exc:
+            failed[server.id] = str(exc)[:300]
+            readings = {start + tick * interval: failed[server.id] for tick in range(first, last + 1)}
+        rows = [
+            ServerSample(
+                run_id=run_id,
+                server_id=server.id,
+                tick=round((t - start) / interval),
+                offset_s=round(t - start, 3),
+                values=None if isinstance(got, str) else got,
+                error=got[:300] if isinstance(got, str) else "",
+            )
+            for t, got in readings.items()
+        ]
+        ServerSample.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["run", "server_id", "tick"],
+            update_fields=["offset_s", "values", "error"],
+        )
+    return failed
 
 
 def collection_watchdog() -> None:

@@ -313,8 +313,32 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s", "generator_pool"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3}), "config_url": forms.URLInput()}
+        fields = [
+            "name",
+            "base_url",
+            "config_url",
+            "description",
+            "metrics_interval_s",
+            "prometheus_url",
+            "generator_pool",
+        ]
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 3}),
+            "config_url": forms.URLInput(),
+            "prometheus_url": forms.URLInput(attrs={"placeholder": "http://prometheus:9090"}),
+        }
+
+    # Write-only: stored encrypted, never rendered back (an empty box keeps the stored token).
+    prometheus_token = forms.CharField(
+        label="Prometheus bearer token",
+        required=False,
+        strip=True,
+        max_length=4000,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Optional: sent as Authorization: Bearer …; stored encrypted and never shown. "
+        "Leave empty to keep the current one.",
+    )
+    prometheus_token_clear = forms.BooleanField(label="Forget the stored token", required=False)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -356,8 +380,20 @@ class EnvironmentForm(ProjectScopedForm):
         data = self.cleaned_data
         values = {
             k: data[k]
-            for k in ("name", "base_url", "config_url", "description", "metrics_interval_s", "generator_pool")
+            for k in (
+                "name",
+                "base_url",
+                "config_url",
+                "description",
+                "metrics_interval_s",
+                "prometheus_url",
+                "generator_pool",
+            )
         }
+        if data.get("prometheus_token_clear"):
+            values["prometheus_token"] = ""
+        elif data.get("prometheus_token"):
+            values["prometheus_token"] = data["prometheus_token"]
         if "configuration_text" in self.fields:
             values["configuration"] = data["configuration_text"]
         return values
@@ -381,6 +417,19 @@ class ServerForm(forms.ModelForm):
             data["metrics_url"] = url
             for field, messages in errors.items():
                 self.add_error(field, messages)
+        if data.get("prometheus_selector"):
+            # Whether the environment has a Prometheus is checked on save (services.environment_save),
+            # where the environment's form and this row meet.
+            from portal.metrics.promql import parse_selector, selector_text
+
+            try:
+                data["prometheus_selector"] = selector_text(parse_selector(data["prometheus_selector"]))
+            except ValueError as exc:
+                self.add_error("prometheus_selector", str(exc))
+            if not data.get("counter_set") and "counter_set" not in self.errors:
+                self.add_error(
+                    "counter_set", "Choose the counter set of the exporter Prometheus scrapes on this server."
+                )
         return data
 
 
@@ -395,6 +444,7 @@ def server_specs(formset) -> list:
             hardware=f.cleaned_data.get("hardware", ""),
             metrics_url=f.cleaned_data.get("metrics_url", ""),
             counter_set=f.cleaned_data.get("counter_set", ""),
+            prometheus_selector=f.cleaned_data.get("prometheus_selector", ""),
             id=f.instance.pk,
         )
         for f in formset.forms
@@ -406,7 +456,7 @@ ServerFormSet = inlineformset_factory(
     Environment,
     Server,
     form=ServerForm,
-    fields=["name", "role", "hardware", "metrics_url", "counter_set"],
+    fields=["name", "role", "hardware", "metrics_url", "counter_set", "prometheus_selector"],
     extra=2,
     can_delete=True,
     help_texts={"role": ""},
@@ -415,6 +465,7 @@ ServerFormSet = inlineformset_factory(
         "role": forms.TextInput(attrs={"placeholder": "web"}),
         "hardware": forms.TextInput(attrs={"placeholder": "4 vCPU, 16 GB"}),
         "metrics_url": forms.TextInput(attrs={"placeholder": "http://web-01:9100/metrics"}),
+        "prometheus_selector": forms.TextInput(attrs={"placeholder": 'instance="web-01:9100"'}),
     },
 )
 

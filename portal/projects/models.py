@@ -78,6 +78,16 @@ class Environment(TimeStamped):
         default="",
         help_text="Run on the workers of this pool only (PLIMSOLL_WORKER_LABELS pool=…); empty: the default pool.",
     )
+    # Or the team's own Prometheus (portal.metrics.promql), for servers that name themselves there by labels.
+    prometheus_url = models.CharField(
+        "Prometheus URL",
+        max_length=500,
+        blank=True,
+        help_text="Optional: your Prometheus (or a compatible API), e.g. http://prometheus:9090. Servers with "
+        "label matchers read their figures from it instead of being scraped.",
+    )
+    # Fernet-encrypted (portal.metrics.promql.token_encrypt); never shown back.
+    prometheus_token = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -127,6 +137,13 @@ class Server(models.Model):
         help_text="Prometheus text, e.g. http://web-01:9100/metrics (node_exporter) or :9182 (windows_exporter)",
     )
     counter_set = models.CharField(max_length=20, blank=True)
+    prometheus_selector = models.CharField(
+        "Prometheus labels",
+        max_length=300,
+        blank=True,
+        help_text="With the environment's Prometheus: the label matchers of this server's series there, "
+        'e.g. instance="web-01:9100"',
+    )
 
     class Meta:
         ordering = ["position", "id"]

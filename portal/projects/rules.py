@@ -101,6 +101,24 @@ def server_errors(*, metrics_url: str, counter_set: str) -> tuple[str, dict[str,
     return url, errors
 
 
+def prometheus_errors(*, selector: str, counter_set: str, prometheus_url: str) -> tuple[str, dict[str, list[str]]]:
+    """(the server's label matchers, normalised; errors by field): they need a Prometheus and a counter set."""
+    from portal.metrics.promql import parse_selector, selector_text
+
+    selector = (selector or "").strip()
+    if not selector:
+        return "", {}
+    try:
+        selector = selector_text(parse_selector(selector))
+    except ValueError as exc:
+        return selector, {"prometheus_selector": [str(exc)]}
+    if not prometheus_url:
+        return selector, {"prometheus_selector": ["Give the environment's Prometheus URL to read servers from it."]}
+    if not counter_set:
+        return selector, {"counter_set": ["Choose the counter set of the exporter Prometheus scrapes on this server."]}
+    return selector, {}
+
+
 def model_field_errors(instance, *, exclude=()) -> dict[str, list[str]]:
     """The model fields' own validators (ranges, lengths, choices), with the messages a ModelForm shows."""
     try:

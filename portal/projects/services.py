@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from portal.accounts.models import Team
 from portal.common import Invalid
+from portal.metrics.promql import check_prometheus_url, token_encrypt
 from workers.engine.targets import BadTargetURL, parse_target_url
 
 from . import har, rules
@@ -86,6 +87,7 @@ class ServerSpec:
     hardware: str = ""
     metrics_url: str = ""
     counter_set: str = ""
+    prometheus_selector: str = ""
     id: int | None = None
 
 
@@ -105,12 +107,16 @@ def environment_save(
     servers: list[ServerSpec] | None = None,
     config_url: str | None = None,
     generator_pool: str | None = None,
+    prometheus_url: str | None = None,
+    prometheus_token: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
     The configuration is given at creation only: afterwards it changes through tuning changes
     (portal.history), so that every run can name the configuration it measured. Servers with an
     ``id`` keep their row (their metrics stay attached); rows left out are deleted. Raises Invalid.
+    ``prometheus_url`` and ``prometheus_token``: None leaves them unchanged, "" clears them; the
+    token is stored encrypted and never shown back.
     """
     errors: dict = {}
     env = environment if environment is not None else Environment(project=project)
@@ -139,6 +145,16 @@ def environment_save(
             except BadTargetURL as exc:
                 errors["config_url"] = [str(exc)]
         env.config_url = config_url
+    if prometheus_url is not None:
+        prometheus_url = prometheus_url.strip().rstrip("/")
+        if prometheus_url:
+            try:
+                prometheus_url = check_prometheus_url(prometheus_url)
+            except ValueError as exc:
+                errors["prometheus_url"] = [f"This Prometheus cannot be queried: {exc}"]
+        env.prometheus_url = prometheus_url
+    if prometheus_token is not None:
+        env.prometheus_token = token_encrypt(prometheus_token.strip())
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
     if generator_pool is not None:  # issue 25: the pool names a Celery queue (engine.<pool>)
@@ -165,6 +181,11 @@ def environment_save(
             row.name, row.role, row.hardware = spec.name.strip(), spec.role, spec.hardware
             row.metrics_url, row.counter_set = metrics_url, spec.counter_set
             problems.update(more)
+            row.prometheus_selector, more = rules.prometheus_errors(
+                selector=spec.prometheus_selector, counter_set=spec.counter_set, prometheus_url=env.prometheus_url
+            )
+            for field, messages in more.items():
+                problems.setdefault(field, messages)
             for field, messages in rules.model_field_errors(row, exclude=["environment"]).items():
                 problems.setdefault(field, messages)
             server_errors.append(problems)

@@ -65,11 +65,12 @@ def _can_write(user, project: Project) -> bool:
     return membership is not None and membership.can_write
 
 
-def _save(form, save):
+def _save(form, save, rows=()):
     """Runs ``save``; a name taken by a concurrent request becomes a form error, not a 500.
 
     The service checks the values again (the API's path has no form): what it refuses is shown
-    beside the form's fields, as the form's own errors are.
+    beside the form's fields, as the form's own errors are; ``rows``: the forms of the
+    service's list of rows ("servers"), in order, to show each row's errors beside it.
     """
     try:
         with transaction.atomic():
@@ -78,6 +79,10 @@ def _save(form, save):
         form.add_error("name", "That name was taken a moment ago; choose another.")
     except Invalid as exc:
         for field, messages in exc.errors.items():
+            if field == "servers" and rows:
+                for row, problems in zip(rows, messages, strict=False):
+                    for name, text in (problems or {}).items():
+                        row.add_error(name if name in row.fields else None, text)
             flat = [m for m in messages if isinstance(m, str)] or ["Some rows need fixing (see below)."]
             form.add_error(field if field in form.fields else None, flat)
     return None
@@ -200,6 +205,8 @@ def project_delete(request, code):
 @login_required
 @vary_on_headers("HX-Request")  # a page or its past-configuration fragment, from one URL
 def environment_detail(request, code):
+    from portal.metrics.selectors import prometheus_problems
+
     environment = access.get_for_user(request.user, Environment.objects.select_related("project__team"), code=code)
     context = {
         "environment": environment,
@@ -209,6 +216,7 @@ def environment_detail(request, code):
         "can_write": _can_write(request.user, environment.project),
         "target_problem": selectors.target_problem(base_url=environment.base_url),
         "same_origin": drift.same_origin_environments(environment),
+        "prometheus_problems": prometheus_problems(environment),
         "nav": "projects",
         # The results history: its ledger of tuning changes, a past configuration, measurements.
         **environment_history(environment, at=request.GET.get("at")),
@@ -238,6 +246,7 @@ def _environment_form(request, project: Project, environment: Environment | None
             lambda: services.environment_save(
                 project=project, environment=environment, **form.service_values(), servers=server_specs(servers)
             ),
+            rows=[f for f in servers.forms if f.cleaned_data and not servers._should_delete_form(f)],
         )
         if saved:
             messages.success(request, f"Environment “{saved}” saved.")

@@ -24,7 +24,7 @@ class ProjectSerializer(serializers.ModelSerializer):
 class ServerSerializer(serializers.ModelSerializer):
     class Meta:
         model = Server
-        fields = ("name", "role", "hardware", "metrics_url", "counter_set")
+        fields = ("name", "role", "hardware", "metrics_url", "counter_set", "prometheus_selector")
         read_only_fields = fields
 
 
@@ -39,6 +39,9 @@ class EnvironmentSerializer(serializers.ModelSerializer):
     configuration = ConfigurationItemSerializer(
         many=True, read_only=True, help_text="Read-only: it changes only through tuning changes"
     )
+    prometheus_token_set = serializers.SerializerMethodField(
+        help_text="Whether a Prometheus token is stored (the token itself is never shown)"
+    )
 
     class Meta:
         model = Environment
@@ -51,10 +54,15 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "description",
             "metrics_interval_s",
             "generator_pool",
+            "prometheus_url",
+            "prometheus_token_set",
             "configuration",
             "servers",
         )
         read_only_fields = fields
+
+    def get_prometheus_token_set(self, environment) -> bool:
+        return bool(environment.prometheus_token)
 
 
 class ExtractionSerializer(StrictSerializer):

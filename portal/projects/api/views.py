@@ -285,6 +285,13 @@ class ServerWriteSerializer(StrictSerializer):
     counter_set = serializers.CharField(
         max_length=20, required=False, allow_blank=True, default="", help_text="Needed with a metrics endpoint"
     )
+    prometheus_selector = serializers.CharField(
+        max_length=300,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text='Label matchers of this server in the environment\'s Prometheus, e.g. instance="web-01:9100"',
+    )
 
 
 class EnvironmentWriteSerializer(StrictSerializer):
@@ -304,6 +311,19 @@ class EnvironmentWriteSerializer(StrictSerializer):
     )
     configuration = ConfigurationItemSerializer(
         many=True, required=False, help_text="The initial configuration (on create only; then tuning changes)"
+    )
+    prometheus_url = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="Your Prometheus, read for servers with label matchers instead of scraping them; absent: unchanged",
+    )
+    prometheus_token = serializers.CharField(
+        max_length=4000,
+        required=False,
+        allow_blank=True,
+        write_only=True,
+        help_text="Write-only bearer token for the Prometheus, stored encrypted; absent: unchanged, empty: forgotten",
     )
     servers = ServerWriteSerializer(many=True, required=False, default=list, help_text="Replaced as a whole")
     generator_pool = serializers.CharField(
@@ -355,7 +375,7 @@ class EnvironmentViewSet(
 
     def patch_base(self, environment) -> dict:
         data = EnvironmentSerializer(environment).data
-        return {k: v for k, v in data.items() if k not in ("code", "configuration")}
+        return {k: v for k, v in data.items() if k not in ("code", "configuration", "prometheus_token_set")}
 
     @transaction.atomic
     def _save(self, environment) -> dict:
@@ -372,6 +392,8 @@ class EnvironmentViewSet(
             name=data["name"],
             base_url=data["base_url"],
             config_url=data.get("config_url"),
+            prometheus_url=data.get("prometheus_url"),
+            prometheus_token=data.get("prometheus_token"),
             description=data["description"],
             metrics_interval_s=data.get("metrics_interval_s"),
             configuration=None if configuration is None else [dict(item) for item in configuration],
