@@ -1,0 +1,95 @@
+"""Issue 24.4: change points across a plan's history, attributed to what happened between two runs."""
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+from portal.history.models import TuningChange
+from portal.history.services import change_apply, change_create
+from portal.schedules.change_points import plan_change_points, run_change_points
+from tests.portal.runs.factories import plan_run
+
+pytestmark = pytest.mark.django_db
+
+DAY0 = datetime(2026, 5, 1, 2, tzinfo=UTC)
+
+
+def figures(apd, pages=500):
+    return {"pages": pages, "apd_ms": apd, "p95_ms": apd * 2, "pages_per_s": 20.0, "error_rate_pct": 0.0}
+
+
+def history(plan, *, n=40, slow_from=None, seed=0, labels=None, status="passed"):
+    """n nightly runs of ``plan``: Home steady, Search ±5 % noisy, 30 % slower from night ``slow_from``."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for night in range(1, n + 1):
+        search = 200 * (1 + rng.uniform(-0.05, 0.05)) * (1.3 if slow_from and night >= slow_from else 1.0)
+        home = 50 * (1 + rng.uniform(-0.05, 0.05))
+        start = DAY0 + timedelta(days=night)
+        runs.append(
+            plan_run(
+                plan,
+                status=status,
+                start_at=start,
+                finished_at=start + timedelta(minutes=10),
+                labels=(labels or {}).get(night, {"build": "a0a0a0"}),
+                summary={
+                    "totals": figures((search + home) / 2, pages=1000),
+                    "pages": [{"label": "Home", **figures(home)}, {"label": "Search", **figures(search)}],
+                },
+            )
+        )
+    return runs
+
+
+def applied_change(environment, alice, title, at):
+    change = change_create(
+        environment=environment, user=alice, edits=[{"key": "db.pool", "value": "20"}], title=title, category="other"
+    )
+    change_apply(change, user=alice, call_hook_first=False)
+    TuningChange.objects.filter(id=change.id).update(applied_at=at)
+    return change
+
+
+def test_a_step_in_one_page_is_one_change_point_attributed_to_the_change_and_the_build(plan, environment, alice):
+    # given: Search 30 % slower from run 20 of 40; build 3f2a1c from run 20; the pool changed between 19 and 20
+    runs = history(plan, slow_from=20, labels={n: {"build": "3f2a1c" if n >= 20 else "a0a0a0"} for n in range(1, 41)})
+    between = DAY0 + timedelta(days=19, hours=12)
+    applied_change(environment, alice, "connection pool 50 → 20", between)
+    applied_change(environment, alice, "earlier change", DAY0 + timedelta(days=5, hours=12))
+
+    # when
+    found = plan_change_points(plan=plan)
+
+    # then: Search's APD and p95 moved at run 20 (the totals too: they average Search in); Home did not
+    assert {(c.page, c.figure) for c in found} == {("Search", "APD"), ("Search", "p95"), (None, "APD"), (None, "p95")}
+    search_apd = next(c for c in found if c.page == "Search" and c.figure == "APD")
+    assert search_apd.run_number == runs[19].number and search_apd.previous_run_number == runs[18].number
+    assert 25 < search_apd.change_pct < 35
+    assert search_apd.labels == {"build": "3f2a1c"}
+    assert [c.title for c in search_apd.changes] == ["connection pool 50 → 20"]
+    assert search_apd.text.startswith(f"Search APD +{search_apd.change_pct:.0f} % since run #{runs[19].number} (")
+    assert search_apd.text.endswith("(build 3f2a1c; after the change ‘connection pool 50 → 20’)")
+    # the run page lists the shifts that begin at its run, and no other run's
+    assert {c.run_number for c in run_change_points(runs[19])} == {runs[19].number}
+    assert run_change_points(runs[25]) == []
+
+
+def test_a_flat_noisy_history_has_no_change_point(plan):
+    history(plan, seed=7)
+    assert plan_change_points(plan=plan) == []
+
+
+def test_runs_that_do_not_count_are_left_out(plan):
+    # given: the slow nights ended in error or were cancelled: they are not the plan's level
+    history(plan, n=20)
+    history(plan, n=20, slow_from=1, status="cancelled")
+    assert plan_change_points(plan=plan) == []
+
+
+def test_the_cost_is_bounded_to_the_last_runs(plan):
+    # given: a shift at run 20 of 40, read over the last 15 runs only: both sides are not there
+    history(plan, slow_from=20)
+    assert plan_change_points(plan=plan, last=15) == []
+    assert plan_change_points(plan=plan, last=40) != []
