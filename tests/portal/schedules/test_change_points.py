@@ -8,6 +8,7 @@ import pytest
 from portal.history.models import TuningChange
 from portal.history.services import change_apply, change_create
 from portal.schedules.change_points import plan_change_points, run_change_points
+from tests.portal.api.conftest import bearer, session, token_secret  # noqa: F401, F811 (a fixture)
 from tests.portal.runs.factories import plan_run
 
 pytestmark = pytest.mark.django_db
@@ -93,3 +94,30 @@ def test_the_cost_is_bounded_to_the_last_runs(plan):
     history(plan, slow_from=20)
     assert plan_change_points(plan=plan, last=15) == []
     assert plan_change_points(plan=plan, last=40) != []
+
+
+def test_the_api_lists_them_typed_to_a_read_token_and_hides_another_teams_plan(
+    plan,
+    environment,
+    alice,
+    charlie,
+    token_secret,  # noqa: F811
+):
+    runs = history(plan, slow_from=20, labels={n: {"build": "3f2a1c" if n >= 20 else "a0a0a0"} for n in range(1, 41)})
+    applied_change(environment, alice, "connection pool 50 → 20", DAY0 + timedelta(days=19, hours=12))
+    url = f"/api/v1/plans/{plan.code}/change-points/"
+
+    response = bearer(token_secret("read")).get(url)
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    search = next(c for c in body if c["page"] == "Search" and c["figure"] == "APD")
+    assert search["run_number"] == runs[19].number and search["run_code"] == str(runs[19].code)
+    assert search["labels"] == {"build": "3f2a1c"}
+    assert [c["title"] for c in search["changes"]] == ["connection pool 50 → 20"]
+    assert search["text"].endswith("(build 3f2a1c; after the change ‘connection pool 50 → 20’)")
+    assert session(charlie).get(url).status_code == 404
+    refused = session(alice).get(url + "?last=5000")
+    assert refused.status_code == 400 and "last" in refused.content.decode()
+    assert session(alice).get(url + "?color=red").status_code == 400
+    assert session(alice).get(url + "?last=15").json() == []
