@@ -4,12 +4,15 @@ each with what happened between that run and the one before it.
 The detection is plain statistics (``portal.stats.shifts``) on one value per run; this module reads
 the runs, builds the series (the run's totals and each page, per figure) and attributes every shift:
 the tuning changes applied in the ledger between the two runs, the run labels that changed
-(build, commit, branch), and edits of the plan itself. Two queries per plan, whatever its history.
+(build, commit, branch), and edits of the plan itself. Two queries for any number of plans, whatever their history.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 
 from portal.history.comparison import FIGURES
 from portal.history.models import TuningChange, config_diff
@@ -81,15 +84,22 @@ def _start(run: Run):
     return run.start_at or run.created_at
 
 
-def history_runs(*, plan_id: int, last: int = LAST_RUNS) -> list[Run]:
-    """The plan's latest ``last`` finished runs that count (the statuses a baseline takes, ``Run.counts``),
-    oldest first. A regressed run is kept: it is the very evidence of a shift."""
-    runs = list(
-        Run.objects.filter(plan_id=plan_id, status__in=BASELINE_STATUSES, summary__isnull=False)
+def history_runs(*, plan_ids, last: int = LAST_RUNS) -> dict[int, list[Run]]:
+    """{plan id: its latest ``last`` finished runs that count (the statuses a baseline takes, ``Run.counts``),
+    oldest first}, in one query. A regressed run is kept: it is the very evidence of a shift."""
+    latest = Window(RowNumber(), partition_by=[F("plan_id")], order_by=F("number").desc())
+    rows = (
+        Run.objects.filter(plan_id__in=set(plan_ids), status__in=BASELINE_STATUSES, summary__isnull=False)
         .exclude(start_at__isnull=True)
-        .order_by("-number")[:last]
+        .annotate(latest=latest)
+        .filter(latest__lte=last)
+        .order_by("plan_id", "number")
     )
-    return [r for r in reversed(runs) if r.counts]
+    runs: dict[int, list[Run]] = {plan_id: [] for plan_id in plan_ids}
+    for run in rows:
+        if run.counts:
+            runs[run.plan_id].append(run)
+    return runs
 
 
 def _value(run: Run, page: str | None, key: str) -> float | None:
@@ -119,21 +129,35 @@ def _plan_edits(before: dict | None, after: dict | None) -> list[str]:
     return keys[:PLAN_EDITS_SHOWN] + (["…"] if len(keys) > PLAN_EDITS_SHOWN else [])
 
 
-def plan_change_points(*, plan, last: int = LAST_RUNS) -> list[ChangePoint]:
-    """The persistent shifts in the plan's last ``last`` runs, newest first (totals before pages)."""
-    runs = history_runs(plan_id=plan.id, last=last)
-    if len(runs) < 2 * shifts.MIN_RUNS:
-        return []
+def plans_change_points(*, plans, last: int = LAST_RUNS) -> dict[int, list[ChangePoint]]:
+    """{plan id: the persistent shifts in the plan's last ``last`` runs, newest first (totals before pages)},
+    in two queries for all the plans."""
+    plans = {p.id: p for p in plans}
+    histories = {
+        plan_id: runs
+        for plan_id, runs in history_runs(plan_ids=list(plans), last=last).items()
+        if len(runs) >= 2 * shifts.MIN_RUNS
+    }
+    found: dict[int, list[ChangePoint]] = {plan_id: [] for plan_id in plans}
+    if not histories:
+        return found
     applied = list(
         TuningChange.objects.filter(
-            environment_id=plan.environment_id,
+            environment_id__in={plans[plan_id].environment_id for plan_id in histories},
             status=TuningChange.Status.APPLIED,
-            applied_at__gt=_start(runs[0]),
-            applied_at__lte=_start(runs[-1]),
+            applied_at__gt=min(_start(runs[0]) for runs in histories.values()),
         )
         .exclude(category=TuningChange.Category.BASELINE)  # an accepted level explains nothing
         .order_by("applied_at")
     )
+    for plan_id, runs in histories.items():
+        environment_id = plans[plan_id].environment_id
+        changes = [c for c in applied if c.environment_id == environment_id]
+        found[plan_id] = _plan_shifts(runs, changes)
+    return found
+
+
+def _plan_shifts(runs: list[Run], applied: list[TuningChange]) -> list[ChangePoint]:
     found = []
     for page, fig, points in _series(runs):
         values = [v for _, v in points]
@@ -167,6 +191,11 @@ def plan_change_points(*, plan, last: int = LAST_RUNS) -> list[ChangePoint]:
             )
     found.sort(key=lambda c: (-c.run_number, c.page is not None, c.page or ""))
     return found
+
+
+def plan_change_points(*, plan, last: int = LAST_RUNS) -> list[ChangePoint]:
+    """One plan's change points (``plans_change_points``)."""
+    return plans_change_points(plans=[plan], last=last)[plan.id]
 
 
 def run_change_points(run: Run, *, last: int = LAST_RUNS) -> list[ChangePoint]:

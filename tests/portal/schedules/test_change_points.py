@@ -121,3 +121,20 @@ def test_the_api_lists_them_typed_to_a_read_token_and_hides_another_teams_plan(
     assert refused.status_code == 400 and "last" in refused.content.decode()
     assert session(alice).get(url + "?color=red").status_code == 400
     assert session(alice).get(url + "?last=15").json() == []
+
+
+def test_the_run_page_and_the_morning_view_list_them(plan, environment, alice, client, nightly):
+    runs = history(plan, slow_from=20, labels={n: {"build": "3f2a1c" if n >= 20 else "a0a0a0"} for n in range(1, 41)})
+    change = applied_change(environment, alice, "connection pool 50 → 20", DAY0 + timedelta(days=19, hours=12))
+    client.force_login(alice)
+
+    # the run where the level moved lists its shifts, with the build and a link to the change
+    html = client.get(runs[19].get_absolute_url()).content.decode()
+    assert 'id="change-points"' in html
+    assert f'data-page="Search" data-since="{runs[19].number}"' in html
+    assert "<code>build 3f2a1c</code>" in html and f"/changes/{change.code}/" in html
+    # a run at the same level lists none
+    assert 'id="change-points"' not in client.get(runs[25].get_absolute_url()).content.decode()
+    # the morning view: the plan's latest shifts under its schedule
+    morning = client.get(f"/projects/{nightly.project.code}/schedules/").content.decode()
+    assert f'id="change-points-{nightly.code}"' in morning and "‘connection pool 50 → 20’" in morning
