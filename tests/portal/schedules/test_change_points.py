@@ -138,3 +138,11 @@ def test_the_run_page_and_the_morning_view_list_them(plan, environment, alice, c
     # the morning view: the plan's latest shifts under its schedule
     morning = client.get(f"/projects/{nightly.project.code}/schedules/").content.decode()
     assert f'id="change-points-{nightly.code}"' in morning and "‘connection pool 50 → 20’" in morning
+
+
+def test_the_journey_lists_the_plans_change_points(plan, environment, alice, client):
+    runs = history(plan, slow_from=20)
+    client.force_login(alice)
+    for url in (f"/environments/{environment.code}/journey/", f"/projects/{plan.project.code}/journey/"):
+        html = client.get(f"{url}?plan={plan.code}").content.decode()
+        assert 'id="change-points"' in html and f'data-page="Search" data-since="{runs[19].number}"' in html, url
