@@ -124,8 +124,16 @@ def _series(runs: list[Run]):
 
 
 def _plan_edits(before: dict | None, after: dict | None) -> list[str]:
+    """The plan snapshot's keys that differ, a nested dict's keys named inside it ("profile.users")."""
     b, a = before or {}, after or {}
-    keys = [k for k in sorted({*b, *a}) if b.get(k) != a.get(k)]
+    keys = []
+    for k in sorted({*b, *a}):
+        if b.get(k) == a.get(k):
+            continue
+        if isinstance(b.get(k), dict) and isinstance(a.get(k), dict):
+            keys += [f"{k}.{inner}" for inner in _plan_edits(b[k], a[k])]
+        else:
+            keys.append(k)
     return keys[:PLAN_EDITS_SHOWN] + (["…"] if len(keys) > PLAN_EDITS_SHOWN else [])
 
 

@@ -20,7 +20,7 @@ def figures(apd, pages=500):
     return {"pages": pages, "apd_ms": apd, "p95_ms": apd * 2, "pages_per_s": 20.0, "error_rate_pct": 0.0}
 
 
-def history(plan, *, n=40, slow_from=None, seed=0, labels=None, status="passed"):
+def history(plan, *, n=40, slow_from=None, seed=0, labels=None, status="passed", extra=None):
     """n nightly runs of ``plan``: Home steady, Search ±5 % noisy, 30 % slower from night ``slow_from``."""
     rng = np.random.default_rng(seed)
     runs = []
@@ -35,6 +35,7 @@ def history(plan, *, n=40, slow_from=None, seed=0, labels=None, status="passed")
                 start_at=start,
                 finished_at=start + timedelta(minutes=10),
                 labels=(labels or {}).get(night, {"build": "a0a0a0"}),
+                **(extra(night) if extra else {}),
                 summary={
                     "totals": figures((search + home) / 2, pages=1000),
                     "pages": [{"label": "Home", **figures(home)}, {"label": "Search", **figures(search)}],
@@ -146,3 +147,22 @@ def test_the_journey_lists_the_plans_change_points(plan, environment, alice, cli
     for url in (f"/environments/{environment.code}/journey/", f"/projects/{plan.project.code}/journey/"):
         html = client.get(f"{url}?plan={plan.code}").content.decode()
         assert 'id="change-points"' in html and f'data-page="Search" data-since="{runs[19].number}"' in html, url
+
+
+def test_with_nothing_in_the_ledger_the_plan_and_configuration_edits_are_named(plan):
+    # given: from run 20 the plan had more users and the run's configuration another pool, with no change recorded
+    engine = plan.to_engine_dict()
+    assert engine["profile"]["users"] == 5
+
+    def edited(night):
+        later = night >= 20
+        return {
+            "plan_snapshot": {**engine, "profile": {**engine["profile"], "users": 50 if later else 5}},
+            "config_snapshot": [{"key": "db.pool", "value": "20" if later else "50"}],
+        }
+
+    runs = history(plan, slow_from=20, extra=edited)
+    search = next(c for c in plan_change_points(plan=plan) if c.page == "Search" and c.figure == "APD")
+    assert search.run_number == runs[19].number and search.changes == [] and search.labels == {}
+    assert search.plan_edits == ["profile.users"] and search.config_edits == ["db.pool"]
+    assert search.text.endswith("(the plan was edited (profile.users); the configuration differed (db.pool))")
