@@ -2057,6 +2057,31 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "plans_change_points_list": {
+        "summary": "Search 30 % slower since run #60 (each item of the list)",
+        "request": None,
+        "response": {
+            "figure": "APD",
+            "key": "apd_ms",
+            "unit": "ms",
+            "page": "Search",
+            "before": 199.4,
+            "after": 259.8,
+            "change_pct": 30.3,
+            "p_value": 1.2e-21,
+            "run_number": 60,
+            "run_code": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00",
+            "previous_run_number": 59,
+            "labels": {"build": "3f2a1c"},
+            "changes": [
+                {"number": 7, "code": "72959e1e-4378-40bc-9fd7-8f6f2ae0f97c", "title": "connection pool 50 → 20"}
+            ],
+            "plan_edits": [],
+            "config_edits": [],
+            "text": "Search APD +30 % since run #60 (build 3f2a1c; after the change ‘connection pool 50 → 20’)",
+        },
+        "status": 200,
+    },
     "plans_baseline_update": {
         "request": {"kind": "run", "run": "7d1e2a44-1c3b-4f0e-8a2d-5b6c7d8e9f00", "tolerance_pct": 5.0},
         "response": {

@@ -18,7 +18,7 @@ from portal.projects.api.har import HarImportViewSet, ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
-from portal.schedules.api import PlanBaselineViewSet
+from portal.schedules.api import PlanBaselineViewSet, PlanChangePointsViewSet
 from portal.sharing.api import ShareLinkViewSet
 
 app_name = "api"
@@ -68,6 +68,11 @@ urlpatterns = [
         "plans/<str:code>/baseline/",
         PlanBaselineViewSet.as_view({"get": "retrieve", "put": "update"}),
         name="plan-baseline",
+    ),
+    path(
+        "plans/<str:code>/change-points/",
+        PlanChangePointsViewSet.as_view({"get": "list"}),
+        name="plan-change-points",
     ),
     # Issue 18: imports. A result file becomes a run (in the background); a HAR becomes a test case.
     path(

@@ -9,6 +9,8 @@ from django.views.decorators.http import require_POST
 
 from portal.accounts.access import get_for_user, membership_for, scoped
 from portal.projects.models import Environment, Plan, Project
+from portal.schedules import change_points
+from portal.stats.shifts import MIN_RUNS
 
 from . import drilldown, selectors, services
 from .forms import ResultUploadForm, RunFilterForm
@@ -129,6 +131,11 @@ def run_detail(request, code):
             # The run has ended: reload the page to show the report instead of the live view.
             response["HX-Refresh"] = "true"
         return response
+    if not run.is_active:
+        # The plan's persistent shifts that begin at this run (its last 200 runs read: two queries).
+        context["change_points"] = change_points.run_change_points(run)
+        context["change_points_title"] = "Change points: the plan's figures moved to a new level at this run"
+        context["change_points_min_runs"] = MIN_RUNS
     return render(request, "runs/detail.html", context)
 
 

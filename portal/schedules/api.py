@@ -1,5 +1,7 @@
 """A plan's baseline through the API (issue 24.6): what its runs are judged against, set as code."""
 
+from dataclasses import asdict
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -11,7 +13,7 @@ from portal.history.models import TrialSet
 from portal.projects.models import Plan
 from portal.runs.models import Run
 
-from . import baselines, selectors
+from . import baselines, change_points, selectors
 from .models import Baseline
 
 
@@ -98,3 +100,58 @@ class PlanBaselineViewSet(TeamScopedViewSet):
             field = {Baseline.Kind.RUN: "run", Baseline.Kind.TRIAL_SET: "trial_set"}.get(data["kind"], "kind")
             raise Invalid({field: [str(exc)]}) from None
         return Response(_answer(plan))
+
+
+class ChangeRefSerializer(serializers.Serializer):
+    number = serializers.IntegerField(allow_null=True, help_text="Its place in the environment's ledger")
+    code = serializers.UUIDField()
+    title = serializers.CharField()
+
+
+class ChangePointSerializer(serializers.Serializer):
+    figure = serializers.CharField(help_text="APD, p95, pages/s or error rate")
+    key = serializers.CharField(help_text="The summary's key: apd_ms, p95_ms, pages_per_s, error_rate_pct")
+    unit = serializers.CharField()
+    page = serializers.CharField(allow_null=True, help_text="The page, or null for the run's totals")
+    before = serializers.FloatField(help_text="The level before: the mean of the runs since the previous shift")
+    after = serializers.FloatField(help_text="The level after: the mean of the runs up to the next shift")
+    change_pct = serializers.FloatField(allow_null=True, help_text="Relative to the level before; null from 0")
+    p_value = serializers.FloatField(help_text="Welch's test between the two levels")
+    run_number = serializers.IntegerField(help_text="The first run at the new level")
+    run_code = serializers.UUIDField()
+    previous_run_number = serializers.IntegerField(help_text="The last run at the old level")
+    labels = serializers.DictField(child=serializers.CharField(), help_text="The run's labels that changed")
+    changes = ChangeRefSerializer(many=True, help_text="Tuning changes applied between the two runs")
+    plan_edits = serializers.ListField(child=serializers.CharField(), help_text="Keys of the plan that differ")
+    config_edits = serializers.ListField(
+        child=serializers.CharField(), help_text="Configuration keys that differ with no change in the ledger"
+    )
+    text = serializers.CharField(help_text="“APD +38 % since run #41 (build 3f2a1c; after the change …)”")
+
+
+class ChangePointQuerySerializer(StrictSerializer):
+    last = serializers.IntegerField(
+        min_value=10, max_value=change_points.LAST_RUNS, default=change_points.LAST_RUNS, help_text="Runs read"
+    )
+
+
+class PlanChangePointsViewSet(TeamScopedViewSet):
+    """``GET /plans/{code}/change-points/``: persistent shifts across the plan's history, newest first."""
+
+    serializer_class = ChangePointSerializer
+    pagination_class = None  # bounded by ``last``: a few shifts at most per figure and page
+
+    def safely_get_queryset(self):
+        return Plan.objects.select_related("project")
+
+    @extend_schema(
+        summary="Persistent shifts in the plan's figures (totals and pages) over its last runs, attributed",
+        parameters=[ChangePointQuerySerializer],
+        responses={200: ChangePointSerializer(many=True), **error_responses(400, 404)},
+    )
+    def list(self, request, code=None):
+        plan = self.get_scoped(self.safely_get_queryset(), code=code)
+        query = ChangePointQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        found = change_points.plan_change_points(plan=plan, last=query.validated_data["last"])
+        return Response(ChangePointSerializer([{**asdict(c), "text": c.text} for c in found], many=True).data)

@@ -73,7 +73,8 @@ api/v1/^measurements/$ api/v1/^measurements/(?P<code>[^/]+)/$
 api/v1/^projects/$ api/v1/^projects/(?P<code>[^/]+)/$ api/v1/^environments/$ api/v1/^environments/(?P<code>[^/]+)/$
 api/v1/^test-cases/$ api/v1/^test-cases/(?P<code>[^/]+)/$ api/v1/^test-cases/(?P<code>[^/]+)/data-set/$
 api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
-api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/runs/<str:code>/junit.xml
+api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/plans/<str:code>/change-points/
+api/v1/runs/<str:code>/junit.xml
 api/v1/runs/<str:code>/pages.csv
 api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^runs/$ api/v1/^runs/(?P<code>[^/]+)/$
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$

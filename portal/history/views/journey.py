@@ -12,6 +12,8 @@ from django.urls import reverse
 
 from portal.accounts.access import get_for_user, membership_for
 from portal.projects.models import Environment, Project
+from portal.schedules import change_points
+from portal.stats.shifts import MIN_RUNS
 
 from .. import journey
 
@@ -31,6 +33,15 @@ def _can_write(user, project) -> bool:
 
 def _plans(choices: list[dict]) -> list[dict]:
     return journey.plans_listed(choices)
+
+
+def _change_points(plan) -> dict:
+    """The chosen plan's persistent shifts across its history (templates/schedules/_change_points.html)."""
+    return {
+        "change_points": change_points.plan_change_points(plan=plan) if plan else [],
+        "change_points_title": f"Change points of {plan.name}" if plan else "",
+        "change_points_min_runs": MIN_RUNS,
+    }
 
 
 def _environment(request, code):
@@ -60,6 +71,7 @@ def environment_journey(request, code):
         "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
         "can_write": _can_write(request.user, environment.project),
         "nav": "projects",
+        **_change_points(plan),
     }
     return render(request, "history/journey.html", context)
 
@@ -83,6 +95,7 @@ def project_journey(request, code):
         "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
         "can_write": _can_write(request.user, project),
         "nav": "projects",
+        **_change_points(plan),
     }
     return render(request, "history/journey.html", context)
 
