@@ -31,8 +31,9 @@ One ``H1Client`` per virtual user, created inside the running loop:
   the headers that depend only on (method, URL, headers) are built once and
   cached; the hot path adds the Cookie header and Content-Length, and, with
   ``client.trace`` set (tracecontext.py), a W3C ``traceparent`` line: one per
-  ``request()`` call (the same on its redirect hops), its trace id kept in
-  ``client.last_trace_id``; a step's own ``traceparent`` header wins.
+  ``request()`` call (the same on its redirect hops), kept in
+  ``client.last_traceparent`` (``last_trace_id`` decodes its trace id); a
+  step's own ``traceparent`` header wins.
   Defaults: Host, User-Agent, ``Accept: */*``, ``Accept-Encoding: gzip, deflate,
   br``; a user header overrides a default of the same name (any case). A user
   ``Cookie`` header replaces the jar's cookies; user Content-Length and
@@ -99,7 +100,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 from .http import MAX_REDIRECTS, USER_AGENT, BodyDecodeError, Response, decode_body
 from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, TargetGuard
-from .tracecontext import TraceContext
+from .tracecontext import TraceContext, trace_id_of
 
 __all__ = [
     "CookieJar",
@@ -870,7 +871,12 @@ class H1Client:
         self.cookies = CookieJar()
         self.last_connect_s = 0.0  # connect time of the last request (0 on a reused connection)
         self.trace: TraceContext | None = None  # set: a W3C traceparent on every request (tracecontext.py)
-        self.last_trace_id = ""  # the trace id sent with the last request ("" without trace context)
+        self.last_traceparent = b""  # the traceparent line sent with the last request (b"" without)
+
+    @property
+    def last_trace_id(self) -> str:
+        """The trace id sent with the last request, or ``""``."""
+        return trace_id_of(self.last_traceparent) if self.last_traceparent else ""
 
     async def request(
         self,
@@ -895,11 +901,7 @@ class H1Client:
         if body and type(body) is not bytes:
             body = bytes(body)
         trace = self.trace
-        if trace is not None:
-            self.last_trace_id, value = trace.next()
-            tp = b"traceparent: " + value.encode("ascii") + b"\r\n"
-        else:
-            tp = b""
+        tp = self.last_traceparent = trace.line() if trace is not None else b""
         if timeout is None:
             return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         # The whole request under one deadline, like asyncio.timeout() but ~10x cheaper (see _Deadlines).
@@ -932,8 +934,7 @@ class H1Client:
         """The request and its redirects (``tp``: the traceparent line sent on each hop, or b"")."""
         prep = _prepare(method, url, headers)
         if tp and prep.user_trace:
-            tp = b""
-            self.last_trace_id = ""
+            tp = self.last_traceparent = b""
         bytes_in = bytes_out = 0
         hops = 0
         while True:

@@ -87,7 +87,7 @@ from .plan import DataSet, Plan, Step, Stream, TestCase, WebSocket, WsAction
 from .schedule import arrivals, measurement_windows, shard_user_ids, total_duration, user_windows, whole_seconds
 from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, check_url, parse_allowlist
-from .tracecontext import TraceContext
+from .tracecontext import TraceContext, trace_id_of
 from .variables import (
     ExtractionError,
     Extractor,
@@ -316,13 +316,13 @@ class _LabelInterval:
         "ws_sent",
         "ws_received",
         "slowest_s",
-        "slowest_trace_id",
+        "slowest_trace",
     )
 
     def __init__(self) -> None:
         # Trace context: the slowest page of the second (its own request time) and the trace id it was sent with.
         self.slowest_s = 0.0
-        self.slowest_trace_id = ""
+        self.slowest_trace = b""  # its traceparent line (tracecontext.py)
         self.rtt_hist: Histogram | None = None  # WebSocket steps: message round trips (send -> expected reply)
         self.ws_sent = self.ws_received = 0
         self.ttfe_hist: Histogram | None = None  # streamed responses only (created on the first one)
@@ -362,8 +362,8 @@ class _LabelInterval:
             "ttfb_hist": self.ttfb_hist.to_dict(),
             "protocols": dict(self.protocols),
             **(
-                {"slowest": {"ms": round(self.slowest_s * 1000, 3), "trace_id": self.slowest_trace_id}}
-                if self.slowest_trace_id
+                {"slowest": {"ms": round(self.slowest_s * 1000, 3), "trace_id": trace_id_of(self.slowest_trace)}}
+                if self.slowest_trace
                 else {}
             ),
         }
@@ -1205,12 +1205,12 @@ class _Run:
         try:
             if step.stream is None:
                 resp = await client.request(step.method, url, headers, body, step.timeout)
-                trace_id = getattr(client, "last_trace_id", "")  # before the resources' requests replace it
+                trace = getattr(client, "last_traceparent", b"")  # before the resources' requests replace it
             else:
                 observer = StreamObserver(step.stream.kind, step.stream.idle_timeout)
                 try:
                     resp = await client.request(step.method, url, headers, body, step.timeout, observer)
-                    trace_id = getattr(client, "last_trace_id", "")
+                    trace = getattr(client, "last_traceparent", b"")
                 finally:
                     observer.close()
         except asyncio.CancelledError:
@@ -1255,8 +1255,8 @@ class _Run:
             li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
             if resp.connect_s > 0:
                 li.connect_hist.record(resp.connect_s * 1_000_000)
-            if trace_id and duration > li.slowest_s:
-                li.slowest_s, li.slowest_trace_id = duration, trace_id
+            if trace and duration > li.slowest_s:
+                li.slowest_s, li.slowest_trace = duration, trace
             return False
         if observer is not None:
             message = self._stream_failure(step, observer)
@@ -1279,8 +1279,8 @@ class _Run:
         li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
         if resp.connect_s > 0:  # 0: the main request went over a connection already open
             li.connect_hist.record(resp.connect_s * 1_000_000)
-        if trace_id and duration > li.slowest_s:  # the page's own time (late_s is not the server's)
-            li.slowest_s, li.slowest_trace_id = duration, trace_id
+        if trace and duration > li.slowest_s:  # the page's own time (late_s is not the server's)
+            li.slowest_s, li.slowest_trace = duration, trace
         if observer is not None:
             if li.events_hist is None:
                 li.ttfe_hist, li.gap_hist, li.events_hist = Histogram(), Histogram(), Histogram()

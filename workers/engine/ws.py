@@ -322,10 +322,10 @@ async def open_websocket(
             extra.append((b"cookie", cookie[8:-2]))
         trace = client.trace
         if trace is not None and not prep.user_trace:
-            client.last_trace_id, value = trace.next()
-            extra.append((b"traceparent", value.encode("ascii")))
+            client.last_traceparent = line = trace.line()
+            extra.append((b"traceparent", line[13:-2]))
         else:
-            client.last_trace_id = ""
+            client.last_traceparent = b""
         try:
             session._write(session.ws.send(Request(host=prep.authority, target=prep.target, extra_headers=extra)))
             await session.handshake
