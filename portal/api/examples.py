@@ -85,6 +85,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers, one SQL server",
             "metrics_interval_s": 5,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -389,6 +390,7 @@ DOCUMENTS = {
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
             "metrics_interval_s": 5,
+            "trace_url_template": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -411,6 +413,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -434,6 +437,7 @@ DOCUMENTS = {
             "configuration": [{"key": "search.index", "value": "off"}],
             "description": "",
             "metrics_interval_s": 5,
+            "trace_url_template": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -461,6 +465,7 @@ DOCUMENTS = {
             ],
             "description": "Two web servers behind the balancer",
             "metrics_interval_s": 5,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [

@@ -313,8 +313,12 @@ class EnvironmentForm(ProjectScopedForm):
 
     class Meta:
         model = Environment
-        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3}), "config_url": forms.URLInput()}
+        fields = ["name", "base_url", "config_url", "description", "metrics_interval_s", "trace_url_template"]
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 3}),
+            "config_url": forms.URLInput(),
+            "trace_url_template": forms.TextInput(attrs={"placeholder": "https://tempo.example/trace/{trace_id}"}),
+        }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -347,7 +351,8 @@ class EnvironmentForm(ProjectScopedForm):
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
-        values = {k: data[k] for k in ("name", "base_url", "config_url", "description", "metrics_interval_s")}
+        keys = ("name", "base_url", "config_url", "description", "metrics_interval_s", "trace_url_template")
+        values = {k: data[k] for k in keys}
         if "configuration_text" in self.fields:
             values["configuration"] = data["configuration_text"]
         return values
@@ -664,6 +669,8 @@ class PlanForm(ProjectScopedForm):
             "request_timeout",
             "protocol",
             "tls_accept_any",
+            "trace_context",
+            "trace_sample_rate",
             "threshold_apd_ms",
             "threshold_p95_ms",
             "threshold_error_rate_pct",
@@ -684,6 +691,8 @@ class PlanForm(ProjectScopedForm):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
         self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
+        self.fields["trace_sample_rate"].required = False  # left out: the plan's (1.0 for a new one)
+        self.fields["trace_sample_rate"].widget.attrs.update(step="any", min=0, max=1)
         # Sane upper bounds, so that a slip ("1e30") is refused rather than failing every run.
         for name, most in THRESHOLD_MAXIMA.items():
             self.fields[name].validators.append(MaxValueValidator(most))
@@ -754,6 +763,10 @@ class PlanForm(ProjectScopedForm):
 
     def clean_protocol(self):
         return self.cleaned_data.get("protocol") or Plan.Protocol.AUTO
+
+    def clean_trace_sample_rate(self):
+        value = self.cleaned_data.get("trace_sample_rate")
+        return value if value is not None else self.instance.trace_sample_rate
 
     def service_values(self) -> dict:
         """The cleaned form as services.plan_save's keyword arguments."""

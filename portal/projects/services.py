@@ -101,6 +101,7 @@ def environment_save(
     configuration: list[dict] | None = None,
     servers: list[ServerSpec] | None = None,
     config_url: str | None = None,
+    trace_url_template: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -135,6 +136,8 @@ def environment_save(
             except BadTargetURL as exc:
                 errors["config_url"] = [str(exc)]
         env.config_url = config_url
+    if trace_url_template is not None:  # None: unchanged; checked by the field's validator below
+        env.trace_url_template = trace_url_template.strip()
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
     if environment is None:
@@ -284,6 +287,8 @@ PLAN_VALUES = (
     "request_timeout",
     "protocol",
     "tls_accept_any",
+    "trace_context",
+    "trace_sample_rate",
     "threshold_apd_ms",
     "threshold_p95_ms",
     "threshold_error_rate_pct",
