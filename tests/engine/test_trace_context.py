@@ -309,3 +309,19 @@ def test_h2_and_websocket_steps_send_a_traceparent(streams):
     run_sync({**plan, "trace_context": False}, sink=None)
     traces = streams.app.counters.snapshot()["traces"]
     assert all(t["with_traceparent"] == 0 and t["without"] > 0 for t in traces.values())
+
+
+def test_the_cli_sends_trace_context_unless_told_not_to(capsys):
+    from workers.engine.__main__ import main
+
+    server = _RawServer()
+    url = f"http://127.0.0.1:{server.port}/x"
+    try:
+        common = ["run", "--url", url, "--users", "1", "--duration", "0.3", "--think-time", "0.05", "--json"]
+        assert main([*common, "--allow", "127.0.0.1/32"]) == 0
+        on = len(server.heads)
+        assert main([*common, "--allow", "127.0.0.1/32", "--no-trace-context"]) == 0
+    finally:
+        server.stop()
+    with_header = [b"traceparent:" in h for h in server.heads]
+    assert on > 0 and all(with_header[:on]) and not any(with_header[on:]) and len(with_header) > on
