@@ -104,8 +104,13 @@ def engine(
     server_pids: list[int],
     python: str = sys.executable,
     root: Path | None = None,
+    extra_args: tuple[str, ...] = (),
+    tool: str = "engine",
 ) -> Measure:
-    """One engine run; with ``window``, requests/s and latency are its measurement window's (the hold after ramp-up)."""
+    """One engine run; with ``window``, requests/s and latency are its measurement window's (the hold after ramp-up).
+
+    ``extra_args`` go to ``python -m workers.engine run`` as they are (e.g. ``--no-trace-context``).
+    """
     argv = [python, "-m", "workers.engine", "run", "--url", url, "--users", str(users), "--duration", f"{duration:g}"]
     if think_time:
         argv += ["--think-time", f"{think_time:g}"]
@@ -113,11 +118,11 @@ def engine(
             argv += ["--think-mode", think_mode]
     if ramp_up:
         argv += ["--ramp-up", f"{ramp_up:g}"]
-    argv.append("--json")
+    argv += [*extra_args, "--json"]
     argv = pin(core, argv)
     cpu_window = Window.open(server_pids)
     r = procs.run(argv, timeout_s=ramp_up + duration + STARTUP_GRACE_S + 30, cwd=str(root or ENGINE_ROOT))
-    m = Measure("engine", ok=False)
+    m = Measure(tool, ok=False)
     data = _last_json(r.stdout)
     if data is None:
         m.problem = f"no JSON summary (exit {r.rc}): {r.tail(3)}"

@@ -19,7 +19,8 @@ Admin (under ``/_demo/``, plus ``/metrics``; never counted, never delayed):
 
 * ``GET/POST /_demo/knobs`` and ``GET /_demo/knobs/schema``: configuration knobs;
 * ``GET /_demo/counters``, ``POST /_demo/counters/reset``: exact counters (the
-  reset also empties the security-token cache);
+  reset also empties the security-token cache and the trace log);
+* ``GET /_demo/traces``: the W3C trace ids seen per path (``demo/traces.py``);
 * ``GET /metrics``: the counters, CPU, in-flight count, tempdb lock waits and
   token-cache size and clean-ups as Prometheus text.
 
@@ -53,6 +54,7 @@ from demo.documents import MAX_UPLOAD_BYTES, Documents
 from demo.knobs import KNOBS, KnobError, KnobRegistry
 from demo.tempdb import TempDb
 from demo.tokencache import TokenCache
+from demo.traces import TraceLog
 from demo.webgarden import WebGarden
 from demo.workitems import WorkItems
 
@@ -109,6 +111,7 @@ class DemoState:
     documents: Documents
     counters: Counters = field(default_factory=Counters)
     sessions: Sessions = field(default_factory=Sessions)
+    traces: TraceLog = field(default_factory=TraceLog)
     knobs: KnobRegistry = None  # type: ignore[assignment]  # set in create_app
     knob_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     tempdb: TempDb = field(init=False)
@@ -209,7 +212,9 @@ async def demo_middleware(request: web.Request, handler) -> web.StreamResponse:
         return response
     finally:
         counters.in_flight -= 1
-        counters.record(route_template(request), status, sent, time.perf_counter() - started)
+        path = route_template(request)
+        counters.record(path, status, sent, time.perf_counter() - started)
+        state.traces.record(path, request.headers.get("traceparent"))
 
 
 # -- pages ------------------------------------------------------------------------
@@ -420,8 +425,13 @@ async def counters_get(request: web.Request) -> web.Response:
 async def counters_reset(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.counters.reset()
+    state.traces.reset()
     state.token_cache.clear()  # like DBCC FREESYSTEMCACHE: the story's short-lived cure
     return web.json_response(state.counters.snapshot())
+
+
+async def traces_get(request: web.Request) -> web.Response:
+    return web.json_response(request.app[STATE].traces.snapshot())
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -481,5 +491,6 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     app.router.add_get("/_demo/knobs/schema", knobs_schema)
     app.router.add_get("/_demo/counters", counters_get)
     app.router.add_post("/_demo/counters/reset", counters_reset)
+    app.router.add_get("/_demo/traces", traces_get)
     app.router.add_get("/metrics", metrics)
     return app

@@ -45,7 +45,9 @@ its terminating blank line), ``ws.delay_ms``, ``ws.drop_after`` (the server
 closes the session, code 1011, after that many echoes). Counters count what
 was served: requests by protocol (``"1.1"``/``"2"``) and path, SSE streams
 and events sent, streams dropped or stalled, WebSocket sessions, messages
-received and sent, and the send times of the first events (last 10,000).
+received and sent, the send times of the first events (last 10,000), and the
+W3C ``traceparent`` headers seen per path, WebSocket upgrades included
+(``traces``, ``demo/traces.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
+
+from demo.traces import TraceLog
 
 MAX_RES = 1 << 20
 FIRST_EVENT_TIMES = 10_000
@@ -117,6 +121,7 @@ class StreamCounters:
         self.ws_messages_in = 0
         self.ws_messages_out = 0
         self.ws_dropped = 0
+        self.traces = TraceLog()  # W3C traceparent headers seen, per path (demo/traces.py)
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -136,6 +141,7 @@ class StreamCounters:
             "ws_messages_in": self.ws_messages_in,
             "ws_messages_out": self.ws_messages_out,
             "ws_dropped": self.ws_dropped,
+            "traces": self.traces.snapshot()["paths"],
         }
 
 
@@ -182,6 +188,7 @@ class StreamsApp:
         c.requests += 1
         c.by_protocol[scope.get("http_version", "1.1")] += 1
         c.by_path[path if not path.startswith("/res/") else "/res/"] += 1
+        c.traces.record(path if not path.startswith("/res/") else "/res/", _header(scope, b"traceparent"))
         client = scope.get("client")
         if client:
             c.peers[client[1]] += 1
@@ -281,6 +288,7 @@ class StreamsApp:
         await send({"type": "websocket.accept"})
         c = self.counters
         c.ws_sessions += 1
+        c.traces.record("/ws", _header(scope, b"traceparent"))
         self._session_no += 1
         number = self._session_no
         self.sessions[number] = send
@@ -355,6 +363,13 @@ class StreamsApp:
 
 class _Drop(Exception):
     """Raised inside a response to make Hypercorn drop the connection (a stream that breaks off)."""
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for k, v in scope.get("headers", ()):
+        if k == name:
+            return v.decode("latin-1")
+    return None
 
 
 async def _sleep_until(loop: asyncio.AbstractEventLoop, due: float) -> None:

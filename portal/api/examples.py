@@ -88,6 +88,7 @@ DOCUMENTS = {
             "generator_pool": "",
             "prometheus_url": "",
             "prometheus_token_set": False,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -442,6 +443,7 @@ DOCUMENTS = {
             "generator_pool": "",
             "prometheus_url": "",
             "prometheus_token_set": False,
+            "trace_url_template": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -473,6 +475,7 @@ DOCUMENTS = {
             "generator_pool": "",
             "prometheus_url": "",
             "prometheus_token_set": False,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -500,6 +503,7 @@ DOCUMENTS = {
             "generator_pool": "",
             "prometheus_url": "",
             "prometheus_token_set": False,
+            "trace_url_template": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -530,6 +534,7 @@ DOCUMENTS = {
             "generator_pool": "",
             "prometheus_url": "",
             "prometheus_token_set": False,
+            "trace_url_template": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [

@@ -321,11 +321,13 @@ class EnvironmentForm(ProjectScopedForm):
             "metrics_interval_s",
             "prometheus_url",
             "generator_pool",
+            "trace_url_template",
         ]
         widgets = {
             "description": forms.Textarea(attrs={"rows": 3}),
             "config_url": forms.URLInput(),
             "prometheus_url": forms.URLInput(attrs={"placeholder": "http://prometheus:9090"}),
+            "trace_url_template": forms.TextInput(attrs={"placeholder": "https://tempo.example/trace/{trace_id}"}),
         }
 
     # Write-only: stored encrypted, never rendered back (an empty box keeps the stored token).
@@ -388,6 +390,7 @@ class EnvironmentForm(ProjectScopedForm):
                 "metrics_interval_s",
                 "prometheus_url",
                 "generator_pool",
+                "trace_url_template",
             )
         }
         if data.get("prometheus_token_clear"):
@@ -725,6 +728,8 @@ class PlanForm(ProjectScopedForm):
             "request_timeout",
             "protocol",
             "tls_accept_any",
+            "trace_context",
+            "trace_sample_rate",
             "threshold_apd_ms",
             "threshold_p95_ms",
             "threshold_error_rate_pct",
@@ -745,6 +750,8 @@ class PlanForm(ProjectScopedForm):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
         self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
+        self.fields["trace_sample_rate"].required = False  # left out: the plan's (1.0 for a new one)
+        self.fields["trace_sample_rate"].widget.attrs.update(step="any", min=0, max=1)
         # Sane upper bounds, so that a slip ("1e30") is refused rather than failing every run.
         for name, most in THRESHOLD_MAXIMA.items():
             self.fields[name].validators.append(MaxValueValidator(most))
@@ -815,6 +822,10 @@ class PlanForm(ProjectScopedForm):
 
     def clean_protocol(self):
         return self.cleaned_data.get("protocol") or Plan.Protocol.AUTO
+
+    def clean_trace_sample_rate(self):
+        value = self.cleaned_data.get("trace_sample_rate")
+        return value if value is not None else self.instance.trace_sample_rate
 
     def service_values(self) -> dict:
         """The cleaned form as services.plan_save's keyword arguments."""

@@ -1,11 +1,37 @@
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, URLValidator
 from django.db import models
 from django.urls import reverse
 
 from portal.accounts.models import Team
 from portal.common import TimeStamped, human_duration, new_code, plural
 from workers.engine import variables
+
+TRACE_ID_PLACEHOLDER = "{trace_id}"
+
+
+def validate_trace_url_template(value: str) -> None:
+    """An http(s) URL with ``{trace_id}`` once (where a run's trace id goes) and no other placeholder."""
+    if not value:
+        return
+    if value.count(TRACE_ID_PLACEHOLDER) != 1:
+        raise ValidationError(
+            "Put {trace_id} once where the trace id goes, e.g. https://tempo.example/trace/{trace_id}."
+        )
+    sample = value.replace(TRACE_ID_PLACEHOLDER, "4bf92f3577b34da6a3ce929d0e0e4736")
+    if "{" in sample or "}" in sample:
+        raise ValidationError("Only {trace_id} can be filled in: remove the other braces.")
+    try:
+        URLValidator(schemes=["http", "https"])(sample)
+    except ValidationError:
+        raise ValidationError("Give an http:// or https:// address with {trace_id} in it.") from None
+
+
+def trace_url(template: str, trace_id: str) -> str:
+    """The link to one trace (``""`` without a template)."""
+    return template.replace(TRACE_ID_PLACEHOLDER, trace_id) if template else ""
+
 
 # ``{{name}}`` (or ``{{ name }}``) in a step's path, header values and body: an extracted value or a
 # data-set column. The engine's own pattern, so the portal checks exactly what the engine substitutes.
@@ -62,6 +88,15 @@ class Environment(TimeStamped):
         blank=True,
         help_text="Optional: where the system under test reports its actual configuration, as a JSON object of "
         "key → value (the demo target: /_demo/knobs). Verify on the environment's page compares it with the ledger.",
+    )
+    # Trace context (docs/observability.md): where a trace id of the drill-down's slowest requests links to.
+    trace_url_template = models.CharField(
+        "trace URL template",
+        max_length=500,
+        blank=True,
+        validators=[validate_trace_url_template],
+        help_text="Optional: a link to one trace in your tracing backend, with {trace_id} where the id goes, "
+        "e.g. https://tempo.example/trace/{trace_id} (Jaeger: …/trace/{trace_id}, Zipkin: …/zipkin/traces/{trace_id}).",
     )
     # Server metrics (portal.metrics): how often each server's metrics endpoint is scraped during a run.
     metrics_interval_s = models.PositiveSmallIntegerField(
@@ -465,6 +500,17 @@ class Plan(TimeStamped):
         default=False,
         help_text="For a test system with a self-signed certificate; certificates are verified otherwise",
     )
+    trace_context = models.BooleanField(
+        "send trace context",
+        default=True,
+        help_text="A W3C traceparent header on every request, so the slowest requests link to their server traces",
+    )
+    trace_sample_rate = models.FloatField(
+        "sampled share",
+        default=1.0,
+        validators=[MinValueValidator(0), MaxValueValidator(1)],
+        help_text="The share of requests flagged sampled (0 to 1): lower it if your tracing cannot keep them all",
+    )
     threshold_apd_ms = models.PositiveIntegerField("APD at most (ms)", null=True, blank=True)
     threshold_p95_ms = models.PositiveIntegerField("p95 at most (ms)", null=True, blank=True)
     threshold_error_rate_pct = models.FloatField(
@@ -651,6 +697,8 @@ class Plan(TimeStamped):
             # Only when they differ from the engine's defaults (as a step's newer keys).
             **({"protocol": self.protocol} if self.protocol != self.Protocol.AUTO else {}),
             **({"tls_verify": False} if self.tls_accept_any else {}),
+            **({} if self.trace_context else {"trace_context": False}),
+            **({"trace_sample_rate": self.trace_sample_rate} if self.trace_sample_rate != 1.0 else {}),
         }
 
     def analysis_settings(self) -> dict:

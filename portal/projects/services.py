@@ -109,6 +109,7 @@ def environment_save(
     generator_pool: str | None = None,
     prometheus_url: str | None = None,
     prometheus_token: str | None = None,
+    trace_url_template: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -155,6 +156,8 @@ def environment_save(
         env.prometheus_url = prometheus_url
     if prometheus_token is not None:
         env.prometheus_token = token_encrypt(prometheus_token.strip())
+    if trace_url_template is not None:  # None: unchanged; checked by the field's validator below
+        env.trace_url_template = trace_url_template.strip()
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
     if generator_pool is not None:  # issue 25: the pool names a Celery queue (engine.<pool>)
@@ -314,6 +317,8 @@ PLAN_VALUES = (
     "request_timeout",
     "protocol",
     "tls_accept_any",
+    "trace_context",
+    "trace_sample_rate",
     "threshold_apd_ms",
     "threshold_p95_ms",
     "threshold_error_rate_pct",

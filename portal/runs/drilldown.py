@@ -20,16 +20,22 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from django.db.models import Q
+
+from portal.projects.models import trace_url
 from workers.engine.histogram import Histogram
 
 from . import storage
 from .analysis import cut_windows, distribution_of, last_second
-from .models import PageInterval, PageRollup, Run
+from .models import PageInterval, PageRollup, Run, SlowTrace
 
 MAX_POINTS = 2000
 """At most this many points per series: a few thousand, whatever the run's (or range's) length."""
 
 MAX_LABEL = 210
+
+SLOWEST_SHOWN = 10
+"""Trace context: the drill-down lists this many of a range's slowest requests (each a second's slowest)."""
 
 
 class RangeError(ValueError):
@@ -257,12 +263,50 @@ def window_distribution(run: Run, label: str | None = None) -> dict:
     return {"page": label, "distribution": stored, "range": {"of": "measurement window"}}
 
 
-def page_detail(run: Run, *, label: str | None = None, since: int | None = None, until: int | None = None) -> dict:
+def slowest_requests(run: Run, label: str | None, windows: list[tuple[int, int]], *, links: bool = True) -> list[dict]:
+    """The slowest requests kept with their W3C trace ids (``SlowTrace``) in ``windows``, slowest first.
+
+    Each second of each shard keeps its slowest page per label (workers/engine/runner.py), so the
+    list holds the range's maximum and the seconds nearest to it: the p99 neighbourhood. With
+    ``links``, each has the environment's trace URL filled in (empty without a template).
+    """
+    if not windows:
+        return []
+    rows = SlowTrace.objects.filter(run=run)
+    if label is not None:
+        rows = rows.filter(label=label)
+    in_windows = Q()
+    for a, b in windows:
+        in_windows |= Q(second__gte=a, second__lt=b)
+    rows = rows.filter(in_windows).order_by("-ms", "second", "label")[:SLOWEST_SHOWN]
+    template = run.environment.trace_url_template if links and run.environment_id else ""
+    return [
+        {
+            "second": r.second,
+            "page": r.label,
+            "ms": round(r.ms, 2),
+            "trace_id": r.trace_id,
+            "url": trace_url(template, r.trace_id),
+        }
+        for r in rows
+    ]
+
+
+def page_detail(
+    run: Run,
+    *,
+    label: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    trace_links: bool = True,
+) -> dict:
     """One page's (or, without ``label``, all pages') series, figures, distribution and errors.
 
     The series covers [since, until) (default: the whole run). The figures, the distribution
     and the errors cover that range when one is given, else the run's measurement windows —
     the seconds its report's figures cover, so the drill-down's figures equal the report's.
+    ``slowest`` lists the slowest requests of those seconds with their trace ids (and, with
+    ``trace_links``, links built from the environment's trace URL template).
     """
     last = last_second(run)
     end = (last + 1) if last is not None else 0
@@ -294,6 +338,7 @@ def page_detail(run: Run, *, label: str | None = None, since: int | None = None,
         "figures": figures(chosen, seconds),
         "distribution": distribution_of(chosen.hist),
         "errors": errors,
+        "slowest": slowest_requests(run, label, windows, links=trace_links),
         "windows": [[a, b] for a, b in windows] if not ranged else [],
     }
 

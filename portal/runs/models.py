@@ -488,6 +488,28 @@ class PageInterval(models.Model):
         return f"{self.label} @ {self.second} s (run {self.run_id} shard {self.shard_no})"
 
 
+class SlowTrace(models.Model):
+    """Trace context: one page's (label's) slowest request of one second of one shard, and its W3C trace id.
+
+    Written by the interval writer from the engine's ``slowest`` (workers/engine/runner.py), kept
+    apart from PageInterval so that a roll-up (which deletes the per-second rows) keeps them: the
+    drill-down lists a range's slowest requests with links to the environment's tracing backend.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="slow_traces")
+    shard_no = models.PositiveIntegerField()
+    second = models.IntegerField()
+    label = models.CharField(max_length=210)
+    ms = models.FloatField()
+    trace_id = models.CharField(max_length=32)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "label", "second", "shard_no"], name="slowtrace_unique")]
+
+    def __str__(self):
+        return f"{self.label} @ {self.second} s: {self.ms} ms, trace {self.trace_id}"
+
+
 class RunFigures(models.Model):
     """What a finished run's pages read, computed once at finalize (the summary stays on Run).
 

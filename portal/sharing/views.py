@@ -256,7 +256,8 @@ def public_detail(request, token, run_code):
         return JsonResponse({"error": str(refusal)}, status=400)
     if request.GET.get("only") == "distribution" and since is None and until is None:
         return JsonResponse(drilldown.window_distribution(run, label))
-    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until))
+    # No links to the team's tracing backend from a public page: its address is theirs.
+    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until, trace_links=False))
 
 
 @_public

@@ -234,6 +234,7 @@ def test_the_sink_gets_one_report_per_second_in_order_from_one_thread(target):
         "connect_hist",
         "ttfb_hist",
         "protocols",
+        "slowest",  # trace context is on by default
     }
 
 

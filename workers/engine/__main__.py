@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=30.0, help="request timeout for --url in seconds (default 30)")
     p.add_argument("--seed", type=int, help="seed for the mix and think times")
     p.add_argument("--allow", metavar="NETS", help=f"allowed targets (default: ${ENV_VAR} or {DEFAULT_ALLOWLIST})")
+    p.add_argument(
+        "--no-trace-context",
+        action="store_true",
+        help="send no W3C traceparent header (a plan's trace_context: false; on by default)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     return parser
 
@@ -78,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         allow = parse_allowlist(args.allow if args.allow is not None else os.environ.get(ENV_VAR) or DEFAULT_ALLOWLIST)
-        plan = _plan(args)
+        plan = _with_trace_option(_plan(args), args)
         check_url(plan.base_url, allow)  # before anything else touches the network
     except (ValueError, OSError) as exc:  # PlanError, a bad allowlist, TargetNotAllowed, an unreadable file
         print(f"plimsoll: {exc}", file=sys.stderr)
@@ -131,6 +136,12 @@ def _plan(args: argparse.Namespace) -> Plan:
     overrides = {k: v for k, v in overrides.items() if v is not None}
     if overrides:
         plan = Plan.from_dict({**plan.to_dict(), "profile": {**profile, **overrides}})
+    return plan
+
+
+def _with_trace_option(plan: Plan, args: argparse.Namespace) -> Plan:
+    if args.no_trace_context and plan.trace_context:
+        return Plan.from_dict({**plan.to_dict(), "trace_context": False})
     return plan
 
 

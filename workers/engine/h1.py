@@ -29,7 +29,11 @@ One ``H1Client`` per virtual user, created inside the running loop:
   ``TargetNotAllowed`` before any ``connect()``.
 * **Requests**: one ``transport.write()`` per request. The request line and
   the headers that depend only on (method, URL, headers) are built once and
-  cached; the hot path adds the Cookie header and Content-Length.
+  cached; the hot path adds the Cookie header and Content-Length, and, with
+  ``client.trace`` set (tracecontext.py), a W3C ``traceparent`` line: one per
+  ``request()`` call (the same on its redirect hops), kept in
+  ``client.last_traceparent`` (``last_trace_id`` decodes its trace id); a
+  step's own ``traceparent`` header wins.
   Defaults: Host, User-Agent, ``Accept: */*``, ``Accept-Encoding: gzip, deflate,
   br``; a user header overrides a default of the same name (any case). A user
   ``Cookie`` header replaces the jar's cookies; user Content-Length and
@@ -96,6 +100,7 @@ from httptools import HttpParserError, HttpParserUpgrade, HttpResponseParser
 from .http import MAX_REDIRECTS, USER_AGENT, BodyDecodeError, Response, decode_body
 from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, TargetGuard
+from .tracecontext import TraceContext, trace_id_of
 
 __all__ = [
     "CookieJar",
@@ -368,6 +373,7 @@ class _Prepared:
         "tail",
         "full",
         "user_cookie",
+        "user_trace",
         "close",
         "head",
         "idempotent",
@@ -469,6 +475,7 @@ def _build(method: str, url: str, user_headers: tuple[tuple[str, str], ...]) -> 
     p.tail = b"Content-Length: 0\r\n\r\n" if method in ("POST", "PUT", "PATCH") else b"\r\n"
     p.full = p.block + p.tail
     p.user_cookie = "cookie" in fields
+    p.user_trace = "traceparent" in fields  # the step sets its own: ours is not added
     p.close = "connection" in fields and "close" in fields["connection"][1].lower()
     p.head = method == "HEAD"
     p.idempotent = method in IDEMPOTENT
@@ -863,6 +870,13 @@ class H1Client:
         self._closed = False
         self.cookies = CookieJar()
         self.last_connect_s = 0.0  # connect time of the last request (0 on a reused connection)
+        self.trace: TraceContext | None = None  # set: a W3C traceparent on every request (tracecontext.py)
+        self.last_traceparent = b""  # the traceparent line sent with the last request (b"" without)
+
+    @property
+    def last_trace_id(self) -> str:
+        """The trace id sent with the last request, or ``""``."""
+        return trace_id_of(self.last_traceparent) if self.last_traceparent else ""
 
     async def request(
         self,
@@ -886,18 +900,20 @@ class H1Client:
             raise ConnectionError("the client is closed")
         if body and type(body) is not bytes:
             body = bytes(body)
+        trace = self.trace
+        tp = self.last_traceparent = trace.line() if trace is not None else b""
         if timeout is None:
-            return await self._exchange(method, url, headers, body or b"", start, stream)
+            return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         # The whole request under one deadline, like asyncio.timeout() but ~10x cheaper (see _Deadlines).
         task = _current_task()
         if task is None:  # not in a task (a bare coroutine runner): the standard way
             async with asyncio.timeout(timeout):
-                return await self._exchange(method, url, headers, body or b"", start, stream)
+                return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         deadlines = self._deadlines
         cancelling = task.cancelling()
         slot = deadlines.arm(loop, loop.time() + timeout, task)
         try:
-            return await self._exchange(method, url, headers, body or b"", start, stream)
+            return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         except asyncio.CancelledError:
             if deadlines.expired(task) and task.uncancel() <= cancelling:
                 raise TimeoutError(f"no complete response within {timeout:g} s") from None
@@ -913,13 +929,16 @@ class H1Client:
         body: bytes,
         start: float,
         stream: StreamObserver | None = None,
+        tp: bytes = b"",
     ) -> Response:
-        """The request and its redirects."""
+        """The request and its redirects (``tp``: the traceparent line sent on each hop, or b"")."""
         prep = _prepare(method, url, headers)
+        if tp and prep.user_trace:
+            tp = self.last_traceparent = b""
         bytes_in = bytes_out = 0
         hops = 0
         while True:
-            status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream)
+            status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream, tp)
             bytes_in += len(raw)
             bytes_out += len(body)
             multi = hdrs._multi
@@ -956,13 +975,13 @@ class H1Client:
         )
 
     async def _hop(
-        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None
+        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None, tp: bytes = b""
     ) -> tuple[int, str, Headers, bytes, float, float, str]:
         """One request without redirects: (status, reason, headers, raw body, t_headers, t_done, protocol).
 
         The seam where ``h2.H2Client`` sends a hop over HTTP/2 instead.
         """
-        conn = await self._roundtrip(prep, body, stream)
+        conn = await self._roundtrip(prep, body, stream, tp)
         result = (conn.status, conn.reason, conn.headers, conn.body(), conn.t_headers, conn.t_done, HTTP11)
         self._finish(conn, prep.close)
         return result
@@ -987,8 +1006,14 @@ class H1Client:
             headers = {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
         return _prepare(method, url, headers), headers, body
 
-    async def _roundtrip(self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None) -> _Conn:
-        """Send one request and wait for its whole response; returns the connection holding it."""
+    async def _roundtrip(
+        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None, tp: bytes = b""
+    ) -> _Conn:
+        """Send one request and wait for its whole response; returns the connection holding it.
+
+        ``tp`` (the ``traceparent`` line) is added here, at write time, so the
+        prepared request line and headers stay cached per (method, URL, headers).
+        """
         pool = self._pools.get(prep.origin)
         if pool is None:
             pool = self._pools[prep.origin] = _Pool()
@@ -1002,12 +1027,12 @@ class H1Client:
                     continue  # closed while it was handed over: nothing sent, take another
                 raise ServerDisconnected("the server closed the connection before the request was sent")
             if body:
-                data = b"".join((prep.block, self._cookie(prep), b"Content-Length: %d\r\n\r\n" % len(body), body))
+                data = b"".join((prep.block, tp, self._cookie(prep), b"Content-Length: %d\r\n\r\n" % len(body), body))
             elif prep.user_cookie or not self.cookies._cookies:
-                data = prep.full
+                data = prep.block + tp + prep.tail if tp else prep.full
             else:
                 cookie = self._cookie(prep)
-                data = prep.block + cookie + prep.tail if cookie else prep.full
+                data = prep.block + tp + cookie + prep.tail if cookie or tp else prep.full
             waiter = loop.create_future()
             conn.start(waiter, prep.head, stream)
             if stream is not None:

@@ -299,7 +299,7 @@ class _H2Conn(asyncio.Protocol):
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
     async def roundtrip(
-        self, prep: _Prepared, cookie: str, body: bytes, observer: StreamObserver | None = None
+        self, prep: _Prepared, cookie: str, body: bytes, observer: StreamObserver | None = None, tp: bytes = b""
     ) -> _Stream:
         conn = self.conn
         while conn.open_outbound_streams >= (conn.remote_settings.max_concurrent_streams if self.settings_seen else 1):
@@ -323,6 +323,8 @@ class _H2Conn(asyncio.Protocol):
         headers = prep.h2
         if headers is None:
             headers = prep.h2 = _h2_headers(prep)
+        if tp:  # b"traceparent: <value>\r\n" (h1's line): added per request, the block stays cached
+            headers = [*headers, (b"traceparent", tp[13:-2])]
         if cookie:
             headers = [*headers, (b"cookie", cookie.encode("latin-1", "replace"))]
         if body:
@@ -520,19 +522,19 @@ class H2Client(H1Client):
             raise
 
     async def _hop(
-        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None
+        self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None, tp: bytes = b""
     ) -> tuple[int, str, Headers, bytes, float, float, str]:
         kind = self._origins.get(prep.origin)
         if kind is None:
             kind = self._first_kind(prep)
         if kind == _ORIGIN_H1:
-            return await H1Client._hop(self, prep, body, stream)
+            return await H1Client._hop(self, prep, body, stream, tp)
         for attempt in (0, 1):
             conn = await self._h2_conn(prep)
             if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
-                return await H1Client._hop(self, prep, body, stream)
+                return await H1Client._hop(self, prep, body, stream, tp)
             try:
-                s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream)
+                s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream, tp)
             except _Refused:
                 if attempt or self._closed:
                     raise ServerDisconnected("the server refused the stream twice (GOAWAY or REFUSED_STREAM)") from None

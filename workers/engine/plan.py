@@ -299,6 +299,8 @@ class Plan:
     protocol: str = "auto"  # auto (ALPN over TLS) | http1 | h2c (cleartext HTTP/2 with prior knowledge)
     tls_verify: bool = True  # verify the server's certificate (against the system CAs and ca_bundle)
     ca_bundle: str = ""  # PEM certificates trusted in addition to the system's (a private CA)
+    trace_context: bool = True  # a W3C traceparent on every request (tracecontext.py)
+    trace_sample_rate: float = 1.0  # the share of requests flagged sampled (0..1)
 
     def url_for(self, step: Step) -> str:
         return self.base_url + step.path
@@ -319,6 +321,9 @@ class Plan:
             "protocol": self.protocol,
             "tls_verify": self.tls_verify,
             "ca_bundle": self.ca_bundle,
+            # Only when not the default: plans saved before trace context keep their exact form.
+            **({} if self.trace_context else {"trace_context": False}),
+            **({} if self.trace_sample_rate == 1.0 else {"trace_sample_rate": self.trace_sample_rate}),
         }
 
     @classmethod
@@ -350,6 +355,12 @@ class Plan:
         if not isinstance(tls_verify, bool):
             raise PlanError("tls_verify: must be true or false")
         ca_bundle = _ca_bundle(d.get("ca_bundle", ""), "ca_bundle")
+        trace_context = d.get("trace_context", True)
+        if not isinstance(trace_context, bool):
+            raise PlanError("trace_context: must be true or false")
+        sample_rate = _number(d.get("trace_sample_rate", 1.0), "trace_sample_rate", minimum=0.0)
+        if sample_rate > 1.0:
+            raise PlanError("trace_sample_rate: must be between 0 and 1")
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -360,6 +371,8 @@ class Plan:
             protocol=protocol,
             tls_verify=tls_verify,
             ca_bundle=ca_bundle,
+            trace_context=trace_context,
+            trace_sample_rate=float(sample_rate),
         )
 
     @classmethod
@@ -411,7 +424,16 @@ class Plan:
         )
 
 
-_PLAN_OPTIONAL = ("think_time_mode", "request_timeout", "thresholds", "protocol", "tls_verify", "ca_bundle")
+_PLAN_OPTIONAL = (
+    "think_time_mode",
+    "request_timeout",
+    "thresholds",
+    "protocol",
+    "tls_verify",
+    "ca_bundle",
+    "trace_context",
+    "trace_sample_rate",
+)
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (
     "method",

@@ -87,6 +87,7 @@ from .plan import DataSet, Plan, Step, Stream, TestCase, WebSocket, WsAction
 from .schedule import arrivals, measurement_windows, shard_user_ids, total_duration, user_windows, whole_seconds
 from .streams import StreamObserver
 from .targets import DEFAULT_ALLOWLIST, Allowlist, check_url, parse_allowlist
+from .tracecontext import TraceContext, trace_id_of
 from .variables import (
     ExtractionError,
     Extractor,
@@ -314,9 +315,14 @@ class _LabelInterval:
         "rtt_hist",
         "ws_sent",
         "ws_received",
+        "slowest_s",
+        "slowest_trace",
     )
 
     def __init__(self) -> None:
+        # Trace context: the slowest page of the second (its own request time) and the trace id it was sent with.
+        self.slowest_s = 0.0
+        self.slowest_trace = b""  # its traceparent line (tracecontext.py)
         self.rtt_hist: Histogram | None = None  # WebSocket steps: message round trips (send -> expected reply)
         self.ws_sent = self.ws_received = 0
         self.ttfe_hist: Histogram | None = None  # streamed responses only (created on the first one)
@@ -355,6 +361,11 @@ class _LabelInterval:
             "connect_hist": self.connect_hist.to_dict(),
             "ttfb_hist": self.ttfb_hist.to_dict(),
             "protocols": dict(self.protocols),
+            **(
+                {"slowest": {"ms": round(self.slowest_s * 1000, 3), "trace_id": trace_id_of(self.slowest_trace)}}
+                if self.slowest_trace
+                else {}
+            ),
         }
 
     def add_to(self, t: LabelTotals) -> None:
@@ -902,6 +913,13 @@ class _Run:
 
     # -- a virtual user (closed model) --
 
+    def _new_client(self) -> HttpClient:
+        """A fresh client for a user; with the plan's trace context, its own source of traceparent headers."""
+        client = self.client_factory()
+        if self.plan.trace_context and hasattr(client, "trace"):
+            client.trace = TraceContext(self.plan.trace_sample_rate)
+        return client
+
     def _rng(self, k: int) -> random.Random:
         return random.Random(f"{self.seed}:{k}") if self.seed is not None else random.Random()
 
@@ -962,7 +980,7 @@ class _Run:
         await _sleep_until(loop, self.t0 + start_offset)
         if loop.time() >= stop_at or self.draining:
             return
-        client = self.client_factory()
+        client = self._new_client()
         interval = self._interval()  # before the change: a new interval notes the users at its start
         self.active += 1
         interval.peak_users = max(interval.peak_users, self.active)
@@ -1095,7 +1113,7 @@ class _Run:
                     user = idle.pop()
                 elif len(pool) < len(self.user_ids):
                     k = self.user_ids[len(pool)]
-                    user = _PoolUser(k, self.client_factory(), self._rng(k))
+                    user = _PoolUser(k, self._new_client(), self._rng(k))
                     pool.append(user)
                 else:
                     self._interval().iterations_dropped += 1
@@ -1187,10 +1205,12 @@ class _Run:
         try:
             if step.stream is None:
                 resp = await client.request(step.method, url, headers, body, step.timeout)
+                trace = getattr(client, "last_traceparent", b"")  # before the resources' requests replace it
             else:
                 observer = StreamObserver(step.stream.kind, step.stream.idle_timeout)
                 try:
                     resp = await client.request(step.method, url, headers, body, step.timeout, observer)
+                    trace = getattr(client, "last_traceparent", b"")
                 finally:
                     observer.close()
         except asyncio.CancelledError:
@@ -1235,6 +1255,8 @@ class _Run:
             li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
             if resp.connect_s > 0:
                 li.connect_hist.record(resp.connect_s * 1_000_000)
+            if trace and duration > li.slowest_s:
+                li.slowest_s, li.slowest_trace = duration, trace
             return False
         if observer is not None:
             message = self._stream_failure(step, observer)
@@ -1257,6 +1279,8 @@ class _Run:
         li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
         if resp.connect_s > 0:  # 0: the main request went over a connection already open
             li.connect_hist.record(resp.connect_s * 1_000_000)
+        if trace and duration > li.slowest_s:  # the page's own time (late_s is not the server's)
+            li.slowest_s, li.slowest_trace = duration, trace
         if observer is not None:
             if li.events_hist is None:
                 li.ttfe_hist, li.gap_hist, li.events_hist = Histogram(), Histogram(), Histogram()
@@ -1554,13 +1578,17 @@ async def run(
                                      "hist": Histogram.to_dict() of the successful pages,
                                      "connect_hist": ... of their new connections' connect times,
                                      "ttfb_hist": ... of their times to first byte,
-                                     "protocols": {"h2": 30}}}}
+                                     "protocols": {"h2": 30},
+                                     "slowest": {"ms": 48.2, "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}}}}
 
     ``active_users`` is the peak of users running at once in that second (in
     ``arrival_rate``, the users busy with an iteration). ``hist`` is timed
     from the intended start in pacing and arrival_rate (see ``_iteration``);
     ``connect_hist`` and ``ttfb_hist`` are as measured on the wire.
     ``loop_lag_ms`` and ``cpu_pct`` are the generator's health (health.py).
+    ``slowest`` (with the plan's ``trace_context``): the label's slowest
+    successful page of the second (or one failed only by ``max_duration_ms``),
+    its own request time and the W3C trace id it was sent with.
     Labels without a completed page in that second are left out.
     """
     if not isinstance(plan, Plan):

@@ -4,8 +4,9 @@
 virtual user's ``H1Client`` (or ``H2Client``): the connection goes through the
 client's allowlist check and TLS settings (``ws://`` as ``http://``, ``wss://``
 as ``https://``, HTTP/1.1 upgrade, RFC 6455), with the user's cookies and the
-step's headers on the handshake. A handshake answered with anything but 101 is
-``WsRejected`` (kind ``http_status``, with the status).
+step's headers on the handshake (and a ``traceparent`` when the client has
+trace context). A handshake answered with anything but 101 is ``WsRejected``
+(kind ``http_status``, with the status).
 
 The session receives in the background: text and binary messages (fragments
 joined) go to a queue that ``receive()`` reads; pings are answered; a close
@@ -319,6 +320,12 @@ async def open_websocket(
         cookie = client._cookie(prep)
         if cookie:
             extra.append((b"cookie", cookie[8:-2]))
+        trace = client.trace
+        if trace is not None and not prep.user_trace:
+            client.last_traceparent = line = trace.line()
+            extra.append((b"traceparent", line[13:-2]))
+        else:
+            client.last_traceparent = b""
         try:
             session._write(session.ws.send(Request(host=prep.authority, target=prep.target, extra_headers=extra)))
             await session.handshake

@@ -51,6 +51,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "name",
             "base_url",
             "config_url",
+            "trace_url_template",
             "description",
             "metrics_interval_s",
             "generator_pool",
@@ -187,6 +188,8 @@ PLAN_FIELDS = (
     "request_timeout",
     "protocol",
     "tls_accept_any",
+    "trace_context",
+    "trace_sample_rate",
     "threshold_apd_ms",
     "threshold_p95_ms",
     "threshold_error_rate_pct",
@@ -222,6 +225,12 @@ class PlanSerializer(StrictSerializer):
         choices=Plan.Protocol.choices, default=Plan.Protocol.AUTO, help_text="auto | http1 | h2c (docs/protocols.md)"
     )
     tls_accept_any = serializers.BooleanField(default=False, help_text="Accept any TLS certificate (self-signed)")
+    trace_context = serializers.BooleanField(
+        default=True, help_text="A W3C traceparent header on every request (docs/observability.md)"
+    )
+    trace_sample_rate = serializers.FloatField(
+        default=1.0, help_text="The share of requests flagged sampled in their traceparent, 0 to 1"
+    )
     threshold_apd_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_p95_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_error_rate_pct = serializers.FloatField(required=False, allow_null=True)

@@ -306,6 +306,13 @@ class EnvironmentWriteSerializer(StrictSerializer):
         "absent: unchanged",
     )
     description = serializers.CharField(required=False, allow_blank=True, default="")
+    trace_url_template = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="A link to one trace, with {trace_id} where the id goes "
+        "(e.g. https://tempo.example/trace/{trace_id}); absent: unchanged",
+    )
     metrics_interval_s = serializers.IntegerField(
         required=False, allow_null=True, help_text="Seconds between scrapes of the servers' metrics (default 5)"
     )
@@ -394,6 +401,7 @@ class EnvironmentViewSet(
             config_url=data.get("config_url"),
             prometheus_url=data.get("prometheus_url"),
             prometheus_token=data.get("prometheus_token"),
+            trace_url_template=data.get("trace_url_template"),
             description=data["description"],
             metrics_interval_s=data.get("metrics_interval_s"),
             configuration=None if configuration is None else [dict(item) for item in configuration],

@@ -17,6 +17,7 @@ from ..models import (
     Run,
     RunShard,
     ShardInterval,
+    SlowTrace,
 )
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,34 @@ def interval_write(run_id: int, shard_no: int, report: dict) -> None:
             unique_fields=["run", "second", "shard_no", "label"],
             update_fields=PAGE_INTERVAL_FIELDS,
         )
+    traces = [
+        SlowTrace(run_id=run_id, shard_no=shard_no, second=second, label=label[:210], **s)
+        for label, stats in labels.items()
+        if (s := _slowest(stats)) is not None
+    ]
+    if traces:
+        SlowTrace.objects.bulk_create(
+            traces,
+            update_conflicts=True,
+            unique_fields=["run", "label", "second", "shard_no"],
+            update_fields=["ms", "trace_id"],
+        )
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _slowest(stats: dict) -> dict | None:
+    """The engine's ``slowest`` of a label (trace context), if well-formed: a 32-hex trace id and a duration."""
+    s = stats.get("slowest")
+    if not isinstance(s, dict):
+        return None
+    trace_id, ms = s.get("trace_id"), s.get("ms")
+    if not (isinstance(trace_id, str) and len(trace_id) == 32 and set(trace_id) <= _HEX and trace_id != "0" * 32):
+        return None
+    if isinstance(ms, bool) or not isinstance(ms, int | float) or not 0 <= ms < 1e9:
+        return None
+    return {"trace_id": trace_id, "ms": float(ms)}
 
 
 class ShardSink:

@@ -198,6 +198,19 @@
         errors.append(row);
       }
       document.getElementById("page-detail-no-errors").hidden = data.errors.length > 0;
+      // Trace context: the slowest requests' trace ids, linked when the environment has a trace URL template.
+      const slowest = document.querySelector("#page-detail-slowest tbody");
+      if (slowest) {
+        slowest.replaceChildren();
+        for (const r of data.slowest || []) {
+          const row = el("tr");
+          const id = r.url ? el("a", { href: r.url, target: "_blank", rel: "noopener noreferrer", class: "mono" }, r.trace_id) : el("code", {}, r.trace_id);
+          row.append(el("td", { class: "num" }, String(r.second)), el("td", {}, r.page), el("td", { class: "num", "data-value": String(r.ms) }, F.number(r.ms) + " ms"), el("td", {}, ""));
+          row.lastChild.append(id);
+          slowest.append(row);
+        }
+        document.getElementById("page-detail-no-slowest").hidden = (data.slowest || []).length > 0;
+      }
       state.pageDistribution = data.distribution;
       drawDistribution();
       panel.hidden = false;

@@ -224,3 +224,18 @@ def test_the_base_url_hint_names_this_instances_demo_target(alice_client, projec
     # then
     assert "e.g. http://127.0.0.1:8611" in page and 'placeholder="http://127.0.0.1:8611"' in page
     assert "8001" not in page
+
+
+def test_the_environment_form_takes_a_trace_url_template_and_refuses_a_bad_one(alice_client, environment):
+    url = reverse("projects:environment-edit", args=[environment.code])
+    bad = alice_client.post(url, environment_data(name="Staging", trace_url_template="https://tempo.example/trace/"))
+    assert bad.status_code == 200 and "Put {trace_id} once" in bad.content.decode()
+    assert Environment.objects.get(pk=environment.pk).trace_url_template == ""
+
+    good = alice_client.post(
+        url, environment_data(name="Staging", trace_url_template="https://j.example/trace/{trace_id}")
+    )
+    assert good.status_code == 302
+    assert Environment.objects.get(pk=environment.pk).trace_url_template == "https://j.example/trace/{trace_id}"
+    page = alice_client.get(environment.get_absolute_url()).content.decode()
+    assert "https://j.example/trace/{trace_id}" in page

@@ -361,3 +361,19 @@ def test_one_user_and_one_row_are_singular(alice_client, plan):
     assert load_of({"kind": "steps", "levels": [{"users": 1}]}) == "1 level up to 1 user"
     assert load_of({"kind": "steps", "levels": [{"users": 1}, {"users": 2}]}) == "2 levels up to 2 users"
     assert (plural(1, "row"), plural(1200, "row")) == ("1 row", "1,200 rows")
+
+
+def test_the_plan_form_sets_trace_context_and_its_sampled_share(alice_client, project, environment):
+    url = reverse("projects:plan-new", args=[project.code])
+    page = alice_client.get(url).content.decode()
+    assert re.search(r'<input type="checkbox" name="trace_context"[^>]*checked', page)  # on for a new plan
+
+    bad = alice_client.post(url, plan_data(environment, trace_context="on", trace_sample_rate="1.5"))
+    assert bad.status_code == 200 and not Plan.objects.filter(project=project).exists()
+
+    alice_client.post(url, plan_data(environment, trace_context="on", trace_sample_rate="0.5"))
+    alice_client.post(url, plan_data(environment, name="Quiet"))  # the box left unticked: off
+    on, off = Plan.objects.get(project=project, name="Capacity"), Plan.objects.get(project=project, name="Quiet")
+    assert (on.trace_context, on.trace_sample_rate) == (True, 0.5)
+    assert (off.trace_context, off.trace_sample_rate) == (False, 1.0)
+    assert on.to_engine_dict()["trace_sample_rate"] == 0.5 and off.to_engine_dict()["trace_context"] is False
