@@ -144,3 +144,38 @@ def test_a_sample_rate_out_of_range_is_refused(alice, plan):
     response = session(alice).patch(f"/api/v1/plans/{plan.code}/", {"trace_sample_rate": 1.5}, format="json")
     assert response.status_code == 400 and "trace_sample_rate" in response.json()["fields"]
     assert Plan.objects.get(pk=plan.pk).trace_sample_rate == 1.0
+
+
+def test_the_roll_up_keeps_each_labels_slowest_traces_per_span_and_the_runs_slowest(run):
+    import random
+
+    from portal.runs.models import PageRollup, Run, RunFigures
+    from portal.runs.services import run_rollup
+    from portal.runs.services.rollup import TRACES_PER_SPAN
+
+    rng = random.Random(5)
+    written = []
+    for s in range(150):  # three roll-up spans of 60 s (the last one partial)
+        add_second(run, s, labels={"Home": ([10.0], {}), "Search": ([15.0], {})})
+        for label in ("Home", "Search"):
+            for shard in (0, 1):
+                ms = round(rng.uniform(5, 500), 3)
+                SlowTrace.objects.create(
+                    run=run, shard_no=shard, second=s, label=label, ms=ms, trace_id=_tid(len(written) + 1)
+                )
+                written.append((s // PageRollup.ROLLUP_S, label, ms, _tid(len(written) + 1)))
+    Run.objects.filter(id=run.id).update(status=Run.Status.PASSED)
+    RunFigures.objects.create(run=run, series={}, batches=[])
+
+    assert run_rollup(run.id) > 0
+
+    kept = sorted(SlowTrace.objects.filter(run=run).values_list("second", "label", "ms", "trace_id"))
+    expected = []
+    for span in range(3):
+        for label in ("Home", "Search"):
+            cell = sorted((w for w in written if w[0] == span and w[1] == label), key=lambda w: -w[2])
+            expected += [(label, ms, tid) for _, _, ms, tid in cell[:TRACES_PER_SPAN]]
+    assert sorted((label, ms, tid) for _, label, ms, tid in kept) == sorted(expected)
+    assert len(kept) == 3 * 2 * TRACES_PER_SPAN  # from 600 rows
+    slowest = max(written, key=lambda w: w[2])
+    assert any(tid == slowest[3] for *_, tid in kept)  # the run's slowest request keeps its trace id
