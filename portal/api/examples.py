@@ -2900,6 +2900,108 @@ DOCUMENTS = {
 }
 
 
+def _schedule(**changes) -> dict:
+    fire_started = {
+        "due_at": "2026-11-25T01:00:00Z",
+        "outcome": "started",
+        "reason": "",
+        "run": "181e2f8f-6e9f-421b-9eb5-1d372d58ba1c",
+        "run_number": 41,
+        "recorded_at": "2026-11-25T01:00:04Z",
+        "decided_at": "2026-11-25T01:00:04Z",
+    }
+    fire_skipped = {
+        "due_at": "2026-11-24T01:00:00Z",
+        "outcome": "skipped",
+        "reason": "The environment “Staging” was still busy with run #40 45 min after the fire time.",
+        "run": None,
+        "run_number": None,
+        "recorded_at": "2026-11-24T01:00:03Z",
+        "decided_at": "2026-11-24T01:45:05Z",
+    }
+    return {
+        "code": "31c2a62e-0b3a-47aa-bb0d-606cb8161679",
+        "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+        "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+        "plan_name": "Nightly soak",
+        "kind": "weekdays",
+        "at_time": "02:00:00",
+        "every_hours": None,
+        "cron": "0 2 * * 1-5",
+        "time_zone": "Europe/Berlin",
+        "description": "At 02:00, Monday through Friday (Europe/Berlin)",
+        "enabled": True,
+        "disabled_reason": "",
+        "ends_on": None,
+        "busy_wait_minutes": 45,
+        "catch_up_hours": 2.0,
+        "next_fires": [
+            "2026-11-26T01:00:00Z",
+            "2026-11-27T01:00:00Z",
+            "2026-11-30T01:00:00Z",
+            "2026-12-01T01:00:00Z",
+            "2026-12-02T01:00:00Z",
+        ],
+        "recent_fires": [fire_started, fire_skipped],
+        "created_at": "2026-11-20T09:12:00Z",
+        "updated_at": "2026-11-20T09:12:00Z",
+        **changes,
+    }
+
+
+SCHEDULE_FIRES = _schedule()["recent_fires"]
+DOCUMENTS.update(
+    {
+        "schedules_list": {"request": None, "response": _schedule(), "status": 200, "summary": "A nightly soak"},
+        "schedules_retrieve": {"request": None, "response": _schedule(), "status": 200},
+        "schedules_create": {
+            "summary": "Weekdays at 02:00 in Berlin",
+            "request": {
+                "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+                "kind": "weekdays",
+                "at_time": "02:00",
+                "time_zone": "Europe/Berlin",
+                "busy_wait_minutes": 45,
+            },
+            "response": _schedule(recent_fires=[]),
+            "status": 201,
+        },
+        "schedules_update": {
+            "summary": "A cron expression instead",
+            "request": {
+                "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+                "kind": "cron",
+                "cron": "0 2 * * 1-5",
+                "time_zone": "Europe/Berlin",
+                "enabled": True,
+                "busy_wait_minutes": 45,
+                "catch_up_hours": 2.0,
+            },
+            "response": _schedule(kind="cron", at_time=None),
+            "status": 200,
+        },
+        "schedules_partial_update": {
+            "summary": "Pause it",
+            "request": {"enabled": False},
+            "response": _schedule(enabled=False, next_fires=[]),
+            "status": 200,
+        },
+        "schedules_destroy": {
+            "request": None,
+            "response": {"status": 403, "code": "permission_denied", "detail": "You are a viewer of this team."},
+            "status": 403,
+            "summary": "A viewer may not delete it",
+        },
+        "schedules_fires_list": {
+            "request": None,
+            "response": SCHEDULE_FIRES[1],
+            "status": 200,
+            "summary": "A skipped fire",
+        },
+    }
+)
+
+
 def examples_for(operation_id: str) -> list[OpenApiExample]:
     doc = DOCUMENTS.get(operation_id)
     if doc is None:
