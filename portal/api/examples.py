@@ -3002,6 +3002,95 @@ DOCUMENTS.update(
 )
 
 
+DELIVERY = {
+    "key": "run:41",
+    "event": "regression",
+    "status": "sent",
+    "attempts": 1,
+    "status_code": 200,
+    "response_snippet": "ok",
+    "error": "",
+    "payload": {"event": "regression", "run": {"number": 41, "status": "failed"}},
+    "created_at": "2026-11-25T01:12:40Z",
+    "last_attempt_at": "2026-11-25T01:12:41Z",
+    "next_attempt_at": None,
+}
+
+
+def _channel(**changes) -> dict:
+    return {
+        "code": "03180f73-dfc8-4648-9489-522c4b48cf61",
+        "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+        "name": "Chat",
+        "kind": "webhook",
+        "events": ["regression", "schedule_skipped"],
+        "emails": [],
+        "url": "https://hooks.example.com/plimsoll",
+        "payload_format": "slack",
+        "enabled": True,
+        "created_at": "2026-11-20T09:15:00Z",
+        "recent_deliveries": [DELIVERY],
+        **changes,
+    }
+
+
+DOCUMENTS.update(
+    {
+        "channels_list": {"request": None, "response": _channel(), "status": 200, "summary": "A chat webhook"},
+        "channels_retrieve": {"request": None, "response": _channel(), "status": 200},
+        "channels_create": {
+            "summary": "A Slack webhook (its secret shown this once)",
+            "request": {
+                "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+                "name": "Chat",
+                "kind": "webhook",
+                "events": ["regression", "schedule_skipped"],
+                "url": "https://hooks.example.com/plimsoll",
+                "payload_format": "slack",
+            },
+            "response": _channel(recent_deliveries=[], secret="bw9x04rc6-XYsHl2TG5ECCDrZIPj2yjvkAVgnVaU_mU"),
+            "status": 201,
+        },
+        "channels_update": {
+            "summary": "An e-mail list: a new address is mailed a confirmation link",
+            "request": {
+                "name": "Ops",
+                "events": ["run_error", "schedule_skipped"],
+                "emails": ["ops@example.com", "oncall@example.com"],
+                "enabled": True,
+            },
+            "response": _channel(
+                name="Ops",
+                kind="email",
+                events=["run_error", "schedule_skipped"],
+                emails=[
+                    {"email": "ops@example.com", "confirmed": True},
+                    {"email": "oncall@example.com", "confirmed": False},
+                ],
+                url="",
+                payload_format="plimsoll",
+                recent_deliveries=[],
+                secret=None,
+            ),
+            "status": 200,
+        },
+        "channels_partial_update": {
+            "summary": "A new signing secret, shown this once",
+            "request": {"replace_secret": True},
+            "response": _channel(secret="Jw1f0k2mZ9cQ7rT5uV3xY8aB6dE4gH0iL2nP9sW1qR4"),
+            "status": 200,
+        },
+        "channels_destroy": {
+            "request": None,
+            "response": {"status": 403, "code": "permission_denied", "detail": "You are a viewer of this team."},
+            "status": 403,
+            "summary": "A viewer may not delete it",
+        },
+        "channels_deliveries_list": {"request": None, "response": DELIVERY, "status": 200, "summary": "Sent"},
+    }
+)
+
+
 def examples_for(operation_id: str) -> list[OpenApiExample]:
     doc = DOCUMENTS.get(operation_id)
     if doc is None:
