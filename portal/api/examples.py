@@ -2703,6 +2703,28 @@ DOCUMENTS = {
         "status": 404,
         "summary": "Not one of your tokens",
     },
+    "tokens_create": {
+        "summary": "An onboarding script's token (its secret shown this once)",
+        "request": {
+            "team": "83b3c96d-6ada-4641-963a-b0b20a264c15",
+            "name": "GitLab deploy",
+            "scope": "run",
+            "expires_days": 90,
+        },
+        "response": {
+            "created_at": "2026-11-25T23:50:02.114000Z",
+            "expires_at": "2027-02-23T23:50:02.114000Z",
+            "id": 8,
+            "last_used_at": None,
+            "name": "GitLab deploy",
+            "prefix": "plim_Vb7x",
+            "revoked_at": None,
+            "scope": "run",
+            "team": "83b3c96d-6ada-4641-963a-b0b20a264c15",
+            "secret": "plim_Vb7xQ2mT9rK4pL8sN1wE6yH3jD5fG0aC7uZ2bX9vM4",
+        },
+        "status": 201,
+    },
     "tokens_list": {
         "request": None,
         "response": {
