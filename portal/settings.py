@@ -338,6 +338,9 @@ SPECTACULAR_SETTINGS = {
         "ExperimentStatusEnum": "portal.history.models.Experiment.Status",
         "RunKindEnum": "portal.runs.models.Run.Kind",
         "ShareLinkKindEnum": "portal.sharing.models.ShareLink.Kind",
+        "ScheduleKindEnum": "portal.schedules.models.Schedule.Kind",
+        "ChannelKindEnum": "portal.notifications.models.Channel.Kind",
+        "ChannelEventEnum": "portal.notifications.models.Event",
     },
 }
 # Long-polls (GET /api/v1/runs/<code>/?wait=S) hold a web thread while they wait (issue 30): at most this

@@ -2877,6 +2877,28 @@ DOCUMENTS = {
         "status": 404,
         "summary": "Not one of your tokens",
     },
+    "tokens_create": {
+        "summary": "An onboarding script's token (its secret shown this once)",
+        "request": {
+            "team": "83b3c96d-6ada-4641-963a-b0b20a264c15",
+            "name": "GitLab deploy",
+            "scope": "run",
+            "expires_days": 90,
+        },
+        "response": {
+            "created_at": "2026-11-25T23:50:02.114000Z",
+            "expires_at": "2027-02-23T23:50:02.114000Z",
+            "id": 8,
+            "last_used_at": None,
+            "name": "GitLab deploy",
+            "prefix": "plim_Vb7x",
+            "revoked_at": None,
+            "scope": "run",
+            "team": "83b3c96d-6ada-4641-963a-b0b20a264c15",
+            "secret": "plim_Vb7xQ2mT9rK4pL8sN1wE6yH3jD5fG0aC7uZ2bX9vM4",
+        },
+        "status": 201,
+    },
     "tokens_list": {
         "request": None,
         "response": {
@@ -3072,6 +3094,197 @@ DOCUMENTS = {
         "status": 201,
     },
 }
+
+
+def _schedule(**changes) -> dict:
+    fire_started = {
+        "due_at": "2026-11-25T01:00:00Z",
+        "outcome": "started",
+        "reason": "",
+        "run": "181e2f8f-6e9f-421b-9eb5-1d372d58ba1c",
+        "run_number": 41,
+        "recorded_at": "2026-11-25T01:00:04Z",
+        "decided_at": "2026-11-25T01:00:04Z",
+    }
+    fire_skipped = {
+        "due_at": "2026-11-24T01:00:00Z",
+        "outcome": "skipped",
+        "reason": "The environment “Staging” was still busy with run #40 45 min after the fire time.",
+        "run": None,
+        "run_number": None,
+        "recorded_at": "2026-11-24T01:00:03Z",
+        "decided_at": "2026-11-24T01:45:05Z",
+    }
+    return {
+        "code": "31c2a62e-0b3a-47aa-bb0d-606cb8161679",
+        "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+        "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+        "plan_name": "Nightly soak",
+        "kind": "weekdays",
+        "at_time": "02:00:00",
+        "every_hours": None,
+        "cron": "0 2 * * 1-5",
+        "time_zone": "Europe/Berlin",
+        "description": "At 02:00, Monday through Friday (Europe/Berlin)",
+        "enabled": True,
+        "disabled_reason": "",
+        "ends_on": None,
+        "busy_wait_minutes": 45,
+        "catch_up_hours": 2.0,
+        "next_fires": [
+            "2026-11-26T01:00:00Z",
+            "2026-11-27T01:00:00Z",
+            "2026-11-30T01:00:00Z",
+            "2026-12-01T01:00:00Z",
+            "2026-12-02T01:00:00Z",
+        ],
+        "recent_fires": [fire_started, fire_skipped],
+        "created_at": "2026-11-20T09:12:00Z",
+        "updated_at": "2026-11-20T09:12:00Z",
+        **changes,
+    }
+
+
+SCHEDULE_FIRES = _schedule()["recent_fires"]
+DOCUMENTS.update(
+    {
+        "schedules_list": {"request": None, "response": _schedule(), "status": 200, "summary": "A nightly soak"},
+        "schedules_retrieve": {"request": None, "response": _schedule(), "status": 200},
+        "schedules_create": {
+            "summary": "Weekdays at 02:00 in Berlin",
+            "request": {
+                "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+                "kind": "weekdays",
+                "at_time": "02:00",
+                "time_zone": "Europe/Berlin",
+                "busy_wait_minutes": 45,
+            },
+            "response": _schedule(recent_fires=[]),
+            "status": 201,
+        },
+        "schedules_update": {
+            "summary": "A cron expression instead",
+            "request": {
+                "plan": "c341a325-18c1-4e89-b929-e649bd54a3f9",
+                "kind": "cron",
+                "cron": "0 2 * * 1-5",
+                "time_zone": "Europe/Berlin",
+                "enabled": True,
+                "busy_wait_minutes": 45,
+                "catch_up_hours": 2.0,
+            },
+            "response": _schedule(kind="cron", at_time=None),
+            "status": 200,
+        },
+        "schedules_partial_update": {
+            "summary": "Pause it",
+            "request": {"enabled": False},
+            "response": _schedule(enabled=False, next_fires=[]),
+            "status": 200,
+        },
+        "schedules_destroy": {
+            "request": None,
+            "response": {"status": 403, "code": "permission_denied", "detail": "You are a viewer of this team."},
+            "status": 403,
+            "summary": "A viewer may not delete it",
+        },
+        "schedules_fires_list": {
+            "request": None,
+            "response": SCHEDULE_FIRES[1],
+            "status": 200,
+            "summary": "A skipped fire",
+        },
+    }
+)
+
+
+DELIVERY = {
+    "key": "run:41",
+    "event": "regression",
+    "status": "sent",
+    "attempts": 1,
+    "status_code": 200,
+    "response_snippet": "ok",
+    "error": "",
+    "payload": {"event": "regression", "run": {"number": 41, "status": "failed"}},
+    "created_at": "2026-11-25T01:12:40Z",
+    "last_attempt_at": "2026-11-25T01:12:41Z",
+    "next_attempt_at": None,
+}
+
+
+def _channel(**changes) -> dict:
+    return {
+        "code": "03180f73-dfc8-4648-9489-522c4b48cf61",
+        "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+        "name": "Chat",
+        "kind": "webhook",
+        "events": ["regression", "schedule_skipped"],
+        "emails": [],
+        "url": "https://hooks.example.com/plimsoll",
+        "payload_format": "slack",
+        "enabled": True,
+        "created_at": "2026-11-20T09:15:00Z",
+        "recent_deliveries": [DELIVERY],
+        **changes,
+    }
+
+
+DOCUMENTS.update(
+    {
+        "channels_list": {"request": None, "response": _channel(), "status": 200, "summary": "A chat webhook"},
+        "channels_retrieve": {"request": None, "response": _channel(), "status": 200},
+        "channels_create": {
+            "summary": "A Slack webhook (its secret shown this once)",
+            "request": {
+                "project": "5087c25c-fb40-452d-a230-6db0cf2cfabb",
+                "name": "Chat",
+                "kind": "webhook",
+                "events": ["regression", "schedule_skipped"],
+                "url": "https://hooks.example.com/plimsoll",
+                "payload_format": "slack",
+            },
+            "response": _channel(recent_deliveries=[], secret="bw9x04rc6-XYsHl2TG5ECCDrZIPj2yjvkAVgnVaU_mU"),
+            "status": 201,
+        },
+        "channels_update": {
+            "summary": "An e-mail list: a new address is mailed a confirmation link",
+            "request": {
+                "name": "Ops",
+                "events": ["run_error", "schedule_skipped"],
+                "emails": ["ops@example.com", "oncall@example.com"],
+                "enabled": True,
+            },
+            "response": _channel(
+                name="Ops",
+                kind="email",
+                events=["run_error", "schedule_skipped"],
+                emails=[
+                    {"email": "ops@example.com", "confirmed": True},
+                    {"email": "oncall@example.com", "confirmed": False},
+                ],
+                url="",
+                payload_format="plimsoll",
+                recent_deliveries=[],
+                secret=None,
+            ),
+            "status": 200,
+        },
+        "channels_partial_update": {
+            "summary": "A new signing secret, shown this once",
+            "request": {"replace_secret": True},
+            "response": _channel(secret="Jw1f0k2mZ9cQ7rT5uV3xY8aB6dE4gH0iL2nP9sW1qR4"),
+            "status": 200,
+        },
+        "channels_destroy": {
+            "request": None,
+            "response": {"status": 403, "code": "permission_denied", "detail": "You are a viewer of this team."},
+            "status": 403,
+            "summary": "A viewer may not delete it",
+        },
+        "channels_deliveries_list": {"request": None, "response": DELIVERY, "status": 200, "summary": "Sent"},
+    }
+)
 
 
 def examples_for(operation_id: str) -> list[OpenApiExample]:

@@ -14,11 +14,12 @@ from portal.history.api.views import (
     TrialSetViewSet,
     TuningChangeViewSet,
 )
+from portal.notifications.api import ChannelViewSet
 from portal.projects.api.har import HarImportViewSet, ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
-from portal.schedules.api import PlanBaselineViewSet, PlanChangePointsViewSet
+from portal.schedules.api import PlanBaselineViewSet, PlanChangePointsViewSet, ScheduleViewSet
 from portal.sharing.api import ShareLinkViewSet
 
 app_name = "api"
@@ -39,6 +40,8 @@ router.register("teams", TeamViewSet, basename="team")
 router.register("tokens", TokenViewSet, basename="token")
 router.register("share-links", ShareLinkViewSet, basename="share-link")
 router.register("annotations", AnnotationViewSet, basename="annotation")
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("channels", ChannelViewSet, basename="channel")
 
 # Codes are matched loosely (``<str:code>``) so that a malformed one is the API's JSON 404, not an HTML page.
 # Result files keep their extension as the last part of the URL (no trailing slash), as CI tools expect.

@@ -1,20 +1,28 @@
-"""A plan's baseline through the API (issue 24.6): what its runs are judged against, set as code."""
+"""Schedules, a plan's baseline and its change points through the API (issue 24): configuration as code.
+
+The same rules as the schedule pages: a body passes the page's ``ScheduleForm`` (time zone,
+the simple forms and cron, the busy-wait and catch-up limits) and is saved by
+``services.schedule_save``; its messages are the form's, as a 400.
+"""
 
 from dataclasses import asdict
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 from portal.common import Invalid
 from portal.history.models import TrialSet
 from portal.projects.models import Plan
 from portal.runs.models import Run
 
-from . import baselines, change_points, selectors
-from .models import Baseline
+from . import baselines, change_points, selectors, services, timing
+from .forms import ScheduleForm
+from .models import Baseline, Schedule, ScheduleFire
 
 
 class BaselineSerializer(StrictSerializer):
@@ -155,3 +163,235 @@ class PlanChangePointsViewSet(TeamScopedViewSet):
         query.is_valid(raise_exception=True)
         found = change_points.plan_change_points(plan=plan, last=query.validated_data["last"])
         return Response(ChangePointSerializer([{**asdict(c), "text": c.text} for c in found], many=True).data)
+
+
+class FireSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run.code", read_only=True, allow_null=True, default=None)
+    run_number = serializers.IntegerField(source="run.number", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = ScheduleFire
+        fields = ("due_at", "outcome", "reason", "run", "run_number", "recorded_at", "decided_at")
+        read_only_fields = fields
+
+
+class ScheduleSerializer(serializers.ModelSerializer):
+    project = serializers.UUIDField(source="project.code", read_only=True)
+    plan = serializers.UUIDField(
+        source="plan.code", read_only=True, allow_null=True, default=None, help_text="null: the plan was deleted"
+    )
+    description = serializers.CharField(read_only=True, help_text="The schedule in words, with its time zone")
+    next_fires = serializers.SerializerMethodField(help_text="The next five fire times (none while paused)")
+    recent_fires = FireSerializer(many=True, read_only=True, help_text="The last five fires, newest first")
+
+    class Meta:
+        model = Schedule
+        fields = (
+            "code",
+            "project",
+            "plan",
+            "plan_name",
+            "kind",
+            "at_time",
+            "every_hours",
+            "cron",
+            "time_zone",
+            "description",
+            "enabled",
+            "disabled_reason",
+            "ends_on",
+            "busy_wait_minutes",
+            "catch_up_hours",
+            "next_fires",
+            "recent_fires",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
+    def get_next_fires(self, schedule) -> list[str]:
+        if not schedule.enabled:
+            return []
+        try:
+            fires = timing.next_fires(schedule.cron, schedule.time_zone, timezone.now())
+        except timing.ScheduleSpecError:
+            return []
+        return [serializers.DateTimeField().to_representation(fire) for fire in fires]
+
+
+class ScheduleWriteSerializer(StrictSerializer):
+    """The schedule form's fields; the plan by its code (the schedule belongs to the plan's project)."""
+
+    plan = serializers.UUIDField(help_text="The plan this schedule runs")
+    kind = serializers.ChoiceField(choices=Schedule.Kind.choices)
+    at_time = serializers.TimeField(
+        required=False, allow_null=True, help_text="HH:MM; for kind hours, the minute past the hour"
+    )
+    every_hours = serializers.IntegerField(required=False, allow_null=True, min_value=1, max_value=23)
+    cron = serializers.CharField(
+        required=False, allow_blank=True, max_length=100, default="", help_text="For kind cron, e.g. 0 2 * * 1-5"
+    )
+    time_zone = serializers.CharField(max_length=64, default="UTC", help_text="e.g. Europe/Berlin")
+    enabled = serializers.BooleanField(default=True)
+    ends_on = serializers.DateField(required=False, allow_null=True, help_text="No fire after this day")
+    busy_wait_minutes = serializers.IntegerField(
+        min_value=0,
+        max_value=24 * 60,
+        default=30,
+        help_text="When another run is on the environment, wait this long for it, then skip the fire",
+    )
+    catch_up_hours = serializers.FloatField(
+        min_value=0,
+        max_value=48,
+        default=2.0,
+        help_text="A fire missed while the scheduler was down still runs once if less late than this",
+    )
+
+
+class ScheduleFilter(StrictSerializer):
+    project = serializers.UUIDField(required=False, help_text="Schedules of one project")
+    plan = serializers.UUIDField(required=False, help_text="Schedules of one plan")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Schedules of your teams' projects, with their last fires; filter by project or plan",
+        parameters=[ScheduleFilter],
+        responses={200: ScheduleSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(summary="One schedule", responses={200: ScheduleSerializer, **error_responses(404)}),
+    create=extend_schema(
+        summary="Schedule a plan: daily or weekdays at a time, every N hours, or a cron expression, in a time zone",
+        request=ScheduleWriteSerializer,
+        responses={201: ScheduleSerializer, **error_responses(400, 403, 404)},
+    ),
+    update=extend_schema(
+        summary="Change a schedule (every field; a new timing or re-enabling counts fires from now)",
+        request=ScheduleWriteSerializer,
+        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
+    ),
+    partial_update=extend_schema(
+        summary="Change some fields of a schedule (e.g. enabled: false to pause it)",
+        request=ScheduleWriteSerializer(partial=True),
+        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a schedule and its fires (the runs stay)", responses={204: None, **error_responses(403, 404)}
+    ),
+)
+class ScheduleViewSet(
+    PartialUpdateMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TeamScopedViewSet,
+):
+    serializer_class = ScheduleSerializer
+
+    def safely_get_queryset(self):
+        # The page's selector: every schedule with its last fires, in a fixed number of queries.
+        return selectors.schedules_with_fires(Schedule.objects.select_related("project__team", "plan"))
+
+    def list(self, request, *args, **kwargs):
+        filters = ScheduleFilter(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        schedules = self.get_queryset()
+        for name in ("project", "plan"):
+            if name in filters.validated_data:
+                schedules = schedules.filter(**{f"{name}__code": filters.validated_data[name]})
+        page = self.paginate_queryset(schedules)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def create(self, request, *args, **kwargs):
+        schedule = self._save(None)
+        return Response(self._answer(schedule), status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        schedule = self.get_scoped(self.safely_get_queryset(), write=True, code=kwargs["code"])
+        return Response(self._answer(self._save(schedule)))
+
+    def destroy(self, request, *args, **kwargs):
+        schedule = self.get_scoped(self.safely_get_queryset(), write=True, code=kwargs["code"])
+        schedule.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def patch_base(self, schedule) -> dict:
+        return {
+            "plan": str(schedule.plan.code) if schedule.plan_id else None,
+            "kind": schedule.kind,
+            "at_time": schedule.at_time.strftime("%H:%M") if schedule.at_time else None,
+            "every_hours": schedule.every_hours,
+            "cron": schedule.cron if schedule.kind == Schedule.Kind.CRON else "",
+            "time_zone": schedule.time_zone,
+            "enabled": schedule.enabled,
+            "ends_on": schedule.ends_on.isoformat() if schedule.ends_on else None,
+            "busy_wait_minutes": schedule.busy_wait_minutes,
+            "catch_up_hours": schedule.catch_up_hours,
+        }
+
+    def _answer(self, schedule: Schedule) -> dict:
+        fresh = self.safely_get_queryset().get(pk=schedule.pk)  # with its last fires, as in the list
+        return ScheduleSerializer(fresh, context=self.get_serializer_context()).data
+
+    def _save(self, schedule: Schedule | None) -> Schedule:
+        body = ScheduleWriteSerializer(data=self.document())
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        plan = self.get_scoped(Plan.objects.select_related("project__team"), write=True, code=data["plan"])
+        project = schedule.project if schedule is not None else plan.project
+        if plan.project_id != project.id:
+            raise Invalid({"plan": ["A schedule stays in its project: choose a plan of the same project."]})
+        # The page's form: the same checks and the same messages.
+        form = ScheduleForm(
+            {
+                "plan": plan.pk,
+                "kind": data["kind"],
+                "at_time": _blank(data.get("at_time")),
+                "every_hours": _blank(data.get("every_hours")),
+                "cron": data["cron"],
+                "time_zone": data["time_zone"],
+                "enabled": "on" if data["enabled"] else "",
+                "ends_on": _blank(data.get("ends_on")),
+                "busy_wait_minutes": data["busy_wait_minutes"],
+                "catch_up_hours": data["catch_up_hours"],
+            },
+            project=project,
+        )
+        if not form.is_valid():
+            raise Invalid({field: list(messages) for field, messages in form.errors.items()})
+        clean = form.cleaned_data
+        try:
+            return services.schedule_save(
+                project=project,
+                plan=plan,
+                kind=clean["kind"],
+                at_time=clean.get("at_time"),
+                every_hours=clean.get("every_hours"),
+                cron=clean.get("cron") or "",
+                time_zone=clean["time_zone"],
+                enabled=clean["enabled"],
+                ends_on=clean.get("ends_on"),
+                busy_wait_minutes=clean["busy_wait_minutes"],
+                catch_up_hours=clean["catch_up_hours"],
+                schedule=schedule,
+            )
+        except timing.ScheduleSpecError as exc:
+            field = "cron" if clean["kind"] == Schedule.Kind.CRON else "non_field_errors"
+            raise Invalid({field: [str(exc)]}) from None
+
+    @extend_schema(
+        summary="A schedule's last 100 fires, newest first: when each came due and what became of it",
+        responses={200: FireSerializer(many=True), **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def fires(self, request, code=None):
+        schedule = self.get_scoped(Schedule.objects.select_related("project__team"), code=code)
+        return Response(FireSerializer(selectors.schedule_fires(schedule=schedule), many=True).data)

@@ -84,6 +84,8 @@ api/v1/^teams/(?P<code>[^/]+)/$ api/v1/^tokens/$ api/v1/^tokens/(?P<id>[^/]+)/$
 api/v1/^teams/(?P<code>[^/]+)/invitations/$ api/v1/^teams/(?P<code>[^/]+)/invitations/(?P<invitation_id>[^/]+)/$
 api/v1/^share-links/$ api/v1/^share-links/(?P<code>[^/]+)/$
 api/v1/^annotations/$ api/v1/grafana/ api/v1/grafana/annotations
+api/v1/^schedules/$ api/v1/^schedules/(?P<code>[^/]+)/$ api/v1/^schedules/(?P<code>[^/]+)/fires/$
+api/v1/^channels/$ api/v1/^channels/(?P<code>[^/]+)/$ api/v1/^channels/(?P<code>[^/]+)/deliveries/$
 api/v1/environments/<str:code>/result-imports/ api/v1/projects/<str:code>/har-import/
 api/v1/^result-imports/$ api/v1/^result-imports/(?P<code>[^/]+)/$ api/v1/^har-imports/(?P<code>[^/]+)/$
 api/v1/test-cases/<str:code>/steps/ api/v1/test-cases/<str:code>/steps/<str:step>/

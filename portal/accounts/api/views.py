@@ -14,15 +14,18 @@ from portal.accounts.forms import InvitationForm, MemberAddForm
 from portal.accounts.models import ApiToken, Invitation, Membership, Team
 from portal.accounts.services import (
     INVITATION_DAYS,
+    TOKEN_DEFAULT_DAYS,
     LastOwner,
     invitation_create,
     invitation_revoke,
     membership_remove,
     membership_set,
+    token_create,
     token_revoke,
 )
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import error_responses
+from portal.common import Invalid
 
 
 class MemberSerializer(serializers.ModelSerializer):
@@ -244,15 +247,46 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class TokenCreatedSerializer(TokenSerializer):
+    secret = serializers.CharField(read_only=True, help_text="Shown this once; only its hash is stored")
+
+    class Meta(TokenSerializer.Meta):
+        fields = (*TokenSerializer.Meta.fields, "secret")
+        read_only_fields = fields
+
+
+class TokenCreateSerializer(StrictSerializer):
+    team = serializers.UUIDField(help_text="A team you own")
+    name = serializers.CharField(max_length=100, help_text="What uses it, e.g. “GitLab deploy pipeline”")
+    scope = serializers.ChoiceField(choices=ApiToken.Scope.choices, default=ApiToken.Scope.RUN)
+    expires_days = serializers.IntegerField(
+        min_value=1,
+        max_value=3650,
+        allow_null=True,
+        default=TOKEN_DEFAULT_DAYS,
+        help_text="Days until it expires (default 90); null: never",
+    )
+
+
 @extend_schema_view(
     list=extend_schema(
         summary="Your API tokens (never their secrets)",
         responses={200: TokenSerializer(many=True), **error_responses()},
     ),
     destroy=extend_schema(summary="Revoke one of your tokens", responses={204: None, **error_responses(403, 404)}),
+    create=extend_schema(
+        summary="A new token of a team you own, for onboarding scripts: signed in (not with a token); "
+        "the secret shown once",
+        request=TokenCreateSerializer,
+        responses={201: TokenCreatedSerializer, **error_responses(400, 403, 404)},
+    ),
 )
 class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet):
-    """Tokens are created on the Tokens page or with ``manage.py create_token``, where the secret is shown once."""
+    """Tokens are created on the Tokens page, with ``manage.py create_token``, or here by a team's owner signed in.
+
+    Creating one here needs a session, not a token: a leaked token cannot mint itself a successor
+    that outlives its revocation. The secret is in the answer of the create call only.
+    """
 
     serializer_class = TokenSerializer
     lookup_field = "id"
@@ -269,3 +303,22 @@ class TokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, TeamScopedVi
     def destroy(self, request, *args, **kwargs):
         token_revoke(token=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def create(self, request, *args, **kwargs):
+        if request_token(request) is not None:
+            raise exceptions.PermissionDenied("Tokens are created signed in (a session), not with another token.")
+        body = TokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        team = self.get_scoped(Team.objects.all(), code=data["team"])
+        membership = access.membership_for(request.user, team)
+        if membership is None or membership.role != Membership.Role.OWNER:
+            raise exceptions.PermissionDenied("Only the team's owners create tokens through the API.")
+        try:
+            token, secret = token_create(
+                user=request.user, team=team, name=data["name"], scope=data["scope"], expires_days=data["expires_days"]
+            )
+        except ValueError as exc:
+            raise Invalid({"non_field_errors": [str(exc)]}) from None
+        token.secret = secret
+        return Response(TokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)

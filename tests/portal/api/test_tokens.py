@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from portal.accounts.models import ApiToken
 from portal.accounts.services import token_create, token_hash
@@ -250,3 +251,70 @@ def test_an_accept_header_the_api_cannot_serve_still_gets_json(alice):
         assert response.status_code == 200, accept
         assert response["Content-Type"] == "application/json"
         assert response.json()["results"][0]["name"] == "alice's team"
+
+
+def test_an_owner_signed_in_creates_a_token_and_sees_its_secret_once(alice, team, finished_run):
+    # when
+    response = session(alice).post(
+        "/api/v1/tokens/", {"team": str(team.code), "name": "onboarding", "scope": "write"}, format="json"
+    )
+
+    # then: 201 with the secret; the row holds its hash; the secret works, and is never listed
+    assert response.status_code == 201, response.content
+    body = response.json()
+    token = ApiToken.objects.get()
+    assert body["secret"].startswith("plim_") and token.secret_hash == token_hash(body["secret"])
+    assert (body["id"], body["name"], body["scope"], body["team"]) == (token.id, "onboarding", "write", str(team.code))
+    assert abs(token.expires_at - token.created_at - timedelta(days=90)) < timedelta(seconds=1)
+    assert bearer(body["secret"]).get(f"/api/v1/runs/{finished_run.code}/").status_code == 200
+    listed = session(alice).get("/api/v1/tokens/").json()
+    assert body["secret"] not in str(listed)
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"scope": "admin"}, "scope"),
+        ({"expires_days": 0}, "expires_days"),
+        ({"expires_days": 3651}, "expires_days"),
+        ({"name": ""}, "name"),
+        ({"owner": "me"}, "owner"),
+    ],
+)
+def test_bad_token_requests_are_400s_and_create_nothing(alice, team, body, field):
+    response = session(alice).post("/api/v1/tokens/", {"team": str(team.code), "name": "x", **body}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()["fields"]
+    assert not ApiToken.objects.exists()
+
+
+def test_a_token_that_never_expires(alice, team):
+    response = session(alice).post(
+        "/api/v1/tokens/", {"team": str(team.code), "name": "forever", "expires_days": None}, format="json"
+    )
+
+    assert response.status_code == 201, response.content
+    assert response.json()["expires_at"] is None and ApiToken.objects.get().expires_at is None
+
+
+@pytest.mark.parametrize("persona", ["owner", "editor", "viewer", "outsider", "anonymous", "write_token"])
+def test_only_an_owner_signed_in_creates_tokens_through_the_api(persona, alice, bob, charlie, dave, team, token_secret):
+    clients = {
+        "owner": lambda: session(alice),
+        "editor": lambda: session(dave),
+        "viewer": lambda: session(bob),
+        "outsider": lambda: session(charlie),
+        "anonymous": APIClient,
+        "write_token": lambda: bearer(token_secret("write")),
+    }
+    client = clients[persona]()
+    before = ApiToken.objects.count()
+
+    response = client.post("/api/v1/tokens/", {"team": str(team.code), "name": "new", "scope": "read"}, format="json")
+
+    statuses = {"owner": 201, "outsider": 404, "anonymous": 401}
+    assert response.status_code == statuses.get(persona, 403), (persona, response.content)
+    assert ApiToken.objects.count() == before + (persona == "owner")
+    if persona == "write_token":
+        assert "signed in" in response.json()["detail"]

@@ -1,0 +1,278 @@
+"""Notification channels and their deliveries through the API (issue 24.6): configuration as code.
+
+The same rules as the channels page: a body passes the page's form (``ChannelForm`` to create,
+``ChannelEditForm`` to change) and is saved by ``services.channel_create`` / ``channel_update``.
+A webhook's signing secret is in the answer of the call that made it (creation, or a change with
+``replace_secret``) and never again. An e-mail channel's addresses get the page's confirmation
+mail; deliveries go only to confirmed addresses (``addresses``): the API cannot skip that.
+"""
+
+from drf_spectacular.utils import extend_schema, extend_schema_field, extend_schema_view
+from rest_framework import mixins, serializers, status
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses
+from portal.common import Invalid
+from portal.projects.models import Project
+
+from . import addresses, selectors, services
+from .forms import ChannelEditForm, ChannelForm
+from .models import Channel, Delivery, Event
+
+DELIVERY_LOG = 100
+
+
+class DeliverySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Delivery
+        fields = (
+            "key",
+            "event",
+            "status",
+            "attempts",
+            "status_code",
+            "response_snippet",
+            "error",
+            "payload",
+            "created_at",
+            "last_attempt_at",
+            "next_attempt_at",
+        )
+        read_only_fields = fields
+
+
+class AddressSerializer(serializers.Serializer):
+    email = serializers.EmailField()
+    confirmed = serializers.BooleanField(help_text="False: mailed a confirmation link; nothing is sent to it yet")
+
+
+class ChannelSerializer(serializers.ModelSerializer):
+    project = serializers.UUIDField(source="project.code", read_only=True)
+    events = serializers.ListField(child=serializers.ChoiceField(choices=Event.choices), read_only=True)
+    emails = serializers.SerializerMethodField(help_text="E-mail: each address and whether it is confirmed")
+    recent_deliveries = DeliverySerializer(
+        source="log", many=True, read_only=True, help_text="The last ten deliveries, newest first"
+    )
+
+    class Meta:
+        model = Channel
+        fields = ("code", "project", "name", "kind", "events", "emails", "url", "payload_format", "enabled")
+        fields = (*fields, "created_at", "recent_deliveries")
+        read_only_fields = fields
+
+    @extend_schema_field(AddressSerializer(many=True))
+    def get_emails(self, channel) -> list[dict]:
+        states = self.context.get("address_states", {})
+        return [{"email": a, "confirmed": states.get(a.strip().lower(), False)} for a in channel.recipients]
+
+
+class ChannelSecretSerializer(ChannelSerializer):
+    secret = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="A webhook's signing secret (X-Plimsoll-Signature), shown this once; null otherwise",
+    )
+
+    class Meta(ChannelSerializer.Meta):
+        fields = (*ChannelSerializer.Meta.fields, "secret")
+        read_only_fields = fields
+
+
+class ChannelWriteSerializer(StrictSerializer):
+    project = serializers.UUIDField(required=False, help_text="To create: the project (a channel stays in it)")
+    name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=Channel.Kind.choices, required=False, help_text="To create; it stays")
+    events = serializers.ListField(child=serializers.ChoiceField(choices=Event.choices), allow_empty=False)
+    emails = serializers.ListField(
+        child=serializers.EmailField(), required=False, default=list, help_text="E-mail: the addresses"
+    )
+    url = serializers.CharField(max_length=500, required=False, default="", allow_blank=True, help_text="Webhook")
+    payload_format = serializers.ChoiceField(
+        choices=Channel.Format.choices, required=False, default="", allow_blank=True, help_text="Webhook"
+    )
+    enabled = serializers.BooleanField(default=True, help_text="Paused channels hear nothing")
+    replace_secret = serializers.BooleanField(
+        default=False, help_text="A webhook's change: a new signing secret, in the answer this once"
+    )
+
+
+class ChannelFilter(StrictSerializer):
+    project = serializers.UUIDField(required=False, help_text="Channels of one project")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+def _form_errors(form) -> dict:
+    return {field: list(messages) for field, messages in form.errors.items()}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Notification channels of your teams' projects (never their secrets); filter by project",
+        parameters=[ChannelFilter],
+        responses={200: ChannelSerializer(many=True), **error_responses(400)},
+    ),
+    retrieve=extend_schema(
+        summary="One notification channel, with its last deliveries",
+        responses={200: ChannelSerializer, **error_responses(404)},
+    ),
+    create=extend_schema(
+        summary="Add an e-mail list (its addresses get a confirmation link) or a webhook (its secret shown once)",
+        request=ChannelWriteSerializer,
+        responses={201: ChannelSecretSerializer, **error_responses(400, 403, 404)},
+    ),
+    update=extend_schema(
+        summary="Change a channel (its kind and project stay; a webhook keeps its secret unless replace_secret)",
+        request=ChannelWriteSerializer,
+        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
+    ),
+    partial_update=extend_schema(
+        summary="Change some fields of a channel (e.g. enabled: false to pause it)",
+        request=ChannelWriteSerializer(partial=True),
+        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
+    ),
+    destroy=extend_schema(
+        summary="Delete a channel and its delivery log", responses={204: None, **error_responses(403, 404)}
+    ),
+)
+class ChannelViewSet(
+    PartialUpdateMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    TeamScopedViewSet,
+):
+    serializer_class = ChannelSerializer
+
+    def safely_get_queryset(self):
+        return selectors.channels_with_log(Channel.objects.select_related("project__team"))
+
+    def get_serializer(self, *args, **kwargs):
+        channels = args[0] if args else None
+        if channels is not None:
+            many = list(channels) if kwargs.get("many") else [channels]
+            kwargs["context"] = {**self.get_serializer_context(), "address_states": addresses.address_states(many)}
+        return super().get_serializer(*args, **kwargs)
+
+    def list(self, request, *args, **kwargs):
+        filters = ChannelFilter(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        channels = self.get_queryset()
+        if "project" in filters.validated_data:
+            channels = channels.filter(project__code=filters.validated_data["project"])
+        page = self.paginate_queryset(channels)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+    def create(self, request, *args, **kwargs):
+        data = self._body()
+        missing = {name: ["This field is required."] for name in ("project", "kind") if name not in data}
+        if missing:
+            raise Invalid(missing)
+        project = self.get_scoped(Project.objects.select_related("team"), write=True, code=data["project"])
+        form = ChannelForm(
+            {
+                "name": data["name"],
+                "kind": data["kind"],
+                "events": data["events"],
+                "emails": ", ".join(data["emails"]),
+                "url": data["url"],
+                "payload_format": data["payload_format"],
+            }
+        )
+        if not form.is_valid():
+            raise Invalid(_form_errors(form))
+        clean = form.cleaned_data
+        try:
+            channel = services.channel_create(
+                project=project,
+                name=clean["name"],
+                kind=clean["kind"],
+                events=clean["events"],
+                emails=clean["emails"],
+                url=clean["url"],
+                payload_format=clean["payload_format"],
+                requested_by=request.user,
+            )
+        except services.ChannelError as exc:
+            raise Invalid({"non_field_errors": [str(exc)]}) from None
+        return Response(self._answer(channel, secret=channel.secret or None), status=status.HTTP_201_CREATED)
+
+    def update(self, request, *args, **kwargs):
+        channel = self.get_scoped(self.safely_get_queryset(), write=True, code=kwargs["code"])
+        data = self._body()
+        stays = {
+            "project": ("project", channel.project.code, "A channel stays in its project."),
+            "kind": ("kind", channel.kind, "A channel's kind stays: add a new channel instead."),
+        }
+        wrong = {name: [message] for name, (key, value, message) in stays.items() if key in data and data[key] != value}
+        if wrong:
+            raise Invalid(wrong)
+        form = ChannelEditForm(
+            {
+                "name": data["name"],
+                "events": data["events"],
+                "emails": ", ".join(data["emails"]),
+                "url": data["url"],
+                "payload_format": data["payload_format"],
+                "enabled": "on" if data["enabled"] else "",
+                "replace_secret": "on" if data["replace_secret"] else "",
+            },
+            channel=channel,
+        )
+        if not form.is_valid():
+            raise Invalid(_form_errors(form))
+        clean = form.cleaned_data
+        try:
+            services.channel_update(
+                channel=channel,
+                name=clean["name"],
+                events=clean["events"],
+                emails=clean.get("emails", ""),
+                url=clean.get("url", ""),
+                payload_format=clean.get("payload_format", ""),
+                enabled=clean["enabled"],
+                replace_secret=clean.get("replace_secret", False),
+                requested_by=request.user,
+            )
+        except services.ChannelError as exc:
+            raise Invalid({"non_field_errors": [str(exc)]}) from None
+        return Response(self._answer(channel, secret=channel.secret if clean.get("replace_secret") else None))
+
+    def destroy(self, request, *args, **kwargs):
+        channel = self.get_scoped(self.safely_get_queryset(), write=True, code=kwargs["code"])
+        channel.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def patch_base(self, channel) -> dict:
+        return {
+            "name": channel.name,
+            "events": list(channel.events),
+            "emails": channel.recipients,
+            "url": channel.url,
+            "payload_format": channel.payload_format if channel.kind == Channel.Kind.WEBHOOK else "",
+            "enabled": channel.enabled,
+        }
+
+    def _body(self) -> dict:
+        body = ChannelWriteSerializer(data=self.document())
+        body.is_valid(raise_exception=True)
+        return body.validated_data
+
+    def _answer(self, channel: Channel, *, secret: str | None) -> dict:
+        fresh = self.safely_get_queryset().get(pk=channel.pk)  # with its delivery log, as in the list
+        fresh.secret = secret
+        context = {**self.get_serializer_context(), "address_states": addresses.address_states([fresh])}
+        return ChannelSecretSerializer(fresh, context=context).data
+
+    @extend_schema(
+        summary="A channel's last 100 deliveries, newest first, with each one's attempts and outcome",
+        responses={200: DeliverySerializer(many=True), **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def deliveries(self, request, code=None):
+        channel = self.get_scoped(Channel.objects.select_related("project__team"), code=code)
+        log = channel.deliveries.order_by("-created_at", "-id")[:DELIVERY_LOG]
+        return Response(DeliverySerializer(log, many=True).data)
