@@ -25,7 +25,7 @@ UI_TENANT = """
 projects/<uuid:code>/environments/new/ projects/<uuid:code>/testcases/new/ projects/<uuid:code>/plans/new/
 projects/<uuid:code>/plans/preview/ environments/<uuid:code>/ environments/<uuid:code>/edit/
 environments/<uuid:code>/delete/ environments/<uuid:code>/verify/ testcases/<uuid:code>/ testcases/<uuid:code>/edit/
-testcases/<uuid:code>/delete/
+testcases/<uuid:code>/delete/ capacity/
 testcases/<uuid:code>/steps/new/ testcases/<uuid:code>/try/ testcases/<uuid:code>/data-set/
 testcases/<uuid:code>/data-set/mode/
 testcases/<uuid:code>/data-set/delete/ steps/<uuid:code>/edit/ steps/<uuid:code>/delete/
