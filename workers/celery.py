@@ -149,7 +149,7 @@ def _register(sender, **kwargs) -> None:
 
 
 def _heartbeat(node: str, slots: int, labels: dict, queues: list[str]) -> None:
-    import socket
+    import platform
 
     from django.conf import settings
     from django.db import connection
@@ -158,7 +158,7 @@ def _heartbeat(node: str, slots: int, labels: dict, queues: list[str]) -> None:
 
     while not _registry_stop.is_set():
         try:
-            if worker_heartbeat(node=node, host=socket.gethostname(), slots=slots, labels=labels, queues=queues):
+            if worker_heartbeat(node=node, host=platform.node(), slots=slots, labels=labels, queues=queues):
                 admit()  # new slots: waiting runs may start now
         except Exception:
             logger.exception("could not register this worker's slots; retrying")

@@ -1,3 +1,5 @@
+import uuid
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
@@ -206,6 +208,10 @@ def regression_accept(request, code):
     run = get_for_user(request.user, Run.objects.select_related("project", "environment"), code=code, write=True)
     change = None
     if change_code := request.POST.get("change", "").strip():
+        try:
+            change_code = uuid.UUID(change_code)
+        except ValueError:  # a malformed code names no change: the same answer as an unknown one
+            change_code = None
         change = TuningChange.objects.filter(environment_id=run.environment_id, code=change_code).first()
         if change is None:
             messages.error(request, "Link a tuning change applied on the run's environment.")

@@ -93,7 +93,9 @@ def run_load(run, shards: list[RunShard]) -> dict:
     for shard in shards:
         mine = spans.get(shard.shard_no, [])
         planned, achieved = shard_load(profile, shard.shard_no, run.shard_count or len(shards), mine)
-        late_ms = (shard.totals or {}).get("start_late_ms")
+        # A shard handed on (stopped or lost) carries the lateness of whichever piece wrote its totals
+        # last: a lost worker's totals die with it, so its first written second is the honest figure.
+        late_ms = None if shard.handoffs else (shard.totals or {}).get("start_late_ms")
         late_s = round(late_ms / 1000, 1) if late_ms is not None else (float(mine[0][0]) if mine else None)
         ran_s = sum(end - start for start, end in mine)
         rows.append(

@@ -32,6 +32,7 @@ def _finalize(run, *, cancel=False):
     """A one-shard run with 25 % errors in its hold (6 pages a second, 2 of them errors), finalized."""
     Run.objects.filter(id=run.id).update(status=Run.Status.RUNNING, cancel_requested=cancel)
     RunShard.objects.create(run=run, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    add_second(run, 0)  # the ramp-up second: the whole planned load ran (else the run is incomplete)
     for second in range(1, 6):
         add_second(run, second, labels={"Browse: Home": ([40.0] * 6, {"HTTP 500": 2})})
     services.run_finalize(run.id)
