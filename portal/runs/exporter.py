@@ -116,7 +116,15 @@ def collect() -> list:
             errors_s.add_metric(key, n_errors / WINDOW_S)
             if count:
                 apd.add_metric(key, total_us / count / 1e6)
-    return [runs_gauge, users, pages, errors, duration, pages_s, hits_s, errors_s, apd]
+    # Generator capacity (issue 25): each pool's registered slots and the shards running on them.
+    from .services.admission import pool_overview
+
+    slots = GaugeMetricFamily("plimsoll_pool_slots", "Engine slots of the live workers, by pool", labels=["pool"])
+    busy = GaugeMetricFamily("plimsoll_pool_slots_used", "Slots running a shard now, by pool", labels=["pool"])
+    for pool in pool_overview()["pools"]:
+        slots.add_metric([pool["pool"] or "default"], pool["slots"])
+        busy.add_metric([pool["pool"] or "default"], pool["used"])
+    return [runs_gauge, slots, busy, users, pages, errors, duration, pages_s, hits_s, errors_s, apd]
 
 
 class _Collector:

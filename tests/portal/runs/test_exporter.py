@@ -128,3 +128,21 @@ def test_the_metrics_need_the_token_or_an_allowed_address(client, settings, run)
     assert samples[("plimsoll_runs", None, "running")] == 1
     assert _scrape(client)[("plimsoll_runs", None, "running")] == 1  # loopback, the default allowlist
     assert client.post("/metrics").status_code == 405
+
+
+def test_the_pools_slots_and_their_use_are_exported(client, run):
+    from portal.runs.models import GeneratorWorker
+
+    now = timezone.now()
+    GeneratorWorker.objects.create(
+        node="engine@a", host="a", slots=4, queues=["engine"], started_at=now, heartbeat_at=now
+    )
+    GeneratorWorker.objects.create(
+        node="engine@b", host="b", slots=2, queues=["engine"], started_at=now, heartbeat_at=now - timedelta(hours=1)
+    )  # silent for an hour: not counted
+    _write(run, 5, shards=2)
+
+    samples = _scrape(client)
+
+    assert samples[("plimsoll_pool_slots", None, None)] == 4
+    assert samples[("plimsoll_pool_slots_used", None, None)] == 2
