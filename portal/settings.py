@@ -457,7 +457,8 @@ if EMAIL_HOST:
     EMAIL_TIMEOUT = 30
 else:
     EMAIL_BACKEND = "portal.notifications.backends.OneFilePerMailBackend"
-    EMAIL_FILE_PATH = VAR_DIR / "mail"
+    # Without an SMTP host, each mail is a file here (PLIMSOLL_MAIL_DIR moves it, e.g. a test's own folder).
+    EMAIL_FILE_PATH = Path(os.environ.get("PLIMSOLL_MAIL_DIR") or VAR_DIR / "mail")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Plimsoll <plimsoll@localhost>")
 # Anyone may create an account at /signup/ when PLIMSOLL_SIGNUP=true (invitations work either way). Off by
 # default unless DEBUG is on (issue 30: anyone could make themselves an editor of a team of their own).

@@ -19,12 +19,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transa
 
 @pytest.fixture(scope="module")
 def mail_worker(worker_env, tmp_path_factory):
-    """A worker whose var/ (so whose var/mail/) is a folder of this test's own."""
+    """A worker whose mail folder is this test's own (its broker is the test process's: on the embedded
+    default a var/ of its own would be a broker folder nobody writes to)."""
     from workers.celery import app
 
     app.control.purge()
     var = tmp_path_factory.mktemp("var")
-    worker = Worker(var / "worker.log", {**worker_env, "PLIMSOLL_VAR_DIR": str(var)}, name="mail")
+    worker = Worker(var / "worker.log", {**worker_env, "PLIMSOLL_MAIL_DIR": str(var / "mail")}, name="mail")
     worker.mail_dir = var / "mail"
     yield worker
     worker.close()
