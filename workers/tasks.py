@@ -68,7 +68,7 @@ def watchdog_task() -> None:
 # SMTP connection is fine; the message is rendered from its context in the worker.
 @shared_task(ignore_result=True, autoretry_for=(OSError,), retry_backoff=30, max_retries=5)
 def send_mail_task(template: str, to: list[str], context: dict) -> None:
-    from portal.notifications.mail import mail_send
+    from portal.mail import mail_send
 
     mail_send(template=template, to=to, context=context)
 

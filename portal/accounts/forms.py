@@ -73,7 +73,7 @@ class MailingPasswordResetForm(PasswordResetForm):
         from django.urls import reverse
 
         from portal import limits
-        from portal.notifications.mail import mail_enqueue
+        from portal.mail import mail_enqueue
 
         # Issue 30: 20 of 20 reset mails to one address went out. Over the limit nothing is sent, and the page
         # says what it always says (it never tells whether an address has an account).

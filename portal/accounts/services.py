@@ -76,7 +76,7 @@ def invitation_create(*, team: Team, email: str, role: str, invited_by: Abstract
     from django.utils import timezone
 
     from portal import limits
-    from portal.notifications.mail import mail_enqueue
+    from portal.mail import mail_enqueue
     from portal.tokens import token_new
 
     per_day = settings.PLIMSOLL_INVITATIONS_PER_TEAM_DAY

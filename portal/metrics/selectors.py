@@ -9,10 +9,10 @@ from collections import defaultdict
 from django.db.models import Sum
 
 from portal.runs.models import PageInterval, Run
+from portal.telemetry.countersets import COUNTER_SETS
+from portal.telemetry.exposition import figures
 
 from . import hints as hint_rules
-from .countersets import COUNTER_SETS
-from .exposition import figures
 from .models import MetricCollection, ServerSample
 
 

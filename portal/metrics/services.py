@@ -21,11 +21,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.common import task
+from portal.projects.metric_sources import from_prometheus, sources_of
 from portal.runs.models import Run
+from portal.telemetry.countersets import COUNTER_SETS
+from portal.telemetry.scrape import SCRAPE_TIMEOUT_S, scrape
 
-from .countersets import COUNTER_SETS
 from .models import MetricCollection, ServerSample
-from .scrape import SCRAPE_TIMEOUT_S, scrape
 
 log = logging.getLogger(__name__)
 
@@ -35,39 +36,9 @@ def _margin(interval: int) -> float:
     return max(interval, 5)
 
 
-def from_prometheus(environment, server) -> bool:
-    """Whether ``server``'s figures come from the environment's Prometheus rather than a scrape."""
-    return bool(environment.prometheus_url and server.prometheus_selector)
-
-
-def sources_of(environment) -> list:
-    """The environment's servers with a counter set and a metrics endpoint or Prometheus label matchers."""
-    return [
-        s
-        for s in environment.servers.all()
-        if s.counter_set in COUNTER_SETS and (s.metrics_url or from_prometheus(environment, s))
-    ]
-
-
-def metric_sources_problems(environment) -> list[str]:
-    """Why a run on ``environment`` must not start because of its metrics endpoints (checked before each run)."""
-    from .promql import check_prometheus_url
-    from .scrape import check_metrics_url
-
-    problems = []
-    for server in sources_of(environment):
-        if from_prometheus(environment, server):
-            continue  # checked once below, for every server that reads it
-        try:
-            check_metrics_url(server.metrics_url)
-        except ValueError as exc:
-            problems.append(f"Server “{server.name}”: its metrics endpoint is refused: {exc}")
-    if environment.prometheus_url and any(from_prometheus(environment, s) for s in sources_of(environment)):
-        try:
-            check_prometheus_url(environment.prometheus_url)
-        except ValueError as exc:
-            problems.append(f"The environment's Prometheus is refused: {exc}")
-    return problems
+def on_run_admitted(sender, run_id: int, **kwargs) -> None:
+    """``portal.runs.signals.run_admitted``: the environment's servers are read from the run's start."""
+    collection_start(run_id=run_id)
 
 
 def collection_start(*, run_id: int) -> MetricCollection | None:
@@ -164,7 +135,7 @@ def collect_tick(*, run_id: int, tick: int) -> None:
 
 def _token_of(run: Run) -> tuple[str, str]:
     """(the environment's Prometheus token, or "" and why it cannot be read)."""
-    from .promql import PrometheusError, token_decrypt
+    from portal.telemetry.promql import PrometheusError, token_decrypt
 
     env = run.environment
     try:
@@ -175,7 +146,7 @@ def _token_of(run: Run) -> tuple[str, str]:
 
 def _query(server: dict, token: tuple[str, str], timeout: float) -> tuple[float, list | None, str]:
     """A scrape round's reading of one server from Prometheus: as ``scrape`` answers (at, values, gap reason)."""
-    from .promql import PrometheusError, instant
+    from portal.telemetry.promql import PrometheusError, instant
 
     at = time.time()
     if token[1]:
@@ -197,7 +168,7 @@ def prometheus_backfill(*, run_id: int) -> dict[int, str]:
     and stored as the scrape rounds a live collection stores (upserted: running it twice is safe).
     Returns {server id: why it has no figures} for the servers that failed as a whole.
     """
-    from .promql import PrometheusError, token_decrypt, window
+    from portal.telemetry.promql import PrometheusError, token_decrypt, window
 
     run = Run.objects.select_related("environment").get(id=run_id)
     env = run.environment

@@ -38,7 +38,7 @@ def addresses_request(*, team, emails: list[str], requested_by) -> list[str]:
 
     An address already mailed in the last day, or over a limit, is left pending without a new mail.
     """
-    from .mail import mail_enqueue
+    from portal.mail import mail_enqueue
 
     now = timezone.now()
     mailed = []

@@ -396,7 +396,7 @@ def delivery_attempt(*, delivery_id: int, now: datetime | None = None) -> float 
 
 def _send_email(delivery: Delivery):
     """To the channel's confirmed addresses within the mail limits (issue 30); the others are named in the log."""
-    from .mail import mail_send
+    from portal.mail import mail_send
 
     to, held = recipients_allowed(delivery.channel)
     if not to:

@@ -408,7 +408,7 @@ class ServerForm(forms.ModelForm):
     counter_set = forms.ChoiceField(required=False)
 
     def __init__(self, *args, **kwargs):
-        from portal.metrics.countersets import CHOICES
+        from portal.telemetry.countersets import CHOICES
 
         super().__init__(*args, **kwargs)
         self.fields["counter_set"].choices = [("", "—"), *CHOICES]
@@ -423,7 +423,7 @@ class ServerForm(forms.ModelForm):
         if data.get("prometheus_selector"):
             # Whether the environment has a Prometheus is checked on save (services.environment_save),
             # where the environment's form and this row meet.
-            from portal.metrics.promql import parse_selector, selector_text
+            from portal.telemetry.promql import parse_selector, selector_text
 
             try:
                 data["prometheus_selector"] = selector_text(parse_selector(data["prometheus_selector"]))

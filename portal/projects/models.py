@@ -113,7 +113,7 @@ class Environment(TimeStamped):
         default="",
         help_text="Run on the workers of this pool only (PLIMSOLL_WORKER_LABELS pool=…); empty: the default pool.",
     )
-    # Or the team's own Prometheus (portal.metrics.promql), for servers that name themselves there by labels.
+    # Or the team's own Prometheus (portal.telemetry.promql), for servers that name themselves there by labels.
     prometheus_url = models.CharField(
         "Prometheus URL",
         max_length=500,
@@ -121,7 +121,7 @@ class Environment(TimeStamped):
         help_text="Optional: your Prometheus (or a compatible API), e.g. http://prometheus:9090. Servers with "
         "label matchers read their figures from it instead of being scraped.",
     )
-    # Fernet-encrypted (portal.metrics.promql.token_encrypt); never shown back.
+    # Fernet-encrypted (portal.telemetry.promql.token_encrypt); never shown back.
     prometheus_token = models.TextField(blank=True, editable=False)
 
     class Meta:

@@ -84,8 +84,8 @@ def configuration_errors(items: list[dict]) -> list[str]:
 
 def server_errors(*, metrics_url: str, counter_set: str) -> tuple[str, dict[str, list[str]]]:
     """(the metrics URL as it will be scraped, errors by field): an endpoint needs its counter set."""
-    from portal.metrics.countersets import CHOICES
-    from portal.metrics.scrape import check_metrics_url
+    from portal.telemetry.countersets import CHOICES
+    from portal.telemetry.scrape import check_metrics_url
 
     errors: dict[str, list[str]] = {}
     url = (metrics_url or "").strip()
@@ -103,7 +103,7 @@ def server_errors(*, metrics_url: str, counter_set: str) -> tuple[str, dict[str,
 
 def prometheus_errors(*, selector: str, counter_set: str, prometheus_url: str) -> tuple[str, dict[str, list[str]]]:
     """(the server's label matchers, normalised; errors by field): they need a Prometheus and a counter set."""
-    from portal.metrics.promql import parse_selector, selector_text
+    from portal.telemetry.promql import parse_selector, selector_text
 
     selector = (selector or "").strip()
     if not selector:

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from portal.accounts.models import Team
 from portal.common import Invalid
-from portal.metrics.promql import check_prometheus_url, token_encrypt
+from portal.telemetry.promql import check_prometheus_url, token_encrypt
 from workers.engine.targets import BadTargetURL, parse_target_url
 
 from . import har, rules

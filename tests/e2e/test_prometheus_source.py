@@ -23,13 +23,13 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from portal.metrics import services
-from portal.metrics.countersets import DEMO
-from portal.metrics.exposition import figures
 from portal.metrics.models import ServerSample
-from portal.metrics.promql import token_encrypt
 from portal.metrics.selectors import run_servers
 from portal.projects.models import Environment, Server
 from portal.runs.models import Run
+from portal.telemetry.countersets import DEMO
+from portal.telemetry.exposition import figures
+from portal.telemetry.promql import token_encrypt
 from tests.portal.runs.factories import plan_run
 from tests.processes import free_port, wait_until
 

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from portal.metrics.countersets import DEMO
 from portal.metrics.models import MetricCollection, ServerSample
 from portal.metrics.selectors import run_servers
 from portal.projects.models import Environment, MixEntry, Plan, PlanLevel, Server, Step, TestCase
 from portal.runs.models import Run
 from portal.runs.services import run_create
+from portal.telemetry.countersets import DEMO
 from tests.processes import free_port, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

@@ -19,8 +19,8 @@ from django.urls import reverse
 
 from portal import outbound
 from portal.history import services as history
-from portal.metrics.scrape import scrape
 from portal.notifications import services as notifications
+from portal.telemetry.scrape import scrape
 from tests.processes import PYTHON, ROOT
 
 pytestmark = pytest.mark.django_db

@@ -15,6 +15,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from portal.common import task
+from portal.projects.metric_sources import metric_sources_problems
 from portal.projects.models import Plan
 from workers.engine.plan import Plan as EnginePlan
 from workers.engine.plan import PlanError
@@ -28,7 +29,7 @@ from ..models import (
     RunShard,
     run_digest,
 )
-from ..signals import run_finished
+from ..signals import run_admitted, run_finished
 from .admission import admission_refusal, engine_queue
 from .load import run_load
 from .targets import (
@@ -66,8 +67,6 @@ def run_create(*, plan: Plan, user, trial_set=None, token=None) -> Run:
     """
     if problems := plan.problems():
         raise RunError(" ".join(problems))
-    from portal.metrics.services import metric_sources_problems
-
     if problems := metric_sources_problems(plan.environment):
         raise RunError(" ".join(problems))
     snapshot = plan.to_engine_dict()
@@ -176,13 +175,16 @@ def run_start(run_id: int) -> None:
 
 
 def _metrics_start(run_id: int) -> None:
-    """Starts scraping the environment's servers (portal.metrics); a failure there never stops the run."""
-    from portal.metrics.services import collection_start
-
-    try:
-        collection_start(run_id=run_id)
-    except Exception:
-        log.exception("run %s: server metrics could not start; the run goes on without them", run_id)
+    """Tells the apps that follow runs (portal.metrics starts scraping the environment's servers) that
+    the run is admitted; a failure there is logged and never stops the run."""
+    for receiver, result in run_admitted.send_robust(sender=Run, run_id=run_id):
+        if isinstance(result, Exception):
+            log.error(
+                "run %s: %s failed; the run goes on without it",
+                run_id,
+                getattr(receiver, "__qualname__", receiver),
+                exc_info=(type(result), result, result.__traceback__),
+            )
 
 
 def run_cancel(*, run: Run) -> Run:

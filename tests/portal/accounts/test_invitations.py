@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from portal.accounts import services
 from portal.accounts.models import Invitation, Membership
-from portal.notifications.mail import mail_render
+from portal.mail import mail_render
 
 pytestmark = pytest.mark.django_db
 
@@ -203,7 +203,7 @@ def test_a_mail_renders_a_subject_a_text_and_an_html_body():
 
 def test_on_the_embedded_default_each_mail_is_a_readable_file_under_var_mail(settings, tmp_path):
     # given: the settings of a checkout without EMAIL_HOST (pytest-django swaps in locmem otherwise)
-    from portal.notifications.mail import mail_send
+    from portal.mail import mail_send
 
     settings.EMAIL_BACKEND = "portal.notifications.backends.OneFilePerMailBackend"
     settings.EMAIL_FILE_PATH = tmp_path / "mail"

@@ -7,9 +7,9 @@ while throughput holds, a noisy series).
 
 import pytest
 
-from portal.metrics.countersets import COUNTER_SETS, DEMO, LINUX, POSTGRES, WINDOWS
-from portal.metrics.exposition import ExpositionError, extract, figures
 from portal.metrics.hints import generator_hint, growing_series_hints, knee_hints
+from portal.telemetry.countersets import COUNTER_SETS, DEMO, LINUX, POSTGRES, WINDOWS
+from portal.telemetry.exposition import ExpositionError, extract, figures
 
 NODE = """# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.
 # TYPE node_cpu_seconds_total counter

@@ -7,8 +7,8 @@ from django.urls import reverse
 
 from portal.history import journey
 from portal.history.comparison import compare_sides, side_for_trialset
-from portal.metrics.countersets import DEMO
 from portal.metrics.models import MetricCollection, ServerSample
+from portal.telemetry.countersets import DEMO
 from tests.portal.history.test_comparison import make_trialset
 from tests.portal.history.test_journey import T0, make_change, make_run  # noqa: F401 (fixtures)
 

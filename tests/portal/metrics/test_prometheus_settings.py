@@ -11,12 +11,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from portal.metrics.countersets import DEMO, LINUX
 from portal.metrics.models import ServerSample
-from portal.metrics.promql import parse_selector, query_for, token_decrypt
 from portal.projects.models import Environment, Server
 from portal.runs.models import Run
 from portal.runs.services import RunError, run_create
+from portal.telemetry.countersets import DEMO, LINUX
+from portal.telemetry.promql import parse_selector, query_for, token_decrypt
 from tests.portal.api.conftest import session
 from tests.portal.projects.data import environment_data
 from tests.portal.runs.factories import plan_run

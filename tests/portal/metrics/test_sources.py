@@ -103,3 +103,45 @@ def test_the_demo_seed_points_its_server_at_the_demo_metrics_once():
     assert (server.metrics_url, server.counter_set) == ("http://127.0.0.1:8001/metrics", "demo")
     config = {item["key"]: item["value"] for item in server.environment.configuration}
     assert config["web_garden.processes"] == "1"  # the knob's untuned state, for a tuning change to fix
+
+
+def test_an_admitted_run_starts_its_server_collection_through_the_signal(plan, settings):
+    """runs does not import metrics: it sends run_admitted, to which portal.metrics connects in ready()."""
+    from django.utils import timezone
+
+    from portal.runs.services import lifecycle
+    from portal.runs.signals import run_admitted
+
+    Server.objects.create(
+        environment=plan.environment, name="web-01", metrics_url="http://127.0.0.1:9/metrics", counter_set="demo"
+    )
+    run = Run.objects.create(
+        project=plan.project,
+        number=1,
+        plan=plan,
+        environment=plan.environment,
+        plan_name="p",
+        environment_name="e",
+        plan_snapshot=plan.to_engine_dict(),
+        start_at=timezone.now(),
+    )
+    assert any("metrics" in str(r) for r in run_admitted.receivers)  # connected by the app, not by this test
+    lifecycle._metrics_start(run.id)
+    collection = MetricCollection.objects.get(run=run)
+    assert [s["name"] for s in collection.servers] == ["web-01"]
+
+
+def test_a_failing_receiver_of_run_admitted_is_logged_and_the_run_goes_on(plan, caplog):
+    from portal.runs.services import lifecycle
+    from portal.runs.signals import run_admitted
+
+    def broken(sender, run_id, **kwargs):
+        raise RuntimeError("collector down")
+
+    run_admitted.connect(broken, dispatch_uid="test.broken")
+    try:
+        lifecycle._metrics_start(123456)  # no such run: the metrics receiver fails too, and is logged
+    finally:
+        run_admitted.disconnect(dispatch_uid="test.broken")
+    assert "collector down" in caplog.text
+    assert "the run goes on without it" in caplog.text

@@ -56,7 +56,7 @@ def extract_samples(samples: Iterable[tuple[str, dict, float, str]], counter_set
     """``extract`` on samples already parsed: (metric name, labels, value, family type or "").
 
     The one place a counter set's series are matched and summed, whether the samples come
-    from a scrape of ``/metrics`` or from a Prometheus query (``portal.metrics.promql``).
+    from a scrape of ``/metrics`` or from a Prometheus query (``portal.telemetry.promql``).
     """
     wanted: dict[str, list[Series]] = defaultdict(list)
     for s in counter_set.series:
