@@ -5,6 +5,7 @@ outsider with a team of his own. Each view test checks that charlie gets 404 and
 bob gets 403 for a change.
 """
 
+import gc
 import os
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -272,3 +273,20 @@ def wait_for_js(page, expression: str, *, timeout: float = 10.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {expression!r} in {page.url}")
         time.sleep(0.1)
+
+
+def pytest_collection_finish(session):
+    """The heap as collection left it (every test module, Django, numpy …) is frozen: a full ``gc.collect()``
+    — the engine's at each run's start (workers/engine/gcpolicy.py), the leak checks' before and after each
+    engine test — then walks only what tests made since, not the few hundred thousand objects that live as
+    long as the session. The engine's run unfreezes at its end; the autouse fixture below freezes again."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def _session_heap_frozen():
+    yield
+    if gc.get_freeze_count() == 0:  # an engine run ended (GcPolicy.stop unfreezes everything)
+        gc.collect()
+        gc.freeze()
