@@ -8,7 +8,8 @@ do (read < run < write); the user's current role still applies on top (access.re
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, permissions, serializers, viewsets
+from rest_framework import exceptions, permissions, serializers, status, viewsets
+from rest_framework.response import Response
 
 from portal.accounts import access
 from portal.accounts.models import ApiToken, ApiWrite
@@ -134,3 +135,16 @@ class StrictSerializer(serializers.Serializer):
 
 class StrictModelSerializer(StrictSerializer, serializers.ModelSerializer):
     pass
+
+
+class AbsoluteUrls:
+    """For serializers: ``absolute(path)``, a full URL on the request's host (the path alone without a request)."""
+
+    def absolute(self, path: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
+def accepted(body: dict) -> Response:
+    """202 for work queued in the background: the body names the item to poll (``url``), as does Location."""
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
