@@ -13,7 +13,7 @@ from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
+from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 from portal.common import Invalid
 from portal.history.models import TrialSet
@@ -249,12 +249,9 @@ class ScheduleWriteSerializer(StrictSerializer):
     )
 
 
-class ScheduleFilter(StrictSerializer):
+class ScheduleFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Schedules of one project")
     plan = serializers.UUIDField(required=False, help_text="Schedules of one plan")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 def _blank(value) -> str:
@@ -288,27 +285,14 @@ def _blank(value) -> str:
     ),
 )
 class ScheduleViewSet(
-    PartialUpdateMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin,
-    TeamScopedViewSet,
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     serializer_class = ScheduleSerializer
+    list_filter = ScheduleFilter
 
     def safely_get_queryset(self):
         # The page's selector: every schedule with its last fires, in a fixed number of queries.
         return selectors.schedules_with_fires(Schedule.objects.select_related("project__team", "plan"))
-
-    def list(self, request, *args, **kwargs):
-        filters = ScheduleFilter(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        schedules = self.get_queryset()
-        for name in ("project", "plan"):
-            if name in filters.validated_data:
-                schedules = schedules.filter(**{f"{name}__code": filters.validated_data[name]})
-        page = self.paginate_queryset(schedules)
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         schedule = self._save(None)

@@ -13,7 +13,7 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from portal.accounts.models import Team
-from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
+from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 from portal.api.parsers import JSONParser
 from portal.projects import services
@@ -42,11 +42,8 @@ from .serializers import (
 STEP_FIELD_NAMES = {"headers_text": "headers", "extract_text": "extract", "resources_text": "resources"}
 
 
-class ProjectFilter(StrictSerializer):
+class ProjectFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Only this project's")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 class DataSetUploadSerializer(StrictSerializer):
@@ -60,14 +57,6 @@ class DataSetModeSerializer(StrictSerializer):
     mode = serializers.ChoiceField(choices=DataSet.Mode.choices)
 
 
-def _in_project(viewset, queryset):
-    filters = ProjectFilter(data=viewset.request.query_params)
-    filters.is_valid(raise_exception=True)
-    if "project" in filters.validated_data:
-        queryset = queryset.filter(project__code=filters.validated_data["project"])
-    return queryset
-
-
 def _form_errors(form, names: dict | None = None) -> dict:
     names = names or {}
     return {names.get(field, field): list(messages) for field, messages in form.errors.items()}
@@ -77,19 +66,13 @@ def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-class JourneyParams(StrictSerializer):
+class JourneyParams(QueryParams):
     plan = serializers.UUIDField(required=False, help_text="The plan whose runs to show (default: the most run)")
 
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
-
-class CompareParams(StrictSerializer):
+class CompareParams(QueryParams):
     a = serializers.UUIDField(help_text="Before: a run's or a trial set's code")
     b = serializers.UUIDField(help_text="After: a run's or a trial set's code")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 JOURNEY_SCHEMA = extend_schema(
@@ -362,17 +345,14 @@ class EnvironmentWriteSerializer(StrictSerializer):
     ),
 )
 class EnvironmentViewSet(
-    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     serializer_class = EnvironmentSerializer
+    list_filter = ProjectFilter
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return Environment.objects.select_related("project").prefetch_related("servers").order_by("name", "id")
-
-    def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         return Response(self._save(None), status=status.HTTP_201_CREATED)
@@ -428,11 +408,9 @@ class EnvironmentViewSet(
 
 
 class _ProjectDocumentViewSet(
-    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
-    def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+    list_filter = ProjectFilter
 
     def _document(self, instance=None) -> tuple[Project, dict]:
         serializer = self.get_serializer(data=self.document())
