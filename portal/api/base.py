@@ -159,9 +159,9 @@ class ListByCodes(mixins.ListModelMixin):
         return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
 
+# No docstring: drf-spectacular would take it as the description of every serializer using it.
 class AbsoluteUrls:
-    """For serializers: ``absolute(path)``, a full URL on the request's host (the path alone without a request)."""
-
+    # For serializers: ``absolute(path)``, a full URL on the request's host (the path alone without a request).
     def absolute(self, path: str) -> str:
         request = self.context.get("request")
         return request.build_absolute_uri(path) if request else path
