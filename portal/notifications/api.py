@@ -13,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.errors import error_responses, write_schemas
 from portal.common import Invalid
 from portal.projects.models import Project
 
@@ -116,23 +116,14 @@ def _form_errors(form) -> dict:
         summary="One notification channel, with its last deliveries",
         responses={200: ChannelSerializer, **error_responses(404)},
     ),
-    create=extend_schema(
-        summary="Add an e-mail list (its addresses get a confirmation link) or a webhook (its secret shown once)",
+    **write_schemas(
         request=ChannelWriteSerializer,
-        responses={201: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change a channel (its kind and project stay; a webhook keeps its secret unless replace_secret)",
-        request=ChannelWriteSerializer,
-        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a channel (e.g. enabled: false to pause it)",
-        request=ChannelWriteSerializer(partial=True),
-        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a channel and its delivery log", responses={204: None, **error_responses(403, 404)}
+        partial_request=ChannelWriteSerializer(partial=True),
+        answer=ChannelSecretSerializer,
+        create="Add an e-mail list (its addresses get a confirmation link) or a webhook (its secret shown once)",
+        update="Change a channel (its kind and project stay; a webhook keeps its secret unless replace_secret)",
+        partial_update="Change some fields of a channel (e.g. enabled: false to pause it)",
+        destroy="Delete a channel and its delivery log",
     ),
 )
 class ChannelViewSet(

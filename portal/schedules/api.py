@@ -14,7 +14,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.errors import error_responses, write_schemas
 from portal.common import Invalid
 from portal.history.models import TrialSet
 from portal.projects.models import Plan
@@ -265,23 +265,14 @@ def _blank(value) -> str:
         responses={200: ScheduleSerializer(many=True), **error_responses(400)},
     ),
     retrieve=extend_schema(summary="One schedule", responses={200: ScheduleSerializer, **error_responses(404)}),
-    create=extend_schema(
-        summary="Schedule a plan: daily or weekdays at a time, every N hours, or a cron expression, in a time zone",
+    **write_schemas(
         request=ScheduleWriteSerializer,
-        responses={201: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change a schedule (every field; a new timing or re-enabling counts fires from now)",
-        request=ScheduleWriteSerializer,
-        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a schedule (e.g. enabled: false to pause it)",
-        request=ScheduleWriteSerializer(partial=True),
-        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a schedule and its fires (the runs stay)", responses={204: None, **error_responses(403, 404)}
+        partial_request=ScheduleWriteSerializer(partial=True),
+        answer=ScheduleSerializer,
+        create="Schedule a plan: daily or weekdays at a time, every N hours, or a cron expression, in a time zone",
+        update="Change a schedule (every field; a new timing or re-enabling counts fires from now)",
+        partial_update="Change some fields of a schedule (e.g. enabled: false to pause it)",
+        destroy="Delete a schedule and its fires (the runs stay)",
     ),
 )
 class ScheduleViewSet(

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from portal.accounts.models import Team
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.errors import error_responses, write_schemas
 from portal.api.parsers import JSONParser
 from portal.projects import services
 from portal.projects.forms import (
@@ -153,24 +153,13 @@ class ProjectWriteSerializer(StrictSerializer):
 
 
 @extend_schema_view(
-    create=extend_schema(
-        summary="Create a project in one of your teams",
+    **write_schemas(
         request=ProjectWriteSerializer,
-        responses={201: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Rename a project or change its description",
-        request=ProjectWriteSerializer,
-        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a project; the others stay",
-        request=ProjectWriteSerializer,
-        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a project with everything in it, its runs included",
-        responses={204: None, **error_responses(403, 404)},
+        answer=ProjectSerializer,
+        create="Create a project in one of your teams",
+        update="Rename a project or change its description",
+        partial_update="Change some fields of a project; the others stay",
+        destroy="Delete a project with everything in it, its runs included",
     ),
     list=extend_schema(
         summary="List the projects of your teams", responses={200: ProjectSerializer(many=True), **error_responses()}
@@ -324,24 +313,16 @@ class EnvironmentWriteSerializer(StrictSerializer):
 @extend_schema_view(
     list=READ["list"]("environments", EnvironmentSerializer),
     retrieve=READ["retrieve"]("environments", EnvironmentSerializer),
-    create=extend_schema(
-        summary="Create an environment: base URL, servers and its initial configuration",
+    **write_schemas(
         request=EnvironmentWriteSerializer,
-        responses={201: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change an environment's name, base URL, description or servers (its configuration "
+        answer=EnvironmentSerializer,
+        create="Create an environment: base URL, servers and its initial configuration",
+        update="Change an environment's name, base URL, description or servers (its configuration "
         "changes only through tuning changes)",
-        request=EnvironmentWriteSerializer,
-        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of an environment (servers, if given, are replaced as a whole); the others stay",
-        request=EnvironmentWriteSerializer,
-        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete an environment that no plan uses", responses={204: None, **error_responses(403, 404, 409)}
+        partial_update="Change some fields of an environment (servers, if given, are replaced as a whole); "
+        "the others stay",
+        destroy="Delete an environment that no plan uses",
+        destroy_errors=(403, 404, 409),
     ),
 )
 class EnvironmentViewSet(
