@@ -112,6 +112,7 @@ def test_workers_on_two_hosts_join_through_postgresql_and_redis_and_both_load_th
                 CELERY_BROKER_URL=_at(env["CELERY_BROKER_URL"], host.root_address),
                 PLIMSOLL_WORKER_LABELS=f"zone={host.name},pool={POOL}",
                 PLIMSOLL_VAR_DIR=str(tmp_path / f"var-{host.name}"),
+                SECRET_KEY=settings.SECRET_KEY,  # the site's (a folder of its own would make another)
             )
             host_env.pop("PLIMSOLL_CACHE_URL", None)  # the broker's Redis, as on the real stack
             workers.append(
