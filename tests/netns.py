@@ -46,6 +46,14 @@ def unavailable() -> str:
         ran = ip("link", "set", "lo", "up", ns=probe, check=False)
         if ran.returncode:
             return f"`ip netns exec` failed: {ran.stderr.strip()}"
+        named = subprocess.run(
+            ["ip", "netns", "exec", probe, "unshare", "--uts", "hostname", "probe-host"],
+            capture_output=True,
+            text=True,
+            timeout=IP_TIMEOUT,
+        )
+        if named.returncode:
+            return f"`unshare --uts` failed: {named.stderr.strip()} (a host name of its own needs CAP_SYS_ADMIN)"
     finally:
         subprocess.run(["ip", "netns", "delete", probe], capture_output=True, timeout=IP_TIMEOUT)
     return ""
