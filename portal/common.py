@@ -1,6 +1,10 @@
 """Pieces every app shares."""
 
+import os
+import secrets
 import uuid
+from collections.abc import Iterable
+from pathlib import Path
 
 from django.db import models
 
@@ -58,3 +62,24 @@ def plural(count, word: str) -> str:
     """``count`` and ``word``, with an s unless there is exactly one: "1 user", "2 users", "1,000 rows"."""
     shown = f"{count:,}" if isinstance(count, int) else str(count)
     return f"{shown} {word}{'' if count == 1 else 's'}"
+
+
+def write_private(path: Path, data: bytes | Iterable[bytes]) -> int:
+    """Writes ``data`` (bytes, or an upload's ``chunks()``) to ``path``, readable by its owner only; its size.
+
+    Chunk by chunk, so a large upload is never whole in memory; through a temporary name beside it,
+    so a reader sees the whole file or none. Nothing is left behind when writing fails.
+    """
+    tmp = path.with_name(path.name + f".{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in (data,) if isinstance(data, bytes) else data:
+                f.write(chunk)
+                size += len(chunk)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return size

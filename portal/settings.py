@@ -421,6 +421,12 @@ PLIMSOLL_WORKER_HEARTBEAT = envint("PLIMSOLL_WORKER_HEARTBEAT", "5", minimum=1)
 PLIMSOLL_WORKER_TTL = envint("PLIMSOLL_WORKER_TTL", "15", minimum=2)
 # This worker's labels, "zone=eu-west,pool=private" (its pool is the queue it consumes: engine.<pool>).
 PLIMSOLL_WORKER_LABELS = os.environ.get("PLIMSOLL_WORKER_LABELS", "")
+try:  # at start: a worker whose labels cannot be read would run shards but never register its slots
+    from workers.labels import parse_labels
+
+    parse_labels(PLIMSOLL_WORKER_LABELS)
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 # Shards this worker runs at once; 0: its Celery concurrency.
 PLIMSOLL_WORKER_SLOTS = envint("PLIMSOLL_WORKER_SLOTS", "0", minimum=0)
 # Per-team limits (0: none): runs active at once (waiting runs do not count), peak users of one run,

@@ -6,6 +6,7 @@
 #   default-jdk-headless   javac for that test's launcher (tests/e2e/tools/PermissiveJMeter.java)
 #   nginx-light            the HTTP/1.1 client against nginx (tests/engine/test_h1.py)
 #   prometheus             server metrics read from a real Prometheus (tests/e2e/test_prometheus_source.py)
+#   iproute2               network namespaces as other machines (`ip netns`: tests/e2e/test_remote_workers.py)
 # Everything else comes from PyPI (requirements.txt; Locust into bench/.venv-locust on first use).
 # As root it runs apt-get; otherwise, or with --check, it prints the exact command and exits 1.
 set -euo pipefail
@@ -18,6 +19,7 @@ missing=()
 [ -x "$root/usr/bin/javac" ] || missing+=(default-jdk-headless)
 [ -x "$root/usr/sbin/nginx" ] || missing+=(nginx-light)
 [ -x "$root/usr/bin/prometheus" ] || missing+=(prometheus)
+[ -x "$root/sbin/ip" ] || missing+=(iproute2)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 

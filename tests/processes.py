@@ -111,29 +111,40 @@ def database_url(settings_dict: dict) -> str:
 class Worker:
     """A real Celery worker process consuming both queues."""
 
-    def __init__(self, log_path: Path, env: dict, *, name: str = "e2e", concurrency: int = 2, queues="default,engine"):
+    def __init__(
+        self,
+        log_path: Path,
+        env: dict,
+        *,
+        name: str = "e2e",
+        concurrency: int = 2,
+        queues="default,engine",
+        host=None,
+    ):
+        """``host``: a ``tests.netns.Host`` to run it on (another machine's network and host name)."""
         self.name = name
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115
+        command = [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "workers.celery",
+            "worker",
+            "-Q",
+            queues,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ]
         self.proc = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "workers.celery",
-                "worker",
-                "-Q",
-                queues,
-                "-c",
-                str(concurrency),
-                "-n",
-                f"{name}-{os.getpid()}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel",
-                "INFO",
-            ],
+            host.command(command) if host is not None else command,
             cwd=ROOT,
             env=env,
             stdout=self.log,

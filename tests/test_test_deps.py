@@ -13,6 +13,7 @@ FILES = {
     "default-jdk-headless": "usr/bin/javac",
     "nginx-light": "usr/sbin/nginx",
     "prometheus": "usr/bin/prometheus",
+    "iproute2": "sbin/ip",
 }
 
 
@@ -52,7 +53,8 @@ def test_each_missing_package_stops_with_the_exact_command(tmp_path):
 def test_a_fresh_machine_is_told_every_package_at_once(tmp_path):
     result = check(tmp_path)
     assert result.returncode == 1
-    assert "apt-get install -y chromium jmeter jmeter-http default-jdk-headless nginx-light prometheus" in result.stderr
+    everything = "chromium jmeter jmeter-http default-jdk-headless nginx-light prometheus iproute2"
+    assert f"apt-get install -y {everything}" in result.stderr
 
 
 def test_make_test_and_ci_run_the_script_before_the_tests():

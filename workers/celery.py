@@ -135,9 +135,9 @@ def _register(sender, **kwargs) -> None:
         return  # a bookkeeping worker runs no shards
     from django.conf import settings
 
-    from portal.runs.services.admission import parse_labels
+    from workers.labels import parse_labels
 
-    labels = parse_labels(settings.PLIMSOLL_WORKER_LABELS)
+    labels = parse_labels(settings.PLIMSOLL_WORKER_LABELS)  # checked by the settings at start
     pool = labels.get("pool")
     if pool and f"engine.{pool}" not in queues:
         logger.warning("labels say pool=%s but the worker does not consume engine.%s: -Q engine.%s", pool, pool, pool)

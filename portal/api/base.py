@@ -8,7 +8,8 @@ do (read < run < write); the user's current role still applies on top (access.re
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, permissions, serializers, viewsets
+from rest_framework import exceptions, mixins, permissions, serializers, status, viewsets
+from rest_framework.response import Response
 
 from portal.accounts import access
 from portal.accounts.models import ApiToken, ApiWrite
@@ -134,3 +135,38 @@ class StrictSerializer(serializers.Serializer):
 
 class StrictModelSerializer(StrictSerializer, serializers.ModelSerializer):
     pass
+
+
+class QueryParams(StrictSerializer):
+    """Query parameters: the ones it names are checked (a bad value is a 400); the others (``page``,
+    ``format`` …) are left to whatever reads them."""
+
+    def to_internal_value(self, data):
+        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
+
+
+class ListByCodes(mixins.ListModelMixin):
+    """``list``, narrowed by the codes in the query that ``list_filter`` names: ``?project=<code>`` keeps
+    the items whose ``project`` has that code (``?plan=`` their ``plan``, …); paginated."""
+
+    list_filter: type[QueryParams]
+
+    def list(self, request, *args, **kwargs):
+        filters = self.list_filter(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        items = self.get_queryset().filter(**{f"{name}__code": code for name, code in filters.validated_data.items()})
+        page = self.paginate_queryset(items)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+
+
+# No docstring: drf-spectacular would take it as the description of every serializer using it.
+class AbsoluteUrls:
+    # For serializers: ``absolute(path)``, a full URL on the request's host (the path alone without a request).
+    def absolute(self, path: str) -> str:
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+
+def accepted(body: dict) -> Response:
+    """202 for work queued in the background: the body names the item to poll (``url``), as does Location."""
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})

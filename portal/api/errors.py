@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -118,3 +118,27 @@ def error_responses(*codes: int) -> dict:
         429: "Too many requests: retry after the Retry-After header's seconds",
     }
     return {code: OpenApiResponse(ErrorSerializer, description=words[code]) for code in (401, 429, *codes)}
+
+
+def write_schemas(
+    *,
+    request,
+    answer,
+    create: str,
+    update: str,
+    partial_update: str,
+    destroy: str,
+    partial_request=None,
+    destroy_errors: tuple[int, ...] = (403, 404),
+) -> dict:
+    """A document's create, update (PUT), partial update (PATCH) and destroy, for ``extend_schema_view(**…)``:
+    each summary, the request (``partial_request`` for PATCH when it differs), the answer and the errors."""
+    errors = error_responses(400, 403, 404)
+    return {
+        "create": extend_schema(summary=create, request=request, responses={201: answer, **errors}),
+        "update": extend_schema(summary=update, request=request, responses={200: answer, **errors}),
+        "partial_update": extend_schema(
+            summary=partial_update, request=partial_request or request, responses={200: answer, **errors}
+        ),
+        "destroy": extend_schema(summary=destroy, responses={204: None, **error_responses(*destroy_errors)}),
+    }

@@ -12,8 +12,8 @@ from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses, write_schemas
 from portal.common import Invalid
 from portal.projects.models import Project
 
@@ -98,11 +98,8 @@ class ChannelWriteSerializer(StrictSerializer):
     )
 
 
-class ChannelFilter(StrictSerializer):
+class ChannelFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Channels of one project")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 def _form_errors(form) -> dict:
@@ -119,33 +116,21 @@ def _form_errors(form) -> dict:
         summary="One notification channel, with its last deliveries",
         responses={200: ChannelSerializer, **error_responses(404)},
     ),
-    create=extend_schema(
-        summary="Add an e-mail list (its addresses get a confirmation link) or a webhook (its secret shown once)",
+    **write_schemas(
         request=ChannelWriteSerializer,
-        responses={201: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change a channel (its kind and project stay; a webhook keeps its secret unless replace_secret)",
-        request=ChannelWriteSerializer,
-        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a channel (e.g. enabled: false to pause it)",
-        request=ChannelWriteSerializer(partial=True),
-        responses={200: ChannelSecretSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a channel and its delivery log", responses={204: None, **error_responses(403, 404)}
+        partial_request=ChannelWriteSerializer(partial=True),
+        answer=ChannelSecretSerializer,
+        create="Add an e-mail list (its addresses get a confirmation link) or a webhook (its secret shown once)",
+        update="Change a channel (its kind and project stay; a webhook keeps its secret unless replace_secret)",
+        partial_update="Change some fields of a channel (e.g. enabled: false to pause it)",
+        destroy="Delete a channel and its delivery log",
     ),
 )
 class ChannelViewSet(
-    PartialUpdateMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin,
-    TeamScopedViewSet,
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     serializer_class = ChannelSerializer
+    list_filter = ChannelFilter
 
     def safely_get_queryset(self):
         return selectors.channels_with_log(Channel.objects.select_related("project__team"))
@@ -156,15 +141,6 @@ class ChannelViewSet(
             many = list(channels) if kwargs.get("many") else [channels]
             kwargs["context"] = {**self.get_serializer_context(), "address_states": addresses.address_states(many)}
         return super().get_serializer(*args, **kwargs)
-
-    def list(self, request, *args, **kwargs):
-        filters = ChannelFilter(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        channels = self.get_queryset()
-        if "project" in filters.validated_data:
-            channels = channels.filter(project__code=filters.validated_data["project"])
-        page = self.paginate_queryset(channels)
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         data = self._body()

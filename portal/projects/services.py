@@ -2,7 +2,6 @@
 
 import datetime
 import json
-import os
 import pickle
 import re
 import secrets
@@ -18,7 +17,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 
 from portal.accounts.models import Team
-from portal.common import Invalid
+from portal.common import Invalid, write_private
 from portal.telemetry.promql import check_prometheus_url, token_encrypt
 from workers.engine.targets import BadTargetURL, parse_target_url
 
@@ -538,19 +537,10 @@ def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:
     path = _har_path(project=project, user_id=user_id, token=token)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: the recording holds what the browser sent, cookies and passwords included.
-    _write_private(path, raw)
+    write_private(path, raw)
     if large:
         har_analysis_request(project=project, user_id=user_id, token=token, choices=har.Choices())
     return token
-
-
-def _write_private(path: Path, data: bytes | Iterable[bytes]) -> None:
-    tmp = path.with_name(path.name + f".{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        for chunk in (data,) if isinstance(data, bytes) else data:
-            f.write(chunk)
-    os.replace(tmp, path)  # a reader sees the whole file or none
 
 
 def har_preview_summary(preview: har.Preview) -> dict:
@@ -592,7 +582,7 @@ def har_api_import_start(
     token = secrets.token_urlsafe(24)
     path = _har_path(project=project, user_id=user.pk, token=token)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_private(path, chunks)  # in chunks: a 50 MB recording is never whole in the web process's memory
+    write_private(path, chunks)  # in chunks: a 50 MB recording is never whole in the web process's memory
     item = HarImport.objects.create(
         project=project, created_by=user, token=token, file_name=file_name, name=name, dry_run=dry_run
     )
@@ -651,7 +641,7 @@ def har_analysis_request(*, project: Project, user_id: int, token: str, choices:
 
     path = _har_path(project=project, user_id=user_id, token=token)
     state = {"state": "analysing", "choices": _choices_dict(choices), "since": time.time()}
-    _write_private(path.with_name(path.name + ".state"), json.dumps(state).encode())
+    write_private(path.with_name(path.name + ".state"), json.dumps(state).encode())
     args = (project.id, user_id, token)
     transaction.on_commit(lambda: task("har_analysis_task").delay(*args))
 
@@ -705,14 +695,14 @@ def har_analysis_process(*, project_id: int, user_id: int, token: str) -> None:
         if api_import is not None:  # the API's client reads the outcome from the row: nothing of the file is kept
             har_upload_discard(project=project, user_id=user_id, token=token)
             return _har_api_import_finish(api_import, preview, "")
-        _write_private(path.with_name(path.name + ".preview"), pickle.dumps(preview))
+        write_private(path.with_name(path.name + ".preview"), pickle.dumps(preview))
         done = {**asked, "state": "ready"}
     try:
         if json.loads(state_path.read_bytes()) != asked:
             return  # other choices were asked meanwhile: their own task answers them
     except FileNotFoundError:
         return
-    _write_private(state_path, json.dumps(done).encode())
+    write_private(state_path, json.dumps(done).encode())
 
 
 def har_preview_kept(*, project: Project, user_id: int, token: str) -> har.Preview:

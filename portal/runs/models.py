@@ -323,6 +323,9 @@ class RunShard(models.Model):
     # request, the second the next claimant resumes at, when it was released, and each handoff:
     # {"kind": "stopped"|"lost", "worker", "stopped_at_s", "released_at", "resumed_on", "resumed_at_s", "gap_s"}.
     worker_node = models.CharField(max_length=200, blank=True)
+    # That worker's labels as it claimed the shard (PLIMSOLL_WORKER_LABELS): the report names them
+    # after the worker has left the registry, and not another set it registered with later.
+    worker_labels = models.JSONField(default=dict, blank=True)
     handoff_requested = models.BooleanField(default=False)
     resume_second = models.PositiveIntegerField(default=0)
     released_at = models.DateTimeField(null=True, blank=True)

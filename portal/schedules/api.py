@@ -13,8 +13,8 @@ from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses, write_schemas
 from portal.common import Invalid
 from portal.history.models import TrialSet
 from portal.projects.models import Plan
@@ -249,12 +249,9 @@ class ScheduleWriteSerializer(StrictSerializer):
     )
 
 
-class ScheduleFilter(StrictSerializer):
+class ScheduleFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Schedules of one project")
     plan = serializers.UUIDField(required=False, help_text="Schedules of one plan")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 def _blank(value) -> str:
@@ -268,47 +265,25 @@ def _blank(value) -> str:
         responses={200: ScheduleSerializer(many=True), **error_responses(400)},
     ),
     retrieve=extend_schema(summary="One schedule", responses={200: ScheduleSerializer, **error_responses(404)}),
-    create=extend_schema(
-        summary="Schedule a plan: daily or weekdays at a time, every N hours, or a cron expression, in a time zone",
+    **write_schemas(
         request=ScheduleWriteSerializer,
-        responses={201: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change a schedule (every field; a new timing or re-enabling counts fires from now)",
-        request=ScheduleWriteSerializer,
-        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a schedule (e.g. enabled: false to pause it)",
-        request=ScheduleWriteSerializer(partial=True),
-        responses={200: ScheduleSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a schedule and its fires (the runs stay)", responses={204: None, **error_responses(403, 404)}
+        partial_request=ScheduleWriteSerializer(partial=True),
+        answer=ScheduleSerializer,
+        create="Schedule a plan: daily or weekdays at a time, every N hours, or a cron expression, in a time zone",
+        update="Change a schedule (every field; a new timing or re-enabling counts fires from now)",
+        partial_update="Change some fields of a schedule (e.g. enabled: false to pause it)",
+        destroy="Delete a schedule and its fires (the runs stay)",
     ),
 )
 class ScheduleViewSet(
-    PartialUpdateMixin,
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.DestroyModelMixin,
-    TeamScopedViewSet,
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     serializer_class = ScheduleSerializer
+    list_filter = ScheduleFilter
 
     def safely_get_queryset(self):
         # The page's selector: every schedule with its last fires, in a fixed number of queries.
         return selectors.schedules_with_fires(Schedule.objects.select_related("project__team", "plan"))
-
-    def list(self, request, *args, **kwargs):
-        filters = ScheduleFilter(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        schedules = self.get_queryset()
-        for name in ("project", "plan"):
-            if name in filters.validated_data:
-                schedules = schedules.filter(**{f"{name}__code": filters.validated_data[name]})
-        page = self.paginate_queryset(schedules)
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         schedule = self._save(None)

@@ -16,7 +16,7 @@ from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_v
 from rest_framework import mixins, serializers, status
 from rest_framework.response import Response
 
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses
 from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan
@@ -121,16 +121,13 @@ class ShareLinkCreateSerializer(StrictSerializer):
     NEEDS_ALL = ("run", "a", "b", "experiment", "environment", "plan")
 
 
-class ShareLinkFilter(StrictSerializer):
+class ShareLinkFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Links of one project")
     kind = serializers.ChoiceField(choices=ShareLink.Kind.choices, required=False)
     run = serializers.UUIDField(required=False, help_text="Links to one run")
     experiment = serializers.UUIDField(required=False, help_text="Links to one experiment")
     environment = serializers.UUIDField(required=False, help_text="Links to one environment's journey")
     state = serializers.ChoiceField(choices=["open", "expired", "revoked"], required=False)
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 CREATED_EXAMPLE = OpenApiExample(

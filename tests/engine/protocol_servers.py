@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -29,7 +27,7 @@ import trustme
 
 from demo.streams import Certificates, StreamsApp, serve
 
-from .servers import LOCAL, NGINX, free_port
+from .servers import LOCAL, TWO_K, NginxProcess, free_port
 
 
 class StreamsServer:
@@ -72,81 +70,27 @@ class StreamsServer:
         self._thread.join(10)
 
 
-NGINX_H2_CONF = """
-daemon off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    types {{ text/plain txt; }}
-    default_type application/octet-stream;
-    keepalive_requests 1000000;
-    server {{
-        listen 127.0.0.1:{tls_port} ssl http2;
-        listen 127.0.0.1:{h2c_port} http2;
-        listen 127.0.0.1:{h1_port};
-        ssl_certificate {d}/cert.pem;
-        ssl_certificate_key {d}/key.pem;
-        root {d}/www;
-        location = /proto {{ return 200 "$server_protocol"; }}
-    }}
-}}
-"""
-
-
-class NginxH2:
+class NginxH2(NginxProcess):
     """nginx with HTTP/2 over TLS (``https_url``), h2c with prior knowledge (``h2c_url``) and HTTP/1.1 (``h1_url``)."""
 
     def __init__(self, directory: Path) -> None:
-        if NGINX is None:
-            raise RuntimeError("nginx is not installed")
-        directory.chmod(0o755)
-        www = directory / "www"
-        www.mkdir()
-        www.chmod(0o755)
-        (www / "2k.txt").write_bytes(b"x" * 2047 + b"\n")
-        (www / "2k.txt").chmod(0o644)
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost")
         cert.private_key_and_cert_chain_pem.write_to_path(str(directory / "cert.pem"))
         cert.private_key_pem.write_to_path(str(directory / "key.pem"))
         self.ca_pem = ca.cert_pem.bytes().decode()
-        ports = {"tls_port": free_port(), "h2c_port": free_port(), "h1_port": free_port()}
-        (directory / "nginx.conf").write_text(NGINX_H2_CONF.format(d=directory, **ports))
-        self.https_url = f"https://{LOCAL}:{ports['tls_port']}"
-        self.h2c_url = f"http://{LOCAL}:{ports['h2c_port']}"
-        self.h1_url = f"http://{LOCAL}:{ports['h1_port']}"
-        cmd = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nginx exited: {self.proc.stderr.read().decode(errors='replace')}")
-            try:
-                for port in ports.values():
-                    socket.create_connection((LOCAL, port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("nginx did not start within 10 s")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-        if self.proc.stderr:
-            self.proc.stderr.close()
+        tls_port, h2c_port, h1_port = free_port(), free_port(), free_port()
+        self.https_url = f"https://{LOCAL}:{tls_port}"
+        self.h2c_url = f"http://{LOCAL}:{h2c_port}"
+        self.h1_url = f"http://{LOCAL}:{h1_port}"
+        server = f"""\
+        listen 127.0.0.1:{tls_port} ssl http2;
+        listen 127.0.0.1:{h2c_port} http2;
+        listen 127.0.0.1:{h1_port};
+        ssl_certificate {directory}/cert.pem;
+        ssl_certificate_key {directory}/key.pem;
+        location = /proto {{ return 200 "$server_protocol"; }}"""
+        super().__init__(directory, server=server, ports=[tls_port, h2c_port, h1_port], files={"2k.txt": TWO_K})
 
 
 class _RawH2(asyncio.Protocol):

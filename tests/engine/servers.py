@@ -277,7 +277,7 @@ daemon off;
 worker_processes 1;
 pid {d}/nginx.pid;
 error_log {d}/error.log;
-events {{ worker_connections 4096; }}
+events {{ worker_connections {connections}; }}
 http {{
     access_log off;
     client_body_temp_path {d}/body;
@@ -285,49 +285,55 @@ http {{
     fastcgi_temp_path {d}/fastcgi;
     uwsgi_temp_path {d}/uwsgi;
     scgi_temp_path {d}/scgi;
-    types {{ text/html html; text/plain txt; }}
+    types {{ {types} }}
     default_type application/octet-stream;
     keepalive_requests 1000000;
     server {{
-        listen 127.0.0.1:{port};
         root {d}/www;
-        location = /big.txt {{ gzip on; gzip_types text/plain; gzip_min_length 100; }}
-        location = /redirect {{ return 302 /2k.txt; }}
-        location = /close {{ keepalive_timeout 0; return 200 "bye"; }}
+{server}
     }}
 }}
 """
 
 
-class Nginx:
-    """A throw-away nginx on 127.0.0.1 serving ``/2k.txt`` (2,048 bytes) and ``/big.txt`` (gzip-able)."""
+class NginxProcess:
+    """A throw-away nginx (Debian's) on 127.0.0.1, its files under ``directory``: the config (``server``, the
+    server block's listens and locations, after ``root www/``), the ``files`` it serves, its pid and logs.
+    Started, and waited for until every one of ``ports`` answers (10 s at most)."""
 
-    def __init__(self, directory: Path, cpu: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        server: str,
+        ports: list[int],
+        files: dict[str, bytes],
+        types: str = "text/plain txt;",
+        connections: int = 1024,
+        cpu: int | None = None,
+    ) -> None:
         if NGINX is None:
             raise RuntimeError("nginx is not installed")
-        self.dir = directory
         directory.chmod(0o755)  # the worker may run as nobody
         www = directory / "www"
         www.mkdir()
         www.chmod(0o755)
-        (www / "2k.txt").write_bytes(b"x" * 2047 + b"\n")
-        (www / "big.txt").write_bytes(PAYLOAD)
-        for f in www.iterdir():
-            f.chmod(0o644)
-        self.port = free_port()
+        for name, body in files.items():
+            (www / name).write_bytes(body)
+            (www / name).chmod(0o644)
         conf = directory / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(d=directory, port=self.port))
+        conf.write_text(NGINX_CONF.format(d=directory, connections=connections, types=types, server=server))
         cmd = [NGINX, "-c", str(conf), "-p", str(directory)]
         if cpu is not None and shutil.which("taskset"):
             cmd = ["taskset", "-c", str(cpu), *cmd]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        self.url = f"http://{LOCAL}:{self.port}"
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"nginx exited: {self.proc.stderr.read().decode(errors='replace')}")
             try:
-                socket.create_connection((LOCAL, self.port), timeout=0.5).close()
+                for port in ports:
+                    socket.create_connection((LOCAL, port), timeout=0.5).close()
                 return
             except OSError:
                 time.sleep(0.05)
@@ -343,6 +349,28 @@ class Nginx:
             self.proc.wait(5)
         if self.proc.stderr:
             self.proc.stderr.close()
+
+
+TWO_K = b"x" * 2047 + b"\n"
+
+
+class Nginx(NginxProcess):
+    """A throw-away nginx on 127.0.0.1 serving ``/2k.txt`` (2,048 bytes) and ``/big.txt`` (gzip-able)."""
+
+    def __init__(self, directory: Path, cpu: int | None = None) -> None:
+        self.dir = directory
+        self.port = free_port()
+        self.url = f"http://{LOCAL}:{self.port}"
+        server = f"""\
+        listen 127.0.0.1:{self.port};
+        location = /big.txt {{ gzip on; gzip_types text/plain; gzip_min_length 100; }}
+        location = /redirect {{ return 302 /2k.txt; }}
+        location = /close {{ keepalive_timeout 0; return 200 "bye"; }}"""
+        files = {"2k.txt": TWO_K, "big.txt": PAYLOAD}
+        types = "text/html html; text/plain txt;"
+        super().__init__(
+            directory, server=server, ports=[self.port], files=files, types=types, connections=4096, cpu=cpu
+        )
 
 
 class DemoProcess:

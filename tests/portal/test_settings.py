@@ -23,6 +23,8 @@ def check_with(tmp_path, **env) -> subprocess.CompletedProcess:
         ("DATABASE_URL", "mysql://root@127.0.0.1/x", "DATABASE_URL: expected postgres://"),
         ("CELERY_BROKER_URL", "amqp://guest@127.0.0.1//", "CELERY_BROKER_URL='amqp://guest@127.0.0.1//': expected"),
         ("PLIMSOLL_ALLOWED_TARGETS", "127.0.0.0/8,300.1.2.3/8", "PLIMSOLL_ALLOWED_TARGETS:"),
+        ("PLIMSOLL_WORKER_LABELS", "zone=eu,private", "PLIMSOLL_WORKER_LABELS: 'private' is not key=value"),
+        ("PLIMSOLL_WORKER_LABELS", "pool=eu west", "PLIMSOLL_WORKER_LABELS: pool='eu west': a pool's name has"),
         ("SECRET_KEY_FILE", "/nonexistent/secret", "SECRET_KEY_FILE='/nonexistent/secret'"),
     ],
 )

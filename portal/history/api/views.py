@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal.accounts.models import ApiToken
-from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
+from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import error_responses
 from portal.history import comparison, services
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
@@ -36,11 +36,8 @@ def _form_errors(form) -> dict:
     return {field: list(messages) for field, messages in form.errors.items()}
 
 
-class EnvironmentFilter(StrictSerializer):
+class EnvironmentFilter(QueryParams):
     environment = serializers.UUIDField(required=False, help_text="Only this environment's")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 class TuningChangeSerializer(StrictSerializer):
@@ -342,11 +339,8 @@ class TrialSetDetailSerializer(TrialSetSerializer):
         return comparison.set_figures(list(trial_set.runs.all()))
 
 
-class PlanFilter(StrictSerializer):
+class PlanFilter(QueryParams):
     plan = serializers.UUIDField(required=False, help_text="Only this plan's")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 @extend_schema_view(

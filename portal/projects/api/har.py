@@ -18,7 +18,7 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted
 from portal.api.errors import error_responses
 from portal.projects import har, services
 from portal.projects.models import HarImport, Project
@@ -101,7 +101,7 @@ class HarImportSerializer(HarPreviewSerializer):
     test_case_url = serializers.CharField(allow_null=True)
 
 
-class HarImportStatusSerializer(serializers.ModelSerializer):
+class HarImportStatusSerializer(AbsoluteUrls, serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="This import in the API: poll it")
     project = serializers.UUIDField(source="project.code", read_only=True)
     created = serializers.SerializerMethodField(help_text="Whether the test case was created")
@@ -131,12 +131,8 @@ class HarImportStatusSerializer(serializers.ModelSerializer):
         )
         read_only_fields = fields
 
-    def _absolute(self, path: str) -> str:
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request else path
-
     def get_url(self, item) -> str:
-        return self._absolute(reverse("api:har-import-detail", args=[item.code]))
+        return self.absolute(reverse("api:har-import-detail", args=[item.code]))
 
     def get_created(self, item) -> bool:
         return item.test_case_id is not None
@@ -144,7 +140,7 @@ class HarImportStatusSerializer(serializers.ModelSerializer):
     def get_test_case_url(self, item) -> str | None:
         if not item.test_case_id:
             return None
-        return self._absolute(reverse("api:test-case-detail", args=[item.test_case.code]))
+        return self.absolute(reverse("api:test-case-detail", args=[item.test_case.code]))
 
 
 QUEUED_EXAMPLE = OpenApiExample(
@@ -250,7 +246,7 @@ class ProjectHarImportViewSet(TeamScopedViewSet):
         except services.ImportRefused as exc:
             raise exceptions.ValidationError({"name": [str(exc)]}) from None
         body = HarImportStatusSerializer(item, context=self.get_serializer_context()).data
-        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
+        return accepted(body)
 
 
 @extend_schema_view(

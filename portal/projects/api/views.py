@@ -13,8 +13,8 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
 from portal.accounts.models import Team
-from portal.api.base import PartialUpdateMixin, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses
+from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
+from portal.api.errors import error_responses, write_schemas
 from portal.api.parsers import JSONParser
 from portal.projects import services
 from portal.projects.forms import (
@@ -42,11 +42,8 @@ from .serializers import (
 STEP_FIELD_NAMES = {"headers_text": "headers", "extract_text": "extract", "resources_text": "resources"}
 
 
-class ProjectFilter(StrictSerializer):
+class ProjectFilter(QueryParams):
     project = serializers.UUIDField(required=False, help_text="Only this project's")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 class DataSetUploadSerializer(StrictSerializer):
@@ -60,14 +57,6 @@ class DataSetModeSerializer(StrictSerializer):
     mode = serializers.ChoiceField(choices=DataSet.Mode.choices)
 
 
-def _in_project(viewset, queryset):
-    filters = ProjectFilter(data=viewset.request.query_params)
-    filters.is_valid(raise_exception=True)
-    if "project" in filters.validated_data:
-        queryset = queryset.filter(project__code=filters.validated_data["project"])
-    return queryset
-
-
 def _form_errors(form, names: dict | None = None) -> dict:
     names = names or {}
     return {names.get(field, field): list(messages) for field, messages in form.errors.items()}
@@ -77,19 +66,13 @@ def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-class JourneyParams(StrictSerializer):
+class JourneyParams(QueryParams):
     plan = serializers.UUIDField(required=False, help_text="The plan whose runs to show (default: the most run)")
 
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
-
-class CompareParams(StrictSerializer):
+class CompareParams(QueryParams):
     a = serializers.UUIDField(help_text="Before: a run's or a trial set's code")
     b = serializers.UUIDField(help_text="After: a run's or a trial set's code")
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 JOURNEY_SCHEMA = extend_schema(
@@ -170,24 +153,13 @@ class ProjectWriteSerializer(StrictSerializer):
 
 
 @extend_schema_view(
-    create=extend_schema(
-        summary="Create a project in one of your teams",
+    **write_schemas(
         request=ProjectWriteSerializer,
-        responses={201: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Rename a project or change its description",
-        request=ProjectWriteSerializer,
-        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of a project; the others stay",
-        request=ProjectWriteSerializer,
-        responses={200: ProjectSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete a project with everything in it, its runs included",
-        responses={204: None, **error_responses(403, 404)},
+        answer=ProjectSerializer,
+        create="Create a project in one of your teams",
+        update="Rename a project or change its description",
+        partial_update="Change some fields of a project; the others stay",
+        destroy="Delete a project with everything in it, its runs included",
     ),
     list=extend_schema(
         summary="List the projects of your teams", responses={200: ProjectSerializer(many=True), **error_responses()}
@@ -341,38 +313,27 @@ class EnvironmentWriteSerializer(StrictSerializer):
 @extend_schema_view(
     list=READ["list"]("environments", EnvironmentSerializer),
     retrieve=READ["retrieve"]("environments", EnvironmentSerializer),
-    create=extend_schema(
-        summary="Create an environment: base URL, servers and its initial configuration",
+    **write_schemas(
         request=EnvironmentWriteSerializer,
-        responses={201: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    update=extend_schema(
-        summary="Change an environment's name, base URL, description or servers (its configuration "
+        answer=EnvironmentSerializer,
+        create="Create an environment: base URL, servers and its initial configuration",
+        update="Change an environment's name, base URL, description or servers (its configuration "
         "changes only through tuning changes)",
-        request=EnvironmentWriteSerializer,
-        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    partial_update=extend_schema(
-        summary="Change some fields of an environment (servers, if given, are replaced as a whole); the others stay",
-        request=EnvironmentWriteSerializer,
-        responses={200: EnvironmentSerializer, **error_responses(400, 403, 404)},
-    ),
-    destroy=extend_schema(
-        summary="Delete an environment that no plan uses", responses={204: None, **error_responses(403, 404, 409)}
+        partial_update="Change some fields of an environment (servers, if given, are replaced as a whole); "
+        "the others stay",
+        destroy="Delete an environment that no plan uses",
+        destroy_errors=(403, 404, 409),
     ),
 )
 class EnvironmentViewSet(
-    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
     serializer_class = EnvironmentSerializer
+    list_filter = ProjectFilter
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def safely_get_queryset(self):
         return Environment.objects.select_related("project").prefetch_related("servers").order_by("name", "id")
-
-    def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
     def create(self, request, *args, **kwargs):
         return Response(self._save(None), status=status.HTTP_201_CREATED)
@@ -428,11 +389,9 @@ class EnvironmentViewSet(
 
 
 class _ProjectDocumentViewSet(
-    PartialUpdateMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
+    PartialUpdateMixin, ListByCodes, mixins.RetrieveModelMixin, mixins.DestroyModelMixin, TeamScopedViewSet
 ):
-    def list(self, request, *args, **kwargs):
-        page = self.paginate_queryset(_in_project(self, self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+    list_filter = ProjectFilter
 
     def _document(self, instance=None) -> tuple[Project, dict]:
         serializer = self.get_serializer(data=self.document())

@@ -10,11 +10,10 @@ refused (the upload writes to the history).
 from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
-from rest_framework import exceptions, mixins, serializers, status
+from rest_framework import exceptions, mixins, serializers
 from rest_framework.parsers import MultiPartParser
-from rest_framework.response import Response
 
-from portal.api.base import StrictSerializer, TeamScopedViewSet
+from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted
 from portal.api.errors import error_responses
 from portal.projects.models import Environment
 from portal.runs import result_files, services
@@ -54,7 +53,7 @@ FAILED_EXAMPLE = OpenApiExample(
 )
 
 
-class ResultImportSerializer(serializers.ModelSerializer):
+class ResultImportSerializer(AbsoluteUrls, serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="This import in the API: poll it")
     environment = serializers.UUIDField(source="environment.code", read_only=True)
     percent = serializers.IntegerField(read_only=True, help_text="Of the file read, 0-100")
@@ -84,15 +83,11 @@ class ResultImportSerializer(serializers.ModelSerializer):
         )
         read_only_fields = fields
 
-    def _absolute(self, path: str) -> str:
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request else path
-
     def get_url(self, item) -> str:
-        return self._absolute(reverse("api:result-import-detail", args=[item.code]))
+        return self.absolute(reverse("api:result-import-detail", args=[item.code]))
 
     def get_run_url(self, item) -> str | None:
-        return self._absolute(reverse("api:run-detail", args=[item.run.code])) if item.run_id else None
+        return self.absolute(reverse("api:run-detail", args=[item.run.code])) if item.run_id else None
 
 
 class ResultUploadSerializer(StrictSerializer):
@@ -163,4 +158,4 @@ class EnvironmentResultImportViewSet(TeamScopedViewSet):
         except result_files.ResultFileError as exc:
             raise exceptions.ValidationError({"file": [str(exc)]}) from None
         body = ResultImportSerializer(item, context=self.get_serializer_context()).data
-        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
+        return accepted(body)

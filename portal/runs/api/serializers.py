@@ -2,6 +2,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.api.base import AbsoluteUrls
 from portal.runs.models import Run, RunShard
 from portal.schedules.baselines import pending_for
 from portal.schedules.models import ROW_VERDICTS, RunVerdict
@@ -95,7 +96,7 @@ class RunQueueSerializer(serializers.Serializer):
     slots = serializers.IntegerField(help_text="All slots of its pool (live workers)")
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(AbsoluteUrls, serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="This run in the API")
     web_url = serializers.SerializerMethodField(help_text="This run's page in the browser")
     project = serializers.UUIDField(source="project.code", read_only=True)
@@ -168,14 +169,10 @@ class RunSerializer(serializers.ModelSerializer):
         return data
 
     def get_url(self, run) -> str:
-        path = reverse("api:run-detail", args=[run.code])
-        request = self.context.get("request")
-        return request.build_absolute_uri(path) if request else path
+        return self.absolute(reverse("api:run-detail", args=[run.code]))
 
     def get_web_url(self, run) -> str:
-        request = self.context.get("request")
-        path = run.get_absolute_url()
-        return request.build_absolute_uri(path) if request else path
+        return self.absolute(run.get_absolute_url())
 
 
 class RunDetailSerializer(RunSerializer):

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from portal.accounts.models import ApiToken
 from portal.api import longpoll
-from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
+from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
 from portal.common import Invalid
 from portal.projects.models import Plan
@@ -178,7 +178,7 @@ class AcceptSerializer(StrictSerializer):
     )
 
 
-class WaitSerializer(StrictSerializer):
+class WaitSerializer(QueryParams):
     wait = serializers.FloatField(
         required=False,
         min_value=0,
@@ -190,9 +190,6 @@ class WaitSerializer(StrictSerializer):
             "to wait before asking again)."
         ),
     )
-
-    def to_internal_value(self, data):
-        return super().to_internal_value({k: v for k, v in data.items() if k in self.fields})
 
 
 def _file(body: str, content_type: str, name: str) -> HttpResponse:

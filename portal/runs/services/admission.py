@@ -53,17 +53,6 @@ def pool_name(pool: str) -> str:
 # ------------------------------------------------------------------------ the registry
 
 
-def parse_labels(text: str) -> dict[str, str]:
-    """``"zone=eu-west, pool=private"`` → ``{"zone": "eu-west", "pool": "private"}``; a bad item raises ValueError."""
-    labels = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise ValueError(f"PLIMSOLL_WORKER_LABELS: {item!r} is not key=value")
-        labels[key.strip()] = value.strip()
-    return labels
-
-
 def worker_heartbeat(*, node: str, host: str, slots: int, labels: dict, queues: list[str]) -> bool:
     """Registers (or refreshes) a worker; True when it is new, or came back with other slots, labels or queues."""
     now = timezone.now()

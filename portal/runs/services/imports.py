@@ -2,7 +2,6 @@
 
 import hashlib
 import logging
-import os
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -10,7 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from portal.common import task
+from portal.common import task, write_private
 from portal.projects.models import Plan
 from workers.engine.plan import Plan as EnginePlan
 
@@ -185,14 +184,8 @@ def result_import_create(*, environment, user, chunks, file_name: str, format: s
     path = result_upload_path(result_import)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: a result file can hold URLs, user names and messages of the system under test.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    size = 0
+    result_import.bytes_total = write_private(path, chunks)
     try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                size += len(chunk)
-        result_import.bytes_total = size
         result_import.save()
     except BaseException:
         path.unlink(missing_ok=True)

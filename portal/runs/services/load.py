@@ -86,8 +86,9 @@ def run_load(run, shards: list[RunShard]) -> dict:
     unit = "iterations" if kind_of(profile) == "arrival_rate" else "user-seconds"
     below = settings.PLIMSOLL_INCOMPLETE_BELOW_PCT
     spans = covered_spans(run.id)
-    # Which worker (Celery node), pool and labels ran each shard, for the report (issue 25).
-    nodes = {s.worker_node for s in shards if s.worker_node}
+    # Which worker (Celery node), pool and labels ran each shard, for the report (issue 25): the labels
+    # it claimed the shard with; the registry's for shards claimed before those were kept.
+    nodes = {s.worker_node for s in shards if s.worker_node and not s.worker_labels}
     labels = dict(GeneratorWorker.objects.filter(node__in=nodes).values_list("node", "labels")) if nodes else {}
     rows, notes = [], []
     for shard in shards:
@@ -111,7 +112,7 @@ def run_load(run, shards: list[RunShard]) -> dict:
                 "worker": shard.worker,
                 "node": shard.worker_node,
                 "pool": run.pool,
-                "labels": labels.get(shard.worker_node, {}),
+                "labels": shard.worker_labels or labels.get(shard.worker_node, {}),
                 "spans": [list(s) for s in mine[:20]],
             }
         )

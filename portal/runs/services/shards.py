@@ -7,12 +7,14 @@ import socket
 import traceback
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from portal.common import task
 from workers.engine.plan import Plan as EnginePlan
 from workers.engine.targets import TargetNotAllowed
+from workers.labels import parse_labels
 
 from ..models import (
     Run,
@@ -45,6 +47,7 @@ def shard_execute(run_id: int, shard_no: int, *, worker_node: str = "") -> None:
         status=RunShard.Status.RUNNING,
         worker=me,
         worker_node=worker_node,
+        worker_labels=parse_labels(settings.PLIMSOLL_WORKER_LABELS),
         claimed_at=now,
         heartbeat_at=now,
         handoff_requested=False,

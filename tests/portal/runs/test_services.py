@@ -157,6 +157,28 @@ def test_a_claimed_shard_is_not_run_again(run):
     assert not PageInterval.objects.exists()
 
 
+def test_a_shard_keeps_the_labels_its_worker_claimed_it_with(run, settings):
+    # given: a worker labelled zone=eu-west, registered under other labels now (or gone from the registry)
+    from portal.runs.models import GeneratorWorker
+
+    settings.PLIMSOLL_WORKER_LABELS = "zone=eu-west, pool=private"
+    now = timezone.now()
+    GeneratorWorker.objects.create(
+        node="engine@eu-1", slots=1, labels={"zone": "us-east"}, started_at=now, heartbeat_at=now
+    )
+    Run.objects.filter(id=run.id).update(status=Run.Status.STARTING, start_at=now, shard_count=1, cancel_requested=True)
+    RunShard.objects.create(run=run, shard_no=0, user_count=5)
+
+    # when: it claims the shard (the run was stopped meanwhile: the shard ends at once, and the run is reported)
+    services.shard_execute(run.id, 0, worker_node="engine@eu-1")
+
+    # then: the shard and the report name the labels it ran under
+    assert RunShard.objects.get(run=run).worker_labels == {"zone": "eu-west", "pool": "private"}
+    run.refresh_from_db()
+    assert run.load["shards"][0]["node"] == "engine@eu-1"
+    assert run.load["shards"][0]["labels"] == {"zone": "eu-west", "pool": "private"}
+
+
 def _report(second, pages=2):
     return {
         "second": second,
