@@ -12,15 +12,15 @@ The model. A figure of one row (a page's APD, the run's p95 …) in run *r* is, 
   with 4,000 and the verdict knows it.
 * **drift** is what a rerun on another night adds (caches, neighbours, the database's plan): the
   spread *between* the baseline runs' own figures beyond their sampling noise. It is pooled over
-  the rows of one figure (method of moments: the between-run variance minus the within-run part),
-  so three baseline runs with six rows give twelve degrees of freedom instead of two.
+  the rows of one figure (restricted maximum likelihood, each row weighed by its precision:
+  ``pooled_drift``), so three baseline runs with six rows give twelve degrees of freedom instead of two.
 
 A row's change ``d = figure − mean(baseline figures)`` then has the variance
 ``σ_x² + σ_b² / N`` with ``σ_b² = τ² + v_baseline`` and ``σ_x² = τ² + v_run``; its p-value comes from
-Student's t with the pooled degrees of freedom. The rows of a verdict (pages × figures and the
-totals) are one family: Holm's step-down keeps the chance that a night with nothing changed calls any
-row moved at most ``FALSE_ALARM``. A row moved only when it is significant after Holm *and* beyond
-the plan's tolerance.
+Student's t with the pooled degrees of freedom, one-sided in the direction the row moved. The rows
+of a verdict (pages × figures and the totals) are one family: Holm's step-down keeps the chance that
+a night with nothing changed calls any row regressed at most ``FALSE_ALARM`` (and improved, apart).
+A row moved only when it is significant after Holm *and* beyond the plan's tolerance.
 
 APD, p95 and pages/s are compared as ratios (their noise grows with their level); the error rate in
 percentage points (it is often 0).
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from scipy.stats import t as student_t
 
-# The chance that a night with nothing changed is called regressed or improved on any row.
+# The chance that a night with nothing changed is called regressed on any row (and, apart, improved).
 FALSE_ALARM = 0.01
 # With fewer baseline runs than this the spread between them is known poorly: the verdict is provisional.
 PROVISIONAL_BELOW = 3
@@ -77,9 +77,13 @@ class Cell:
 class Judged:
     verdict: str  # regressed, improved, within_noise, none
     change_pct: float | None = None  # (figure − baseline) / baseline, in %
-    p: float | None = None  # two-sided p-value of the move
+    p: float | None = None  # one-sided p-value of the move, in the direction it moved
     noise_pct: float | None = None  # the 95 % half-width of a night's change, in % of the baseline (pp: error rate)
     note: str = ""
+    dof: float | None = None  # degrees of freedom of the t test
+    tau2: float | None = None  # the drift between nights pooled for the row's figure (scaled)
+    sd: float | None = None  # the standard deviation of the row's change (scaled)
+    t: float | None = None  # the change in standard deviations
 
 
 @dataclass
@@ -147,6 +151,34 @@ def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
     return rejected
 
 
+def pooled_drift(rows: Sequence[tuple[float, float, int]]) -> tuple[float, float]:
+    """The drift between nights pooled over rows, and its degrees of freedom.
+
+    ``rows``: each row's sum of squares of its baseline runs' figures about their mean, the runs' own noise
+    ``v`` (squared standard error) and the number of runs. The variance of a run's figure is ``τ² + v``; τ²
+    is the restricted maximum likelihood estimate (the rows' means unknown), found by its fixed point
+    ``τ² = Σ w²(n−1)(s² − v) / Σ w²(n−1)`` with ``w = 1 / (τ² + v)``: rows whose runs' own noise is small
+    weigh most (the plain mean of ``s² − v`` is ruled by the noisiest rows' chance spread). Its degrees of
+    freedom are the rows' ``Σ (n−1)``; ``python -m bench.verdicts`` measures the false alarms that gives.
+    """
+    rows = [(ss, max(v, 0.0), n) for ss, v, n in rows if n >= 2]
+    if not rows:
+        return 0.0, 1.0
+    total_df = float(sum(n - 1 for _, _, n in rows))
+    t2 = max(0.0, sum(ss - (n - 1) * v for ss, v, n in rows) / total_df)  # unweighted start
+    for _ in range(100):
+        weights = [(n - 1) / (t2 + v) ** 2 if t2 + v > 0 else 0.0 for _, v, n in rows]
+        if not any(weights):
+            break
+        new = sum(w * (ss / (n - 1) - v) for w, (ss, v, n) in zip(weights, rows, strict=True)) / sum(weights)
+        new = max(0.0, new)
+        if abs(new - t2) <= 1e-12 + 1e-9 * t2:
+            t2 = new
+            break
+        t2 = new
+    return t2, total_df
+
+
 def _change_pct(base: float, value: float) -> float | None:
     if base == 0:
         return None if value == 0 else math.inf
@@ -208,18 +240,19 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         return c.key, k in adjusted
 
     # The drift between nights beyond each run's own noise, per figure (and apart for drift-adjusted pages),
-    # pooled over its rows (method of moments), with its degrees of freedom.
-    sums: dict[tuple, list[float]] = {}
+    # pooled over its rows, each weighted by its precision (a restricted maximum likelihood): a 46-page row
+    # whose three runs differ by chance says little about the drift, a 4,000-page row much.
+    spreads: dict[tuple, list[tuple[float, float, int]]] = {}  # group → [(sum of squares, v, runs)]
     for k, (_, c, base, _, v_b, _) in enumerate(prepared):
         base = adjusted[k][0] if k in adjusted else base
         if len(base) >= 2:
-            acc = sums.setdefault(groups(k, c), [0.0, 0.0])
-            acc[0] += (len(base) - 1) * (statistics.variance(base) - v_b)
-            acc[1] += len(base) - 1
-    tau2 = {g: max(0.0, num / den) for g, (num, den) in sums.items() if den}
-    df_tau = {g: den for g, (_, den) in sums.items() if den}
+            ss = statistics.variance(base) * (len(base) - 1)
+            spreads.setdefault(groups(k, c), []).append((ss, v_b, len(base)))
+    tau2, df_tau = {}, {}
+    for g, rows in spreads.items():
+        tau2[g], df_tau[g] = pooled_drift(rows)
 
-    pvalues = []
+    pvalues, directions = [], []
     for k, (i, c, base, value, v_b, v_r) in enumerate(prepared):
         if k in adjusted:
             base, value = adjusted[k]
@@ -233,18 +266,34 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         denominator = sum(v * v / d for v, d in parts if v > 0)
         dof = max(1.0, var * var / denominator) if denominator > 0 else BATCH_DF
         d = value - statistics.fmean(base)
-        t = abs(d) / math.sqrt(var) if var > 0 else (math.inf if d else 0.0)
-        p = min(1.0, 2.0 * float(student_t.sf(t, dof)))
+        if var <= 0 and d == 0:
+            out[i].note = "no variation and no change: nothing to test"
+            continue
+        t = abs(d) / math.sqrt(var) if var > 0 else math.inf
+        # One-sided, in the direction the row moved: the chance of a move at least this large that way on a
+        # night with nothing changed. Regressions and improvements are two families of their own, each held at
+        # the false-alarm rate (a night called regressed by chance at most FALSE_ALARM).
+        p = min(1.0, float(student_t.sf(t, dof)))
         half = float(student_t.ppf(0.975, dof)) * math.sqrt(max(var, 0.0))
         out[i].noise_pct = (math.expm1(half) * 100.0) if c.key in RELATIVE else half
         out[i].p = p
-        pvalues.append(p)
+        out[i].dof, out[i].tau2, out[i].sd, out[i].t = dof, t2, math.sqrt(max(var, 0.0)), t
+        worse = (d > 0) == c.lower_is_better
+        pvalues.append((k, p))
+        directions.append(worse)
 
-    significant = holm(pvalues, false_alarm)
-    for (i, c, *_), moved in zip(prepared, significant, strict=True):
+    significant = set()
+    for worse in (True, False):
+        # Holm over all the rows tested; a row that moved the other way is not rejected in this direction.
+        family = [p if w == worse else 1.0 for (_, p), w in zip(pvalues, directions, strict=True)]
+        significant |= {k for (k, _), moved in zip(pvalues, holm(family, false_alarm), strict=True) if moved}
+    for k, (i, c, *_) in enumerate(prepared):
+        if out[i].p is None:
+            out[i].verdict = "within_noise"
+            continue
         change = c.shown_change_pct if c.shown_change_pct is not None else out[i].change_pct
         beyond = change is not None and abs(change) > tolerance_pct
-        if moved and beyond:
+        if k in significant and beyond:
             worse = (change > 0) == c.lower_is_better
             out[i].verdict = "regressed" if worse else "improved"
         else:
