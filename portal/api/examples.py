@@ -3224,6 +3224,9 @@ def _channel(**changes) -> dict:
         "url": "https://hooks.example.com/plimsoll",
         "payload_format": "slack",
         "enabled": True,
+        "dashboard_uid": "",
+        "panel_id": None,
+        "has_token": False,
         "created_at": "2026-11-20T09:15:00Z",
         "recent_deliveries": [DELIVERY],
         **changes,
@@ -3233,7 +3236,20 @@ def _channel(**changes) -> dict:
 DOCUMENTS.update(
     {
         "channels_list": {"request": None, "response": _channel(), "status": 200, "summary": "A chat webhook"},
-        "channels_retrieve": {"request": None, "response": _channel(), "status": 200},
+        "channels_retrieve": {
+            "summary": "Grafana annotations on one dashboard (its token is stored, never shown)",
+            "request": None,
+            "response": _channel(
+                name="Dashboards",
+                kind="grafana",
+                events=["run_finished", "change_applied"],
+                url="https://grafana.example.com",
+                payload_format="plimsoll",
+                dashboard_uid="srv-overview",
+                has_token=True,
+            ),
+            "status": 200,
+        },
         "channels_create": {
             "summary": "A Slack webhook (its secret shown this once)",
             "request": {
