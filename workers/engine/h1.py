@@ -121,6 +121,7 @@ CLOSE_GRACE_S = 1.0  # close(): how long a graceful close (TLS close_notify) may
 _PREPARED_CACHE_MAX = 4096
 HTTP11 = "http/1.1"  # Response.protocol of a request sent over HTTP/1.1
 _now = time.perf_counter
+_time_ns = time.time_ns
 _current_task = asyncio.current_task
 
 
@@ -872,11 +873,43 @@ class H1Client:
         self.last_connect_s = 0.0  # connect time of the last request (0 on a reused connection)
         self.trace: TraceContext | None = None  # set: a W3C traceparent on every request (tracecontext.py)
         self.last_traceparent = b""  # the traceparent line sent with the last request (b"" without)
+        self.spans = None  # set by export_spans: sampled requests' spans go to an otlp.SpanExporter
 
     @property
     def last_trace_id(self) -> str:
         """The trace id sent with the last request, or ``""``."""
         return trace_id_of(self.last_traceparent) if self.last_traceparent else ""
+
+    def export_spans(self, exporter) -> None:
+        """Each sampled request's span to ``exporter`` (otlp.SpanExporter) from now on.
+
+        ``request`` is replaced on this instance by a wrapper: a client that exports nothing runs
+        the plain method, with no check per request.
+        """
+        self.spans = exporter
+        self.request = self._request_with_span
+
+    async def _request_with_span(
+        self,
+        method: str,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float | None,
+        stream: StreamObserver | None = None,
+    ) -> Response:
+        start = _time_ns()
+        try:
+            response = await type(self).request(self, method, url, headers, body, timeout, stream)
+        except Exception as exc:
+            tp = self.last_traceparent
+            if tp and tp[-4:-2] == b"01":  # sampled
+                self.spans.add(tp, method, url, 0, start, _time_ns(), type(exc).__name__)
+            raise
+        tp = self.last_traceparent
+        if tp and tp[-4:-2] == b"01":
+            self.spans.add(tp, method, url, response.status, start, _time_ns(), "")
+        return response
 
     async def request(
         self,
