@@ -89,6 +89,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -444,6 +445,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -476,6 +478,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -504,6 +507,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -535,6 +539,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [

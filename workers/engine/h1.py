@@ -883,33 +883,17 @@ class H1Client:
     def export_spans(self, exporter) -> None:
         """Each sampled request's span to ``exporter`` (otlp.SpanExporter) from now on.
 
-        ``request`` is replaced on this instance by a wrapper: a client that exports nothing runs
-        the plain method, with no check per request.
+        Recorded where the response is made (``_exchange``) or the request failed: one clock read and
+        one tuple appended to the exporter's queue (capped: a full queue drops and counts). A client
+        without an exporter pays one attribute check per request.
         """
         self.spans = exporter
-        self.request = self._request_with_span
 
-    async def _request_with_span(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        timeout: float | None,
-        stream: StreamObserver | None = None,
-    ) -> Response:
-        start = _time_ns()
-        try:
-            response = await type(self).request(self, method, url, headers, body, timeout, stream)
-        except Exception as exc:
-            tp = self.last_traceparent
-            if tp and tp[-4:-2] == b"01":  # sampled
-                self.spans.add(tp, method, url, 0, start, _time_ns(), type(exc).__name__)
-            raise
-        tp = self.last_traceparent
-        if tp and tp[-4:-2] == b"01":
-            self.spans.add(tp, method, url, response.status, start, _time_ns(), "")
-        return response
+    def _span_failed(self, tp: bytes, method: str, url: str, start: float, error: str) -> None:
+        """A sampled request that got no response: its span, with ``error`` (the exception's class name)."""
+        if tp and tp[-3] == 49:  # flags "01": sampled
+            duration = _now() - start
+            self.spans.add(tp, method, url, 0, _time_ns() - int(duration * 1e9), duration, error)
 
     async def request(
         self,
@@ -949,6 +933,8 @@ class H1Client:
             return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         except asyncio.CancelledError:
             if deadlines.expired(task) and task.uncancel() <= cancelling:
+                if self.spans is not None:
+                    self._span_failed(self.last_traceparent, method, url, start, "TimeoutError")
                 raise TimeoutError(f"no complete response within {timeout:g} s") from None
             raise
         finally:
@@ -971,7 +957,12 @@ class H1Client:
         bytes_in = bytes_out = 0
         hops = 0
         while True:
-            status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream, tp)
+            try:
+                status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream, tp)
+            except Exception as exc:
+                if self.spans is not None:
+                    self._span_failed(tp, method, url, start, type(exc).__name__)
+                raise
             bytes_in += len(raw)
             bytes_out += len(body)
             multi = hdrs._multi
@@ -992,6 +983,14 @@ class H1Client:
                     continue
             break
         coding = _dict_get(hdrs, "content-encoding")
+        spans = self.spans
+        if spans is not None and tp and tp[-3] == 49:  # flags "01" (b"...-01\r\n"): a sampled request's span
+            q = spans.queue
+            if len(q) < spans.cap:
+                duration = t_done - start
+                q.append((tp, method, url, status, _time_ns() - int((_now() - start) * 1e9), duration, ""))
+            else:
+                spans.dropped += 1
         return Response(
             status=status,
             headers=hdrs,

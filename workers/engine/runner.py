@@ -1648,7 +1648,7 @@ async def run(
             exporter.close(0)
     if refused:
         totals.otlp = {"endpoint": plan.otlp_endpoint, "spans": 0, "exported": 0, "dropped": 0, "failed": 0}
-        totals.otlp |= {"posts": 0, "error": refused}
+        totals.otlp |= {"posts": 0, "error": refused, "cpu_ms": 0.0}
     return totals
 
 
