@@ -29,6 +29,7 @@ request. Also prints the spans exported and dropped per run. Writes ``otlp-<time
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -118,7 +119,8 @@ def _receiver(port: int) -> None:
         def log_message(self, *args):
             pass
 
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    with contextlib.suppress(KeyboardInterrupt):  # the bench stops it with SIGINT when it is done
+        ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
 def _child(url: str, users: int, duration: float, rounds: int, otlp: str = "") -> None:

@@ -197,8 +197,8 @@ def test_the_encoding_is_otlp_json():
     doc = json.loads(
         encode(
             [
-                (line, "POST", 'http://h/a?q="x"', 503, 10**18, 0.25, ""),
-                (line, "GET", "http://h/b", 0, 1, 2.0, "TimeoutError"),
+                (line, "POST", 'http://h/a?q="x"', 503, 10**18 + 250_000_000, 0.25, ""),
+                (line, "GET", "http://h/b", 0, 3 * 10**9, 2.0, "TimeoutError"),
             ],
             {"service.name": "s"},
         )

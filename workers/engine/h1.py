@@ -893,7 +893,7 @@ class H1Client:
         """A sampled request that got no response: its span, with ``error`` (the exception's class name)."""
         if tp and tp[-3] == 49:  # flags "01": sampled
             duration = _now() - start
-            self.spans.add(tp, method, url, 0, _time_ns() - int(duration * 1e9), duration, error)
+            self.spans.add(tp, method, url, 0, _time_ns(), duration, error)
 
     async def request(
         self,
@@ -987,8 +987,7 @@ class H1Client:
         if spans is not None and tp and tp[-3] == 49:  # flags "01" (b"...-01\r\n"): a sampled request's span
             q = spans.queue
             if len(q) < spans.cap:
-                duration = t_done - start
-                q.append((tp, method, url, status, _time_ns() - int((_now() - start) * 1e9), duration, ""))
+                q.append((tp, method, url, status, _time_ns(), t_done - start, ""))
             else:
                 spans.dropped += 1
         return Response(

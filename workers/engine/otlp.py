@@ -44,9 +44,9 @@ from urllib.parse import urlsplit
 
 __all__ = ["SpanExporter", "encode", "traces_url"]
 
-QUEUE_CAP = 20_000
-BATCH = 2_000
-INTERVAL_S = 1.0
+QUEUE_CAP = 4_000
+BATCH = 1_000
+INTERVAL_S = 0.25
 POST_TIMEOUT_S = 2.0
 FLUSH_S = 3.0
 CPU_BUDGET = 0.02  # the thread's CPU, at most this share of the CPU the rest of the process used
@@ -88,13 +88,14 @@ _SPAN = (
 def encode(spans: list[tuple], resource: dict[str, str], cache: dict | None = None) -> bytes:
     """An ``ExportTraceServiceRequest`` in OTLP/HTTP's JSON encoding for ``spans`` (as the exporter queues them).
 
-    A span: ``(traceparent line, method, url, status, start in ns since the epoch, duration in s, error)``.
+    A span: ``(traceparent line, method, url, status, end in ns since the epoch, duration in s, error)``:
+    the loop reads one clock (the wall clock at the end), the start is computed here.
     ``cache`` keeps the encoded URLs, methods and status tails between calls (bounded).
     """
     cache = cache if cache is not None else {}
     out = []
     span = _SPAN
-    for tp, method, url, status, start_ns, duration_s, error in spans:
+    for tp, method, url, status, end_ns, duration_s, error in spans:
         u = cache.get(url)
         if u is None:
             u = json.dumps(url).encode()
@@ -109,7 +110,7 @@ def encode(spans: list[tuple], resource: dict[str, str], cache: dict | None = No
             tail = _status_tail(status, error)
             if len(cache) < 4096:
                 cache[key] = tail
-        out.append(span % (tp[16:48], tp[49:65], m, start_ns, start_ns + int(duration_s * 1e9), m, u, tail))
+        out.append(span % (tp[16:48], tp[49:65], m, end_ns - int(duration_s * 1e9), end_ns, m, u, tail))
     attributes = ",".join(_attr(k, v) for k, v in resource.items()).encode()
     return b"".join(
         (
@@ -161,7 +162,7 @@ class SpanExporter:
 
     # -- the engine's side: never blocks --
 
-    def add(self, tp: bytes, method: str, url: str, status: int, start_ns: int, duration_s: float, error: str) -> None:
+    def add(self, tp: bytes, method: str, url: str, status: int, end_ns: int, duration_s: float, error: str) -> None:
         """A finished sampled request (``tp``: its ``traceparent`` line); dropped and counted when the queue is full.
 
         The client (h1.py) appends to ``queue`` itself on its hot path, with the same cap; this is the slow door.
@@ -170,7 +171,7 @@ class SpanExporter:
         if len(q) >= self.cap:
             self.dropped += 1
             return
-        q.append((tp, method, url, status, start_ns, duration_s, error))
+        q.append((tp, method, url, status, end_ns, duration_s, error))
 
     # -- the thread --
 
