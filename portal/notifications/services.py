@@ -1,10 +1,10 @@
 """Notifications per project: which events happened, which channels want them, and each delivery.
 
 Everything here runs in Celery tasks on the default queue, after the run (or fire) committed:
-``notify_run`` / ``notify_fire`` decide the events and create one Delivery per channel
+``notify_run`` / ``notify_fire`` / ``notify_change`` decide the events and create one Delivery per channel
 (unique on channel and subject, so a task delivered twice notifies once); ``delivery_attempt``
-sends one, and a failing webhook is tried again later with backoff (RETRY_DELAYS) by a new
-task, so a slow or dead receiver delays nothing else.
+sends one, and a failing webhook (or Grafana channel: grafana.py) is tried again later with
+backoff (RETRY_DELAYS) by a new task, so a slow or dead receiver delays nothing else.
 """
 
 import hashlib
@@ -492,6 +492,7 @@ def webhook_body(channel: Channel, payload: dict) -> bytes:
         (payload.get("run") or {}).get("url")
         or (payload.get("experiment") or {}).get("url")
         or (payload.get("schedule") or {}).get("url")
+        or (payload.get("change") or {}).get("url")
         or ""
     )
     if channel.payload_format == Channel.Format.SLACK:

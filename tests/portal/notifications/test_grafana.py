@@ -262,3 +262,25 @@ def test_the_api_creates_and_refuses_grafana_channels(alice, project):
     assert response.status_code == 200, response.content
     assert (response.json()["dashboard_uid"], response.json()["panel_id"]) == ("", None)
     assert Channel.objects.get().token and Delivery.objects.count() == 0
+
+
+def test_webhooks_and_mail_hear_of_an_applied_change_too(project, environment, alice, grafana, smtp):
+    from .addresses import confirm_addresses
+
+    server = grafana()  # any HTTP receiver: a Slack webhook here
+    services.channel_create(
+        project=project, name="Chat", kind="webhook", events=["change_applied"], url=server.url + "/hook",
+        payload_format="slack",
+    )  # fmt: skip
+    services.channel_create(project=project, name="Ops", kind="email", events=["change_applied"], emails="o@x.test")
+    confirm_addresses(project.team, "o@x.test")
+    change = change_create(environment=environment, user=alice, edits=[{"key": "k", "value": "1"}], title="K to 1")
+    change_apply(change, user=alice)
+    for delivery in services.notify_change(change_id=change.id):
+        services.delivery_attempt(delivery_id=delivery.id)
+    ((_, _, body),) = server.requests
+    text = json.loads(body)["text"]
+    assert text.startswith("Tuning change #1 on Staging: K to 1 (k = 1).")
+    assert f"/changes/{change.code}/|Open in Plimsoll>" in text
+    ((_, mail),) = smtp
+    assert f"Tuning change #1 on Staging, by {alice.get_username()}" in mail.get_body(("plain",)).get_content()
