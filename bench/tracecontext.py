@@ -17,11 +17,19 @@ within a round; the headline is the median over rounds. Goal: under 5 %.
 
 Needs Debian's nginx (``nginx-light``) and ``taskset``; prints a table and
 writes ``bench/results/tracecontext-<time>.json``.
+
+``--otlp``: the cost of the OTLP export of spans instead (issue 29 item 4). Both runs of a
+pair send trace context (sample rate 1.0: every request is a span, the worst case); one
+exports the spans (``otlp_endpoint``) to an OTLP/HTTP receiver in its own process on the
+server's core (it reads each post and answers 200, as a collector would), the other does not.
+The exporter's background thread is in the engine's process, so its CPU is in the CPU per
+request. Also prints the spans exported and dropped per run. Writes ``otlp-<time>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -93,14 +101,43 @@ def _start_nginx(d: Path, port: int, core: int | None) -> int:
     raise RuntimeError("nginx did not start listening within 10 s")
 
 
-def _child(url: str, users: int, duration: float, rounds: int) -> None:
-    """In the generator's process: ``rounds`` × (with, without), alternating which goes first; one JSON line out."""
+def _receiver(port: int) -> None:
+    """An OTLP/HTTP receiver for the bench: reads each post whole, answers 200 ``{}`` (keep-alive)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    with contextlib.suppress(KeyboardInterrupt):  # the bench stops it with SIGINT when it is done
+        ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+
+
+def _child(url: str, users: int, duration: float, rounds: int, otlp: str = "") -> None:
+    """In the generator's process: ``rounds`` × (with, without), alternating which goes first; one JSON line out.
+
+    With ``otlp`` (a receiver's URL): "with" exports spans there, "without" does not; both send trace context.
+    """
     from workers.engine.plan import Plan
     from workers.engine.runner import run_sync
 
     on = Plan.single_page(url, users=users, hold=duration)
     off = Plan.from_dict({**on.to_dict(), "trace_context": False})
-    assert on.trace_context and not off.trace_context
+    if otlp:
+        on, off = Plan.from_dict({**on.to_dict(), "otlp_endpoint": otlp}), on
+        assert on.otlp_endpoint and off.trace_context and not off.otlp_endpoint
+    else:
+        assert on.trace_context and not off.trace_context
     rounds_out = []
     for i in range(rounds):
         got = {}
@@ -115,6 +152,7 @@ def _child(url: str, users: int, duration: float, rounds: int) -> None:
                 "errors": totals.errors,
                 "cpu_us_per_request": round(cpu / totals.requests * 1e6, 2) if totals.requests else None,
                 "cpu_pct": round(100 * cpu / wall, 1),
+                **({"otlp": totals.otlp} if totals.otlp else {}),
             }
         rounds_out.append(got)
     print(json.dumps({"rounds": rounds_out}), flush=True)
@@ -127,20 +165,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--users", type=int, default=50)
     p.add_argument("--gen-core", type=int, default=0)
     p.add_argument("--server-core", type=int, default=1)
+    p.add_argument("--otlp", action="store_true", help="measure the OTLP export of spans instead (on vs off)")
     p.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    p.add_argument("--child-otlp", metavar="URL", default="", help=argparse.SUPPRESS)
+    p.add_argument("--receiver", metavar="PORT", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.child:
-        _child(args.child, args.users, args.duration, args.rounds)
+    if args.receiver:
+        _receiver(args.receiver)
         return 0
+    if args.child:
+        _child(args.child, args.users, args.duration, args.rounds, args.child_otlp)
+        return 0
+    what = "OTLP export" if args.otlp else "trace context"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     d = Path(tempfile.mkdtemp(prefix="plimsoll-bench-trace-"))
     port = free_port()
     try:
         master = _start_nginx(d, port, args.server_core)
         url = f"http://127.0.0.1:{port}/2k"
-        print(f"bench.tracecontext: {args.rounds} × (with, without) × {args.duration:g} s, {args.users} users, {url}")
+        print(
+            f"bench.tracecontext: {what}, {args.rounds} × (with, without) × {args.duration:g} s, "
+            f"{args.users} users, {url}"
+        )
         child = [sys.executable, "-m", "bench.tracecontext", "--child", url, "--users", str(args.users)]
         child += ["--duration", f"{args.duration:g}", "--rounds", str(args.rounds)]
+        if args.otlp:
+            otlp_port = free_port()
+            receiver = [sys.executable, "-m", "bench.tracecontext", "--receiver", str(otlp_port)]
+            if args.server_core is not None:
+                receiver = ["taskset", "-c", str(args.server_core), *receiver]
+            procs.REGISTRY.start(receiver, cwd=str(REPO))
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", otlp_port), timeout=0.5).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the OTLP receiver did not listen within 10 s") from None
+                    time.sleep(0.1)
+            child += ["--child-otlp", f"http://127.0.0.1:{otlp_port}"]
         if args.gen_core is not None:
             child = ["taskset", "-c", str(args.gen_core), *child]
         r = procs.run(child, timeout_s=args.rounds * 2 * (args.duration + 5) + 60, cwd=str(REPO))
@@ -161,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
             f"without {wo['rps']:>9,.0f} req/s {wo['cpu_us_per_request']:>6} µs CPU/request | "
             f"cost {row['cost_pct']:+.1f} %"
             + (f"  ! errors {w['errors']}/{wo['errors']}" if w["errors"] or wo["errors"] else "")
+            + (
+                f"  spans exported {w['otlp']['exported']:,}, dropped {w['otlp']['dropped']:,}, "
+                f"failed {w['otlp']['failed']:,}, exporter CPU {w['otlp']['cpu_ms']:,.0f} ms "
+                f"of {w['cpu_us_per_request'] * w['requests'] / 1000:,.0f} ms"
+                if w.get("otlp")
+                else ""
+            )
         )
     costs = [r["cost_pct"] for r in rows if r["cost_pct"] is not None]
     median = statistics.median(costs)
@@ -168,17 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     cpu = {k: statistics.median(r[k]["cpu_us_per_request"] for r in rows) for k in ("with", "without")}
     cpu_cost = 100 * (cpu["with"] / cpu["without"] - 1)
     print()
+    names = ("trace context, no export", "trace context + OTLP export") if args.otlp else None
+    names = names or ("without trace context", "with trace context (default)")
     print("| engine, 50 users, /2k        | requests/s (median) | CPU per request (median) |")
     print("|------------------------------|--------------------:|-------------------------:|")
-    print(f"| without trace context        | {med['without']:>19,.0f} | {cpu['without']:>21.2f} µs |")
-    print(f"| with trace context (default) | {med['with']:>19,.0f} | {cpu['with']:>21.2f} µs |")
+    print(f"| {names[0]:<28} | {med['without']:>19,.0f} | {cpu['without']:>21.2f} µs |")
+    print(f"| {names[1]:<28} | {med['with']:>19,.0f} | {cpu['with']:>21.2f} µs |")
     print(
-        f"\ncost of trace context, median of {len(costs)} within-round ratios: {median:+.1f} % requests/s "
+        f"\ncost of {what}, median of {len(costs)} within-round ratios: {median:+.1f} % requests/s "
         f"({'meets' if median < 5 else 'misses'} the < 5 % goal); CPU per request {cpu_cost:+.1f} %"
     )
     out = REPO / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"tracecontext-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path = out / f"{'otlp' if args.otlp else 'tracecontext'}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     summary = {"median_cost_pct": median, "cpu_us_per_request": cpu, "rps": med}
     path.write_text(json.dumps({"args": vars(args), "machine": machine(), "rounds": rows, **summary}, indent=2))
     print(f"written: {path.relative_to(REPO)}")

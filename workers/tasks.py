@@ -136,6 +136,13 @@ def experiment_notify_task(experiment_id: int) -> None:
 
 
 @shared_task(ignore_result=True)
+def change_notify_task(change_id: int) -> None:
+    from portal.notifications.services import notify_change
+
+    notify_change(change_id=change_id)
+
+
+@shared_task(ignore_result=True)
 def fire_notify_task(fire_id: int) -> None:
     from portal.notifications.services import notify_fire
 

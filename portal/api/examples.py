@@ -89,6 +89,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -444,6 +445,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -476,6 +478,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -504,6 +507,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Staging",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [],
@@ -535,6 +539,7 @@ DOCUMENTS = {
             "prometheus_url": "",
             "prometheus_token_set": False,
             "trace_url_template": "",
+            "otlp_endpoint": "",
             "name": "Production",
             "project": "cb9ce190-6de1-4a68-8a62-23c25c8e0497",
             "servers": [
@@ -3224,6 +3229,9 @@ def _channel(**changes) -> dict:
         "url": "https://hooks.example.com/plimsoll",
         "payload_format": "slack",
         "enabled": True,
+        "dashboard_uid": "",
+        "panel_id": None,
+        "has_token": False,
         "created_at": "2026-11-20T09:15:00Z",
         "recent_deliveries": [DELIVERY],
         **changes,
@@ -3233,7 +3241,20 @@ def _channel(**changes) -> dict:
 DOCUMENTS.update(
     {
         "channels_list": {"request": None, "response": _channel(), "status": 200, "summary": "A chat webhook"},
-        "channels_retrieve": {"request": None, "response": _channel(), "status": 200},
+        "channels_retrieve": {
+            "summary": "Grafana annotations on one dashboard (its token is stored, never shown)",
+            "request": None,
+            "response": _channel(
+                name="Dashboards",
+                kind="grafana",
+                events=["run_finished", "change_applied"],
+                url="https://grafana.example.com",
+                payload_format="plimsoll",
+                dashboard_uid="srv-overview",
+                has_token=True,
+            ),
+            "status": 200,
+        },
         "channels_create": {
             "summary": "A Slack webhook (its secret shown this once)",
             "request": {

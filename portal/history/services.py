@@ -146,7 +146,17 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
         if not change.touches_nothing:  # a control takes its place in the ledger and touches nothing else
             environment.configuration = after
             environment.save(update_fields=["configuration", "updated_at"])
+        change_id = change.id
+        transaction.on_commit(lambda: _enqueue_change_notification(change_id))
     return change
+
+
+def _enqueue_change_notification(change_id: int) -> None:
+    """The channels that want it hear of the change (a Grafana channel marks it on the dashboards)."""
+    try:
+        task("change_notify_task").delay(change_id)
+    except Exception:  # the broker is down: the ledger still has the change
+        log.exception("change %s: could not enqueue its notification", change_id)
 
 
 def change_in_effect(environment: Environment, at) -> TuningChange | None:

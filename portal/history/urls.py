@@ -9,6 +9,7 @@ urlpatterns = [
     path("environments/<uuid:code>/changes/new/", changes.change_new, name="change-new"),
     path("changes/<uuid:code>/", changes.change_detail, name="change"),
     path("changes/<uuid:code>/apply/", changes.change_apply, name="change-apply"),
+    path("changes/<uuid:code>/prometheus/", changes.change_prometheus, name="change-prometheus"),
     path("environments/<uuid:code>/measurements/new/", changes.measurement_new, name="measurement-new"),
     path("measurements/<uuid:code>/delete/", changes.measurement_delete, name="measurement-delete"),
     path("runs/<uuid:code>/include/", changes.run_include, name="run-include"),

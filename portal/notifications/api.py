@@ -52,6 +52,7 @@ class ChannelSerializer(serializers.ModelSerializer):
     project = serializers.UUIDField(source="project.code", read_only=True)
     events = serializers.ListField(child=serializers.ChoiceField(choices=Event.choices), read_only=True)
     emails = serializers.SerializerMethodField(help_text="E-mail: each address and whether it is confirmed")
+    has_token = serializers.SerializerMethodField(help_text="Grafana: whether a token is stored (never shown)")
     recent_deliveries = DeliverySerializer(
         source="log", many=True, read_only=True, help_text="The last ten deliveries, newest first"
     )
@@ -59,8 +60,11 @@ class ChannelSerializer(serializers.ModelSerializer):
     class Meta:
         model = Channel
         fields = ("code", "project", "name", "kind", "events", "emails", "url", "payload_format", "enabled")
-        fields = (*fields, "created_at", "recent_deliveries")
+        fields = (*fields, "dashboard_uid", "panel_id", "has_token", "created_at", "recent_deliveries")
         read_only_fields = fields
+
+    def get_has_token(self, channel) -> bool:
+        return bool(channel.token)
 
     @extend_schema_field(AddressSerializer(many=True))
     def get_emails(self, channel) -> list[dict]:
@@ -72,7 +76,8 @@ class ChannelSecretSerializer(ChannelSerializer):
     secret = serializers.CharField(
         read_only=True,
         allow_null=True,
-        help_text="A webhook's signing secret (X-Plimsoll-Signature), shown this once; null otherwise",
+        help_text="A webhook's or Grafana channel's signing secret (X-Plimsoll-Signature), shown this once; "
+        "null otherwise",
     )
 
     class Meta(ChannelSerializer.Meta):
@@ -88,9 +93,25 @@ class ChannelWriteSerializer(StrictSerializer):
     emails = serializers.ListField(
         child=serializers.EmailField(), required=False, default=list, help_text="E-mail: the addresses"
     )
-    url = serializers.CharField(max_length=500, required=False, default="", allow_blank=True, help_text="Webhook")
+    url = serializers.CharField(
+        max_length=500, required=False, default="", allow_blank=True, help_text="Webhook; Grafana: its base address"
+    )
     payload_format = serializers.ChoiceField(
         choices=Channel.Format.choices, required=False, default="", allow_blank=True, help_text="Webhook"
+    )
+    token = serializers.CharField(
+        max_length=500,
+        required=False,
+        default="",
+        allow_blank=True,
+        write_only=True,
+        help_text="Grafana: a service account token, stored encrypted; absent or empty on a change: kept",
+    )
+    dashboard_uid = serializers.CharField(
+        max_length=40, required=False, default="", allow_blank=True, help_text="Grafana: the dashboard (optional)"
+    )
+    panel_id = serializers.IntegerField(
+        required=False, default=None, allow_null=True, help_text="Grafana: one panel of the dashboard (optional)"
     )
     enabled = serializers.BooleanField(default=True, help_text="Paused channels hear nothing")
     replace_secret = serializers.BooleanField(
@@ -156,6 +177,9 @@ class ChannelViewSet(
                 "emails": ", ".join(data["emails"]),
                 "url": data["url"],
                 "payload_format": data["payload_format"],
+                "token": data["token"],
+                "dashboard_uid": data["dashboard_uid"],
+                "panel_id": data["panel_id"] if data["panel_id"] is not None else "",
             }
         )
         if not form.is_valid():
@@ -170,6 +194,9 @@ class ChannelViewSet(
                 emails=clean["emails"],
                 url=clean["url"],
                 payload_format=clean["payload_format"],
+                token=clean["token"],
+                dashboard_uid=clean["dashboard_uid"],
+                panel_id=clean["panel_id"],
                 requested_by=request.user,
             )
         except services.ChannelError as exc:
@@ -193,6 +220,9 @@ class ChannelViewSet(
                 "emails": ", ".join(data["emails"]),
                 "url": data["url"],
                 "payload_format": data["payload_format"],
+                "token": data["token"],
+                "dashboard_uid": data["dashboard_uid"],
+                "panel_id": data["panel_id"] if data["panel_id"] is not None else "",
                 "enabled": "on" if data["enabled"] else "",
                 "replace_secret": "on" if data["replace_secret"] else "",
             },
@@ -209,6 +239,9 @@ class ChannelViewSet(
                 emails=clean.get("emails", ""),
                 url=clean.get("url", ""),
                 payload_format=clean.get("payload_format", ""),
+                token=clean.get("token", ""),
+                dashboard_uid=clean.get("dashboard_uid", ""),
+                panel_id=clean.get("panel_id"),
                 enabled=clean["enabled"],
                 replace_secret=clean.get("replace_secret", False),
                 requested_by=request.user,
@@ -229,6 +262,8 @@ class ChannelViewSet(
             "emails": channel.recipients,
             "url": channel.url,
             "payload_format": channel.payload_format if channel.kind == Channel.Kind.WEBHOOK else "",
+            "dashboard_uid": channel.dashboard_uid,
+            "panel_id": channel.panel_id,
             "enabled": channel.enabled,
         }
 

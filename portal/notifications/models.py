@@ -14,16 +14,22 @@ class Event(models.TextChoices):
     DEGRADATION = "degradation", "Degradation found"
     SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped or missed a fire"
     EXPERIMENT_FINISHED = "experiment_finished", "Experiment finished"
+    CHANGE_APPLIED = "change_applied", "Tuning change applied"
 
 
 class Channel(models.Model):
-    """Where a project's notifications go (an e-mail list or a webhook) and which events it wants."""
+    """Where a project's notifications go (e-mail, a webhook or Grafana's annotations) and which events it wants.
+
+    A Grafana channel is a webhook whose body is an annotation (``POST <url>/api/annotations``, Bearer
+    ``token``): the same deliveries, signature and retries (portal.notifications.grafana).
+    """
 
     team_path = "project__team"
 
     class Kind(models.TextChoices):
         EMAIL = "email", "E-mail"
         WEBHOOK = "webhook", "Webhook"
+        GRAFANA = "grafana", "Grafana annotations"
 
     class Format(models.TextChoices):
         PLIMSOLL = "plimsoll", "Plimsoll JSON"
@@ -40,6 +46,14 @@ class Channel(models.Model):
     payload_format = models.CharField(max_length=10, choices=Format.choices, default=Format.PLIMSOLL)
     # Kept readable (not hashed): the portal signs every delivery with it. Shown once, at creation.
     secret = models.CharField(max_length=100, blank=True)
+    # Grafana: a service account token, Fernet-encrypted (grafana.token_encrypt); never shown back.
+    token = models.TextField(blank=True)
+    dashboard_uid = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="Grafana: the dashboard the annotations belong to (empty: the organization)",
+    )
+    panel_id = models.PositiveIntegerField(null=True, blank=True, help_text="Grafana: one panel of that dashboard")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

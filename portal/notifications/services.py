@@ -1,10 +1,10 @@
 """Notifications per project: which events happened, which channels want them, and each delivery.
 
 Everything here runs in Celery tasks on the default queue, after the run (or fire) committed:
-``notify_run`` / ``notify_fire`` decide the events and create one Delivery per channel
+``notify_run`` / ``notify_fire`` / ``notify_change`` decide the events and create one Delivery per channel
 (unique on channel and subject, so a task delivered twice notifies once); ``delivery_attempt``
-sends one, and a failing webhook is tried again later with backoff (RETRY_DELAYS) by a new
-task, so a slow or dead receiver delays nothing else.
+sends one, and a failing webhook (or Grafana channel: grafana.py) is tried again later with
+backoff (RETRY_DELAYS) by a new task, so a slow or dead receiver delays nothing else.
 """
 
 import hashlib
@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from portal.common import task
 
+from . import grafana
 from .addresses import addresses_request, recipients_allowed, test_allowed
 from .models import Channel, Delivery, Event
 
@@ -46,14 +47,16 @@ def channel_create(
     emails: str = "",
     url: str = "",
     payload_format: str = "",
+    token: str = "",
+    dashboard_uid: str = "",
+    panel_id: int | None = None,
     requested_by=None,
 ) -> Channel:
-    """A new channel; a webhook gets a fresh signing secret (the caller shows it once).
+    """A new channel; a webhook or Grafana channel gets a fresh signing secret (the caller shows it once).
 
     An e-mail channel's addresses are mailed a confirmation link (``addresses.addresses_request``).
+    A Grafana channel needs its base URL and a service account token (stored encrypted).
     """
-    from portal.outbound import OutboundRefused, parse_url, site_service_refusal
-
     unknown = set(events) - set(Event.values)
     if unknown or not events:
         raise ChannelError("Choose at least one event." if not events else f"Unknown events: {', '.join(unknown)}.")
@@ -63,14 +66,11 @@ def channel_create(
         if not channel.recipients:
             raise ChannelError("Give at least one e-mail address.")
     elif kind == Channel.Kind.WEBHOOK:
-        try:
-            parse_url(url)
-        except OutboundRefused as exc:
-            raise ChannelError(f"The webhook URL: {exc}") from None
-        if refusal := site_service_refusal(url):
-            raise ChannelError(f"The webhook URL: {refusal}")
-        channel.url = url
+        channel.url = _checked_url(url, "The webhook URL")
         channel.payload_format = payload_format or Channel.Format.PLIMSOLL
+        channel.secret = secrets.token_urlsafe(32)
+    elif kind == Channel.Kind.GRAFANA:
+        _grafana_fields(channel, url=url, token=token, dashboard_uid=dashboard_uid, panel_id=panel_id)
         channel.secret = secrets.token_urlsafe(32)
     else:
         raise ChannelError(f"Unknown kind of channel “{kind}”.")
@@ -88,6 +88,9 @@ def channel_update(
     emails: str = "",
     url: str = "",
     payload_format: str = "",
+    token: str = "",
+    dashboard_uid: str = "",
+    panel_id: int | None = None,
     enabled: bool = True,
     replace_secret: bool = False,
     requested_by=None,
@@ -98,9 +101,8 @@ def channel_update(
     X-Plimsoll-Signature go on working after an edit of the URL or the events. A new secret
     is on the returned channel for the caller to show once. Nothing is saved when a value
     is refused (ChannelError), so a bad URL never loses the other edits' previous state.
+    A Grafana channel keeps its token when ``token`` is empty.
     """
-    from portal.outbound import OutboundRefused, parse_url, site_service_refusal
-
     unknown = set(events) - set(Event.values)
     if unknown or not events:
         raise ChannelError("Choose at least one event." if not events else f"Unknown events: {', '.join(unknown)}.")
@@ -112,20 +114,46 @@ def channel_update(
         if not channel.recipients:
             raise ChannelError("Give at least one e-mail address.")
     else:
-        try:
-            parse_url(url)
-        except OutboundRefused as exc:
-            raise ChannelError(f"The webhook URL: {exc}") from None
-        if refusal := site_service_refusal(url):
-            raise ChannelError(f"The webhook URL: {refusal}")
-        channel.url = url
-        channel.payload_format = payload_format or Channel.Format.PLIMSOLL
+        if channel.kind == Channel.Kind.GRAFANA:
+            _grafana_fields(channel, url=url, token=token, dashboard_uid=dashboard_uid, panel_id=panel_id)
+        else:
+            channel.url = _checked_url(url, "The webhook URL")
+            channel.payload_format = payload_format or Channel.Format.PLIMSOLL
         if replace_secret:
             channel.secret = secrets.token_urlsafe(32)
     channel.save()
     if channel.kind == Channel.Kind.EMAIL:
         addresses_request(team=channel.project.team, emails=channel.recipients, requested_by=requested_by)
     return channel
+
+
+def _checked_url(url: str, what: str) -> str:
+    from portal.outbound import OutboundRefused, parse_url, site_service_refusal
+
+    try:
+        parse_url(url)
+    except OutboundRefused as exc:
+        raise ChannelError(f"{what}: {exc}") from None
+    if refusal := site_service_refusal(url):
+        raise ChannelError(f"{what}: {refusal}")
+    return url
+
+
+def _grafana_fields(channel: Channel, *, url: str, token: str, dashboard_uid: str, panel_id: int | None) -> None:
+    """A Grafana channel's URL, token (kept when empty on an edit) and dashboard/panel, checked."""
+    channel.url = _checked_url(grafana.base_url(url), "The Grafana URL")
+    if "?" in channel.url or "#" in channel.url:
+        raise ChannelError("The Grafana URL: give Grafana's base address, e.g. https://grafana.example.org.")
+    token = (token or "").strip()
+    if token:
+        channel.token = grafana.token_encrypt(token)
+    elif not channel.token:
+        raise ChannelError("Give a Grafana service account token (role Editor, or annotations:write).")
+    dashboard_uid = (dashboard_uid or "").strip()
+    if problem := grafana.check_target(dashboard_uid, panel_id):
+        raise ChannelError(problem)
+    channel.dashboard_uid, channel.panel_id = dashboard_uid, panel_id
+    channel.payload_format = Channel.Format.PLIMSOLL
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -165,6 +193,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "status": run.status,
             "thresholds": run.verdict,
             "url": settings.SITE_URL + run.get_absolute_url(),
+            "started_at": run.start_at.isoformat() if run.start_at else None,
+            "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "apd_ms": totals.get("apd_ms"),
             "p95_ms": totals.get("p95_ms"),
             "pages_per_s": totals.get("pages_per_s"),
@@ -312,6 +342,49 @@ def notify_experiment(*, experiment_id: int) -> list[Delivery]:
     )
 
 
+def change_payload(change) -> dict:
+    """What an applied tuning change says: its number and title, the keys it set, where and when."""
+    keys = ", ".join(
+        f"{e['key']} = {e['value']}" if e.get("value") is not None else f"{e['key']} removed"
+        for e in (change.edits or [])[:5]
+    )
+    environment = change.environment
+    headline = f"Tuning change #{change.number} on {environment.name}: {change.title}" + (f" ({keys})" if keys else "")
+    return {
+        "event": Event.CHANGE_APPLIED,
+        "events": [Event.CHANGE_APPLIED],
+        "project": environment.project.name,
+        "headline": headline + ".",
+        "change": {
+            "number": change.number,
+            "title": change.title,
+            "category": change.category,
+            "environment": environment.name,
+            "applied_at": change.applied_at.isoformat(),
+            "edits": change.edits,
+            "made_by": change.made_by.get_username() if change.made_by_id else None,
+            "url": settings.SITE_URL + change.get_absolute_url(),
+        },
+        "run": None,
+        "verdict": None,
+    }
+
+
+def notify_change(*, change_id: int) -> list[Delivery]:
+    """Notifies that a tuning change was applied (Grafana marks it on the dashboards)."""
+    from portal.history.models import TuningChange
+
+    change = (
+        TuningChange.objects.select_related("environment__project", "made_by")
+        .filter(id=change_id, status=TuningChange.Status.APPLIED)
+        .first()
+    )
+    if change is None:
+        return []
+    project = change.environment.project
+    return _deliver(project, [Event.CHANGE_APPLIED], f"change:{change.id}", lambda: change_payload(change))
+
+
 def channel_test(*, channel: Channel, now: datetime | None = None, requested_by=None) -> Delivery:
     """The "send test" button: a delivery that says it is a test (limited per user: limits.TooMany)."""
     if requested_by is not None:
@@ -419,6 +492,7 @@ def webhook_body(channel: Channel, payload: dict) -> bytes:
         (payload.get("run") or {}).get("url")
         or (payload.get("experiment") or {}).get("url")
         or (payload.get("schedule") or {}).get("url")
+        or (payload.get("change") or {}).get("url")
         or ""
     )
     if channel.payload_format == Channel.Format.SLACK:
@@ -441,19 +515,31 @@ def webhook_body(channel: Channel, payload: dict) -> bytes:
 
 
 def _send_webhook(delivery: Delivery):
+    """A webhook's POST, or a Grafana channel's (its annotation, to ``<url>/api/annotations`` with its token)."""
     from portal.outbound import OutboundFailed, OutboundRefused, request
 
     channel = delivery.channel
-    body = webhook_body(channel, delivery.payload)
+    url, extra = channel.url, {}
+    if channel.kind == Channel.Kind.GRAFANA:
+        body = json.dumps(grafana.annotation(channel, delivery.payload, now=timezone.now()), separators=(",", ":"))
+        body = body.encode()
+        url = channel.url + grafana.ANNOTATIONS_PATH
+        try:
+            extra["Authorization"] = "Bearer " + grafana.token_decrypt(channel.token)
+        except grafana.TokenUnreadable as exc:
+            return False, None, "", f"Not sent: {exc}", False
+    else:
+        body = webhook_body(channel, delivery.payload)
     headers = {
         "Content-Type": "application/json",
         SIGNATURE_HEADER: sign(channel.secret, body),
         "X-Plimsoll-Event": delivery.event,
         "X-Plimsoll-Delivery": str(delivery.id),
+        **extra,
     }
     try:
         # Where the portal's own requests may go (PLIMSOLL_OUTBOUND_ALLOWED), never the site's own services.
-        response = request("POST", channel.url, body=body, headers=headers, timeout=10, max_bytes=64_000)
+        response = request("POST", url, body=body, headers=headers, timeout=10, max_bytes=64_000)
     except OutboundRefused as exc:  # not allowed: no request was sent, and none will be
         return False, None, "", f"Refused, nothing was sent: {exc}", False
     except OutboundFailed as exc:
@@ -463,4 +549,10 @@ def _send_webhook(delivery: Delivery):
         return True, response.status, snippet, "", False
     # 4xx other than 408/429 will not get better by waiting; 5xx, 408 and 429 might.
     retry = response.status >= 500 or response.status in (408, 429)
-    return False, response.status, snippet, f"HTTP {response.status}", retry
+    error = f"HTTP {response.status}"
+    if channel.kind == Channel.Kind.GRAFANA and response.status in (401, 403):
+        error += (
+            ": Grafana refused the token (a service account token with the Editor role, or annotations:write, "
+            "and annotations:create on that dashboard); edit the channel to give another"
+        )
+    return False, response.status, snippet, error, retry

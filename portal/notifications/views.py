@@ -51,6 +51,9 @@ def channel_new(request, code):
                 emails=data["emails"],
                 url=data["url"],
                 payload_format=data["payload_format"],
+                token=data["token"],
+                dashboard_uid=data["dashboard_uid"],
+                panel_id=data["panel_id"],
                 requested_by=request.user,
             )
         except services.ChannelError as exc:
@@ -82,6 +85,9 @@ def channel_edit(request, code):
                     emails=data.get("emails", ""),
                     url=data.get("url", ""),
                     payload_format=data.get("payload_format", ""),
+                    token=data.get("token", ""),
+                    dashboard_uid=data.get("dashboard_uid", ""),
+                    panel_id=data.get("panel_id"),
                     enabled=data["enabled"],
                     replace_secret=data.get("replace_secret", False),
                     requested_by=request.user,

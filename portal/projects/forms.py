@@ -322,12 +322,14 @@ class EnvironmentForm(ProjectScopedForm):
             "prometheus_url",
             "generator_pool",
             "trace_url_template",
+            "otlp_endpoint",
         ]
         widgets = {
             "description": forms.Textarea(attrs={"rows": 3}),
             "config_url": forms.URLInput(),
             "prometheus_url": forms.URLInput(attrs={"placeholder": "http://prometheus:9090"}),
             "trace_url_template": forms.TextInput(attrs={"placeholder": "https://tempo.example/trace/{trace_id}"}),
+            "otlp_endpoint": forms.URLInput(attrs={"placeholder": "http://otel-collector:4318"}),
         }
 
     # Write-only: stored encrypted, never rendered back (an empty box keeps the stored token).
@@ -391,6 +393,7 @@ class EnvironmentForm(ProjectScopedForm):
                 "prometheus_url",
                 "generator_pool",
                 "trace_url_template",
+                "otlp_endpoint",
             )
         }
         if data.get("prometheus_token_clear"):

@@ -11,6 +11,19 @@ from workers.engine import variables
 TRACE_ID_PLACEHOLDER = "{trace_id}"
 
 
+def validate_otlp_endpoint(value: str) -> None:
+    """An http(s) URL without credentials (the engine's strict parser), as the engine will post to it."""
+    from workers.engine.otlp import traces_url
+    from workers.engine.targets import BadTargetURL, parse_target_url
+
+    if not value:
+        return
+    try:
+        parse_target_url(traces_url(value))
+    except (ValueError, BadTargetURL) as exc:
+        raise ValidationError(f"Not an OTLP/HTTP endpoint: {exc}") from None
+
+
 def validate_trace_url_template(value: str) -> None:
     """An http(s) URL with ``{trace_id}`` once (where a run's trace id goes) and no other placeholder."""
     if not value:
@@ -97,6 +110,16 @@ class Environment(TimeStamped):
         validators=[validate_trace_url_template],
         help_text="Optional: a link to one trace in your tracing backend, with {trace_id} where the id goes, "
         "e.g. https://tempo.example/trace/{trace_id} (Jaeger: …/trace/{trace_id}, Zipkin: …/zipkin/traces/{trace_id}).",
+    )
+    # Optional OTLP export (workers/engine/otlp.py): sampled requests' spans sent to the team's collector.
+    otlp_endpoint = models.CharField(
+        "OTLP endpoint",
+        max_length=500,
+        blank=True,
+        validators=[validate_otlp_endpoint],
+        help_text="Optional: an OTLP/HTTP receiver (an OpenTelemetry Collector, Tempo, Jaeger…), e.g. "
+        "http://otel-collector:4318; the engine exports a client span for each sampled request. It must be "
+        "in the load-target allowlist, like a target.",
     )
     # Server metrics (portal.metrics): how often each server's metrics endpoint is scraped during a run.
     metrics_interval_s = models.PositiveSmallIntegerField(
@@ -699,6 +722,12 @@ class Plan(TimeStamped):
             **({"tls_verify": False} if self.tls_accept_any else {}),
             **({} if self.trace_context else {"trace_context": False}),
             **({"trace_sample_rate": self.trace_sample_rate} if self.trace_sample_rate != 1.0 else {}),
+            # The environment's collector, when it has one and the plan sends trace context.
+            **(
+                {"otlp_endpoint": self.environment.otlp_endpoint}
+                if self.environment.otlp_endpoint and self.trace_context
+                else {}
+            ),
         }
 
     def analysis_settings(self) -> dict:

@@ -109,6 +109,7 @@ def environment_save(
     prometheus_url: str | None = None,
     prometheus_token: str | None = None,
     trace_url_template: str | None = None,
+    otlp_endpoint: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -157,6 +158,8 @@ def environment_save(
         env.prometheus_token = token_encrypt(prometheus_token.strip())
     if trace_url_template is not None:  # None: unchanged; checked by the field's validator below
         env.trace_url_template = trace_url_template.strip()
+    if otlp_endpoint is not None:  # None: unchanged; checked by the field's validator below
+        env.otlp_endpoint = otlp_endpoint.strip()
     env.name, env.base_url, env.description = name, base_url, description or ""
     env.metrics_interval_s = metrics_interval_s if metrics_interval_s is not None else (env.metrics_interval_s or 5)
     if generator_pool is not None:  # issue 25: the pool names a Celery queue (engine.<pool>)

@@ -180,7 +180,15 @@ def instant(
 
 
 def window(
-    base_url: str, token: str, selector: str, counter_set: CounterSet, start: float, end: float, step: int
+    base_url: str,
+    token: str,
+    selector: str,
+    counter_set: CounterSet,
+    start: float,
+    end: float,
+    step: int,
+    *,
+    timeout: float = RANGE_TIMEOUT_S,
 ) -> dict[float, list[float | None] | str]:
     """Raw values at every ``step`` seconds from ``start`` to ``end`` (epoch seconds): {time: values or gap reason}.
 
@@ -193,7 +201,7 @@ def window(
         piece_end = min(end, piece_start + step * (MAX_POINTS - 1))
         params = {"query": query, "start": f"{piece_start:.3f}", "end": f"{piece_end:.3f}", "step": str(step)}
         try:
-            for series in _get(base_url, "/api/v1/query_range", params, token, RANGE_TIMEOUT_S):
+            for series in _get(base_url, "/api/v1/query_range", params, token, timeout):
                 for t, value in series["values"]:
                     at_time[round(float(t), 3)].append(_samples(series, value))
         except (KeyError, IndexError, TypeError, ValueError) as exc:

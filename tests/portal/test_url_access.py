@@ -34,6 +34,7 @@ plans/<uuid:code>/mix/add/ mix/<id:pk>/ mix/<id:pk>/delete/ mix/<id:pk>/move/<st
 runs/<uuid:code>/ runs/<uuid:code>/series.json runs/<uuid:code>/detail.json runs/<uuid:code>/stop/
 projects/<uuid:code>/runs/ projects/<uuid:code>/compare/curves.json
 plans/<uuid:code>/run/ environments/<uuid:code>/changes/new/ changes/<uuid:code>/ changes/<uuid:code>/apply/
+changes/<uuid:code>/prometheus/
 environments/<uuid:code>/measurements/new/ measurements/<uuid:code>/delete/ runs/<uuid:code>/include/
 plans/<uuid:code>/trials/ trialsets/<uuid:code>/ trialsets/<uuid:code>/stop/ projects/<uuid:code>/experiments/
 projects/<uuid:code>/experiments/new/ experiments/<uuid:code>/ experiments/<uuid:code>/start/

@@ -198,6 +198,7 @@ def _json_summary(t: RunTotals) -> dict[str, Any]:
         "max_rss_kb": _max_rss_kb(),
         "windows": [w.to_dict() for w in t.windows],
         "labels": {label: lt.to_dict() for label, lt in t.labels.items()},
+        **({"otlp": dict(t.otlp)} if t.otlp is not None else {}),
     }
 
 

@@ -121,6 +121,7 @@ CLOSE_GRACE_S = 1.0  # close(): how long a graceful close (TLS close_notify) may
 _PREPARED_CACHE_MAX = 4096
 HTTP11 = "http/1.1"  # Response.protocol of a request sent over HTTP/1.1
 _now = time.perf_counter
+_time_ns = time.time_ns
 _current_task = asyncio.current_task
 
 
@@ -872,11 +873,27 @@ class H1Client:
         self.last_connect_s = 0.0  # connect time of the last request (0 on a reused connection)
         self.trace: TraceContext | None = None  # set: a W3C traceparent on every request (tracecontext.py)
         self.last_traceparent = b""  # the traceparent line sent with the last request (b"" without)
+        self.spans = None  # set by export_spans: sampled requests' spans go to an otlp.SpanExporter
 
     @property
     def last_trace_id(self) -> str:
         """The trace id sent with the last request, or ``""``."""
         return trace_id_of(self.last_traceparent) if self.last_traceparent else ""
+
+    def export_spans(self, exporter) -> None:
+        """Each sampled request's span to ``exporter`` (otlp.SpanExporter) from now on.
+
+        Recorded where the response is made (``_exchange``) or the request failed: one clock read and
+        one tuple appended to the exporter's queue (capped: a full queue drops and counts). A client
+        without an exporter pays one attribute check per request.
+        """
+        self.spans = exporter
+
+    def _span_failed(self, tp: bytes, method: str, url: str, start: float, error: str) -> None:
+        """A sampled request that got no response: its span, with ``error`` (the exception's class name)."""
+        if tp and tp[-3] == 49:  # flags "01": sampled
+            duration = _now() - start
+            self.spans.add(tp, method, url, 0, _time_ns(), duration, error)
 
     async def request(
         self,
@@ -916,6 +933,8 @@ class H1Client:
             return await self._exchange(method, url, headers, body or b"", start, stream, tp)
         except asyncio.CancelledError:
             if deadlines.expired(task) and task.uncancel() <= cancelling:
+                if self.spans is not None:
+                    self._span_failed(self.last_traceparent, method, url, start, "TimeoutError")
                 raise TimeoutError(f"no complete response within {timeout:g} s") from None
             raise
         finally:
@@ -938,7 +957,12 @@ class H1Client:
         bytes_in = bytes_out = 0
         hops = 0
         while True:
-            status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream, tp)
+            try:
+                status, reason, hdrs, raw, t_headers, t_done, protocol = await self._hop(prep, body, stream, tp)
+            except Exception as exc:
+                if self.spans is not None:
+                    self._span_failed(tp, method, url, start, type(exc).__name__)
+                raise
             bytes_in += len(raw)
             bytes_out += len(body)
             multi = hdrs._multi
@@ -959,6 +983,13 @@ class H1Client:
                     continue
             break
         coding = _dict_get(hdrs, "content-encoding")
+        spans = self.spans
+        if spans is not None and tp and tp[-3] == 49:  # flags "01" (b"...-01\r\n"): a sampled request's span
+            q = spans.queue
+            if len(q) < spans.cap:
+                q.append((tp, method, url, status, _time_ns(), t_done - start, ""))
+            else:
+                spans.dropped += 1
         return Response(
             status=status,
             headers=hdrs,

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import variables
+from .otlp import traces_url
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 THINK_TIME_MODES = ("fixed", "uniform", "exponential")
@@ -301,6 +302,7 @@ class Plan:
     ca_bundle: str = ""  # PEM certificates trusted in addition to the system's (a private CA)
     trace_context: bool = True  # a W3C traceparent on every request (tracecontext.py)
     trace_sample_rate: float = 1.0  # the share of requests flagged sampled (0..1)
+    otlp_endpoint: str = ""  # an OTLP/HTTP receiver: sampled requests' spans exported there (otlp.py)
 
     def url_for(self, step: Step) -> str:
         return self.base_url + step.path
@@ -324,6 +326,7 @@ class Plan:
             # Only when not the default: plans saved before trace context keep their exact form.
             **({} if self.trace_context else {"trace_context": False}),
             **({} if self.trace_sample_rate == 1.0 else {"trace_sample_rate": self.trace_sample_rate}),
+            **({"otlp_endpoint": self.otlp_endpoint} if self.otlp_endpoint else {}),
         }
 
     @classmethod
@@ -361,6 +364,14 @@ class Plan:
         sample_rate = _number(d.get("trace_sample_rate", 1.0), "trace_sample_rate", minimum=0.0)
         if sample_rate > 1.0:
             raise PlanError("trace_sample_rate: must be between 0 and 1")
+        otlp_endpoint = d.get("otlp_endpoint", "")
+        if not isinstance(otlp_endpoint, str) or len(otlp_endpoint) > 500:
+            raise PlanError("otlp_endpoint: must be a URL (at most 500 characters), or empty")
+        if otlp_endpoint:
+            try:
+                traces_url(otlp_endpoint)
+            except ValueError as exc:
+                raise PlanError(str(exc)) from None
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -373,6 +384,7 @@ class Plan:
             ca_bundle=ca_bundle,
             trace_context=trace_context,
             trace_sample_rate=float(sample_rate),
+            otlp_endpoint=otlp_endpoint.strip(),
         )
 
     @classmethod
@@ -433,6 +445,7 @@ _PLAN_OPTIONAL = (
     "ca_bundle",
     "trace_context",
     "trace_sample_rate",
+    "otlp_endpoint",
 )
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (

@@ -83,10 +83,11 @@ from .h2 import make_client
 from .histogram import Histogram
 from .http import HttpClient, Response
 from .mix import Mix
+from .otlp import SpanExporter, traces_url
 from .plan import DataSet, Plan, Step, Stream, TestCase, WebSocket, WsAction
 from .schedule import arrivals, measurement_windows, shard_user_ids, total_duration, user_windows, whole_seconds
 from .streams import StreamObserver
-from .targets import DEFAULT_ALLOWLIST, Allowlist, check_url, parse_allowlist
+from .targets import DEFAULT_ALLOWLIST, Allowlist, TargetNotAllowed, check_url, parse_allowlist
 from .tracecontext import TraceContext, trace_id_of
 from .variables import (
     ExtractionError,
@@ -245,6 +246,7 @@ class RunTotals:
     handed_off: bool = False  # the sink asked for a handoff and the schedule was not over
     data_taken: dict[str, int] = field(default_factory=dict)  # unique data sets: rows taken, per test case
     windows: list[WindowTotals] = field(default_factory=list)  # the measurement windows' share of the above
+    otlp: dict[str, Any] | None = None  # the plan's OTLP export (otlp.SpanExporter.stats()), when it has one
 
     @property
     def rps(self) -> float:
@@ -276,6 +278,7 @@ class RunTotals:
             "reports_sent": self.reports_sent,
             "reports_dropped": self.reports_dropped,
             "windows": [w.to_dict() for w in self.windows],
+            **({"otlp": dict(self.otlp)} if self.otlp is not None else {}),
         }
 
 
@@ -677,8 +680,10 @@ class _Run:
         shard: tuple[int, int] | None = None,
         resume_at: float = 0.0,
         data_taken: Mapping[str, int] | None = None,
+        exporter: SpanExporter | None = None,
     ) -> None:
         self.plan = plan
+        self.exporter = exporter  # the plan's OTLP export of sampled requests' spans (otlp.py), or None
         # A continuation: the part of the schedule before this offset ran elsewhere (or not at all).
         self.resume_at = resume_at
         self.data_taken = dict(data_taken or {})
@@ -781,6 +786,8 @@ class _Run:
                 await self._cancel(tasks)
                 reporter.abandon()
         totals = self.totals
+        if self.exporter is not None:  # the last spans flushed off the loop, bounded (otlp.FLUSH_S)
+            totals.otlp = await loop.run_in_executor(None, self.exporter.close)
         totals.duration_s = max(0.0, end - t0)
         totals.reports_sent = reporter.sent
         totals.reports_dropped = reporter.dropped
@@ -918,6 +925,8 @@ class _Run:
         client = self.client_factory()
         if self.plan.trace_context and hasattr(client, "trace"):
             client.trace = TraceContext(self.plan.trace_sample_rate)
+            if self.exporter is not None:
+                client.export_spans(self.exporter)
         return client
 
     def _rng(self, k: int) -> random.Random:
@@ -1617,7 +1626,30 @@ async def run(
     factory = client_factory or functools.partial(
         make_client, allow, protocol=plan.protocol, verify=plan.tls_verify, ca_bundle=plan.ca_bundle or None
     )
-    return await _Run(plan, sink, ids, seed, factory, shard, resume_at, data_taken).execute(start_at)
+    exporter, refused = None, ""
+    if plan.otlp_endpoint and plan.trace_context:
+        # The collector is checked like a target; a refused one exports nothing, and the totals say why.
+        try:
+            url = traces_url(plan.otlp_endpoint)
+            addresses = await loop.run_in_executor(None, check_url, url, allow)
+        except (ValueError, TargetNotAllowed) as exc:
+            refused = f"not exported: {exc}"
+        else:
+            resource = {"service.name": "plimsoll-load-test", "plimsoll.base_url": plan.base_url}
+            if shard is not None:
+                resource["plimsoll.shard"] = f"{shard[0]}/{shard[1]}"
+            exporter = SpanExporter(url, resource, address=addresses[0] if addresses else None)
+            exporter.start()
+    runner = _Run(plan, sink, ids, seed, factory, shard, resume_at, data_taken, exporter)
+    try:
+        totals = await runner.execute(start_at)
+    finally:
+        if exporter is not None and runner.totals.otlp is None:  # run() failed: stop the thread all the same
+            exporter.close(0)
+    if refused:
+        totals.otlp = {"endpoint": plan.otlp_endpoint, "spans": 0, "exported": 0, "dropped": 0, "failed": 0}
+        totals.otlp |= {"posts": 0, "error": refused, "cpu_ms": 0.0}
+    return totals
 
 
 def new_event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

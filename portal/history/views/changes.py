@@ -133,6 +133,16 @@ def change_detail(request, code):
 
 
 @login_required
+def change_prometheus(request, code):
+    """The change's server figures before → after from the environment's Prometheus (loaded by its page)."""
+    from portal.metrics.before_after import change_before_after
+
+    change = get_for_user(request.user, TuningChange.objects.select_related("environment__project__team"), code=code)
+    context = {"change": change, "figures": change_before_after(change)}
+    return render(request, "history/_change_prometheus.html", context)
+
+
+@login_required
 @require_POST
 def change_apply(request, code):
     """Applies a planned change, or tries a failed one again (its hook is sent again)."""

@@ -52,6 +52,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "base_url",
             "config_url",
             "trace_url_template",
+            "otlp_endpoint",
             "description",
             "metrics_interval_s",
             "generator_pool",

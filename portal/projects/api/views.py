@@ -285,6 +285,13 @@ class EnvironmentWriteSerializer(StrictSerializer):
         help_text="A link to one trace, with {trace_id} where the id goes "
         "(e.g. https://tempo.example/trace/{trace_id}); absent: unchanged",
     )
+    otlp_endpoint = serializers.CharField(
+        max_length=500,
+        required=False,
+        allow_blank=True,
+        help_text="An OTLP/HTTP receiver the engine exports sampled requests' spans to "
+        "(e.g. http://otel-collector:4318); absent: unchanged",
+    )
     metrics_interval_s = serializers.IntegerField(
         required=False, allow_null=True, help_text="Seconds between scrapes of the servers' metrics (default 5)"
     )
@@ -363,6 +370,7 @@ class EnvironmentViewSet(
             prometheus_url=data.get("prometheus_url"),
             prometheus_token=data.get("prometheus_token"),
             trace_url_template=data.get("trace_url_template"),
+            otlp_endpoint=data.get("otlp_endpoint"),
             description=data["description"],
             metrics_interval_s=data.get("metrics_interval_s"),
             configuration=None if configuration is None else [dict(item) for item in configuration],

@@ -122,6 +122,11 @@ def _merge_totals(before: dict | None, now: dict) -> dict:
         merged[key] = before.get(key, 0) + now.get(key, 0)
     merged["duration_s"] = max(before.get("duration_s", 0), now.get("duration_s", 0))
     merged["start_late_ms"] = before.get("start_late_ms", now.get("start_late_ms"))  # the first start's
+    if before.get("otlp") and now.get("otlp"):
+        counts = ("spans", "exported", "dropped", "failed", "posts", "cpu_ms")
+        merged["otlp"] = {**now["otlp"], **{k: before["otlp"].get(k, 0) + now["otlp"].get(k, 0) for k in counts}}
+    elif before.get("otlp"):
+        merged["otlp"] = before["otlp"]
     return merged
 
 
@@ -207,6 +212,8 @@ def _totals_dict(totals) -> dict:
         "start_late_ms": round(totals.start_late_s * 1000, 2),
         # Unique data-set rows taken (rows the shard's continuation must not use again).
         "data_taken": dict(totals.data_taken),
+        # The OTLP export of spans (workers/engine/otlp.py), when the plan had an endpoint.
+        **({"otlp": dict(totals.otlp)} if totals.otlp else {}),
     }
 
 

@@ -239,3 +239,19 @@ def test_the_environment_form_takes_a_trace_url_template_and_refuses_a_bad_one(a
     assert Environment.objects.get(pk=environment.pk).trace_url_template == "https://j.example/trace/{trace_id}"
     page = alice_client.get(environment.get_absolute_url()).content.decode()
     assert "https://j.example/trace/{trace_id}" in page
+
+
+def test_the_environment_form_takes_an_otlp_endpoint_and_runs_export_to_it(alice_client, environment, plan):
+    url = reverse("projects:environment-edit", args=[environment.code])
+    bad = alice_client.post(url, environment_data(name="Staging", otlp_endpoint="ftp://collector:4318"))
+    assert bad.status_code == 200 and "Not an OTLP/HTTP endpoint" in bad.content.decode()
+    assert Environment.objects.get(pk=environment.pk).otlp_endpoint == ""
+    assert "otlp_endpoint" not in plan.to_engine_dict()  # off by default
+
+    good = alice_client.post(url, environment_data(name="Staging", otlp_endpoint="http://127.0.0.1:4318"))
+    assert good.status_code == 302
+    plan.refresh_from_db()
+    assert plan.to_engine_dict()["otlp_endpoint"] == "http://127.0.0.1:4318"  # the run's snapshot carries it
+    assert 'id="otlp-endpoint"' in alice_client.get(environment.get_absolute_url()).content.decode()
+    plan.trace_context = False  # no traceparent, no span to export
+    assert "otlp_endpoint" not in plan.to_engine_dict()
