@@ -110,6 +110,9 @@ def environment_save(
     prometheus_url: str | None = None,
     prometheus_token: str | None = None,
     trace_url_template: str | None = None,
+    protocol: str | None = None,
+    ca_bundle: str | None = None,
+    ca_bundle_name: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -156,6 +159,14 @@ def environment_save(
         env.prometheus_url = prometheus_url
     if prometheus_token is not None:
         env.prometheus_token = token_encrypt(prometheus_token.strip())
+    if protocol is not None:  # None: unchanged; checked against the choices below
+        env.protocol = protocol or "auto"
+    if ca_bundle is not None:  # None: unchanged, "": no bundle
+        bundle, messages = rules.clean_ca_bundle(ca_bundle)
+        if messages:
+            errors["ca_bundle"] = messages
+        env.ca_bundle = bundle
+        env.ca_bundle_name = (ca_bundle_name or "").strip()[:255] if bundle else ""
     if trace_url_template is not None:  # None: unchanged; checked by the field's validator below
         env.trace_url_template = trace_url_template.strip()
     env.name, env.base_url, env.description = name, base_url, description or ""
@@ -558,7 +569,16 @@ def har_preview_summary(preview: har.Preview) -> dict:
     return {
         "base_url": preview.base_url,
         "steps": [
-            {"name": s.name, "method": s.method, "path": s.path, "think_time": s.think_time, "resources": s.resources}
+            {
+                "name": s.name,
+                "kind": "websocket" if s.ws_actions is not None else "request",
+                "method": s.method,
+                "path": s.path,
+                "think_time": s.think_time,
+                "resources": s.resources,
+                "recorded_protocol": s.recorded_protocol,
+                **({"actions": len(s.ws_actions)} if s.ws_actions is not None else {}),
+            }
             for s in preview.steps
         ],
         "hosts": [vars(h) for h in preview.hosts],

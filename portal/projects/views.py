@@ -238,7 +238,7 @@ def environment_verify(request, code):
 
 
 def _environment_form(request, project: Project, environment: Environment | None):
-    form = EnvironmentForm(request.POST or None, instance=environment, project=project)
+    form = EnvironmentForm(request.POST or None, request.FILES or None, instance=environment, project=project)
     servers = ServerFormSet(request.POST or None, instance=form.instance, prefix="servers")
     if request.method == "POST" and form.is_valid() and servers.is_valid():
         saved = _save(
