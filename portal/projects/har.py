@@ -827,8 +827,8 @@ def _ws_step(main: Entry, choices: Choices) -> PreviewStep:
         notes.append(f"{long} long message{'' if long == 1 else 's'} expected by the first {MAX_WS_TEXT} characters")
     if not main.ws_messages:
         notes.append("no frames were recorded (Chrome saves them with “Save all as HAR with content”)")
-    sent = sum(1 for a in actions if "send" in a)
-    notes.append(f"WebSocket session: {sent} message{'' if sent == 1 else 's'} sent, {len(actions) - sent} expected")
+    sent, expected = sum(1 for a in actions if "send" in a), sum(1 for a in actions if "expect" in a)
+    notes.append(f"WebSocket session: {sent} message{'' if sent == 1 else 's'} sent, {expected} expected")
     rules = header_rules(main, "raw", choices.keep_headers)
     name = (urlsplit(main.url).path or "/")[:77]
     return PreviewStep(

@@ -817,7 +817,8 @@ def test_case_import(*, project: Project, name: str, steps: list[dict], descript
         EnginePlan.from_dict(
             {
                 "base_url": "http://127.0.0.1",
-                "test_cases": [{"name": name, "steps": steps}],
+                # As a run sends them: a WebSocket session's actions under "websocket", say.
+                "test_cases": [{"name": name, "steps": [Step(**fields).to_engine_dict() for fields in steps]}],
                 "profile": {"users": 1, "hold": 1},
             }
         )
