@@ -256,3 +256,16 @@ def test_only_a_session_may_name_a_ws_url():
     step["path"] = "ws://127.0.0.1:1/ws"
     with pytest.raises(PlanError, match=r"path: must start with '/'"):
         Plan.from_dict(plan)
+
+
+def test_a_request_after_a_session_on_the_same_client_keeps_its_deadline(demo):
+    # A user's first step a session, its next a request under a timeout: the session set up the client's
+    # loop, and the request then found no deadlines for it ('NoneType' object has no attribute 'arm').
+    plan = _plan(demo.http_url, ECHO, hold=0.4)
+    plan["test_cases"][0]["steps"].append({"name": "page", "path": "/page"})
+    plan["test_cases"][0]["steps"].append({"name": "ask", "path": "/sse", "stream": {"kind": "sse"}})
+
+    totals = run_sync(plan, sink=None)
+
+    assert totals.errors == 0, totals.error_samples
+    assert totals.labels["W: page"].pages >= 1 and totals.labels["W: ask"].pages >= 1
