@@ -594,7 +594,9 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
         "project": plan.project,
         "levels": plan.get_levels(),
         "mix": selectors.plan_mix(plan=plan),
-        "problems": plan.problems() + _target_problems(plan.environment.base_url),
+        "problems": plan.problems()
+        + _target_problems(plan.environment.base_url)
+        + selectors.websocket_target_problems(plan=plan),
         "runs": plan.runs.order_by("-number")[:PLAN_RUNS],
         "can_write": can_write,
         "nav": "projects",

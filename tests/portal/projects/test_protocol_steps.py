@@ -201,3 +201,22 @@ def test_a_plan_follows_its_environments_protocol_unless_it_chooses(plan, enviro
 
     plan.protocol = Plan.Protocol.AUTO
     assert "protocol" not in plan.to_engine_dict()
+
+
+def test_the_plan_page_says_when_a_websocket_steps_origin_left_the_allowlist(alice_client, plan, test_case, settings):
+    Step.objects.create(
+        test_case=test_case,
+        position=5,
+        name="Chat",
+        kind=Step.Kind.WEBSOCKET,
+        path="ws://127.0.0.2:9/ws",
+        ws_actions=[{"send": "hi"}],
+    )
+    page = alice_client.get(plan.get_absolute_url()).content.decode()
+    assert "WebSocket step" not in page
+
+    settings.PLIMSOLL_ALLOWED_TARGETS = "127.0.0.1/32"  # narrowed after the step was saved
+    page = alice_client.get(plan.get_absolute_url()).content.decode()
+
+    assert escape("The WebSocket step “Chat” of “Browse” connects to ws://127.0.0.2:9/ws") in page
+    assert "runs of this plan will be refused" in page
