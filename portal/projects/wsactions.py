@@ -42,8 +42,10 @@ class ActionsError(ValueError):
 
 def _message(text: str) -> str:
     """A message as written on a send line: as is, or a JSON string when it could not be read back as is."""
-    if not text or "\n" in text or "\r" in text or text != text.strip() or text.startswith('"'):
-        return json.dumps(text, ensure_ascii=False)
+    if len(text.splitlines()) != 1 or text != text.strip() or text.startswith('"'):
+        quoted = json.dumps(text, ensure_ascii=False)
+        # U+2028, U+0085 … end a line for splitlines() and stay as they are in JSON: escape them then.
+        return quoted if len(quoted.splitlines()) == 1 else json.dumps(text)
     return text
 
 
@@ -147,24 +149,58 @@ def actions_problems(actions: object) -> list[str]:
             errors.append(f"action {index}: must be an object with one of send, expect or wait")
             continue
         kind = next(k for k in ("send", "expect", "wait") if k in action)
-        allowed = {"expect", "timeout", "extract"} if kind == "expect" else {kind}
-        if set(action) - allowed:
-            errors.append(f"action {index} ({kind}): unknown field {', '.join(sorted(set(action) - allowed))}")
-        elif kind == "expect" and not isinstance(action["expect"], dict):
-            errors.append(f"action {index} (expect): expect must be an object such as {{'contains': 'hello'}}")
-        elif kind == "send" and not isinstance(action["send"], str):
-            errors.append(f"action {index} (send): the message must be a string")
-        elif kind == "wait" and (isinstance(action["wait"], bool) or not isinstance(action["wait"], int | float)):
-            errors.append(f"action {index} (wait): give the seconds as a number")
+        if problem := _shape_problem(kind, action):
+            errors.append(f"action {index} ({kind}): {problem}")
     if errors:
         return errors
     try:
-        parse_actions(format_actions(actions))
+        again = parse_actions(format_actions(actions))
     except ActionsError as exc:
         return exc.errors
-    except (KeyError, TypeError, StopIteration, ValueError) as exc:
-        return [f"actions: not in the engine's format ({type(exc).__name__}: {exc})"]
+    for index, (given, kept) in enumerate(zip(actions, again, strict=True), start=1):
+        if given != kept:  # never store anything but what was given
+            return [
+                f"action {index}: cannot be kept exactly as given (a regex, JSON path or value with spaces at "
+                "either end or a line break?)"
+            ]
     return []
+
+
+def _number_value(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _shape_problem(kind: str, action: dict) -> str | None:
+    """What is wrong with the shape of one action in the engine's format (the values are checked after)."""
+    allowed = {"expect", "timeout", "extract"} if kind == "expect" else {kind}
+    if set(action) - allowed:
+        return f"unknown field {', '.join(sorted(set(action) - allowed))}"
+    if kind == "send":
+        return None if isinstance(action["send"], str) else "the message must be a string"
+    if kind == "wait":
+        return None if _number_value(action["wait"]) else "give the seconds as a number"
+    expect = action["expect"]
+    if not isinstance(expect, dict) or len(set(CHECKS) & set(expect)) != 1:
+        return 'expect must be an object with one of contains, regex or json, e.g. {"contains": "hello"}'
+    check = next(c for c in CHECKS if c in expect)
+    extra = set(expect) - {check, *(("equals",) if check == "json" else ())}
+    if extra:
+        return f"unknown field expect.{', expect.'.join(sorted(extra))}"
+    if not isinstance(expect[check], str):
+        return f"expect.{check} must be a string"
+    if expect.get("equals") is not None and not isinstance(expect["equals"], str):
+        return 'expect.equals must be a string (the value as text, e.g. "7")'
+    if action.get("timeout") is not None and not _number_value(action["timeout"]):
+        return "timeout: give the seconds as a number"
+    extract = action.get("extract", [])
+    if not isinstance(extract, list) or not all(
+        isinstance(item, dict)
+        and set(item) == {"name", "source", "expression"}
+        and all(isinstance(v, str) for v in item.values())
+        for item in extract
+    ):
+        return "extract must be a list of {name, source, expression}"
+    return None
 
 
 def _seconds(text: str, where: str, errors: list[str], *, most: float, minimum_exclusive: bool = False) -> float | None:

@@ -228,3 +228,29 @@ def test_a_bundle_that_is_not_pem_certificates_is_refused(alice, environment, bu
     assert any(message in text for text in response.json()["fields"]["ca_bundle"])
     environment.refresh_from_db()
     assert environment.ca_bundle == ""
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        ([{"expect": {"contains": "a", "foo": 1}}], "action 1 (expect): unknown field expect.foo"),
+        ([{"expect": {"contains": 5}}], "action 1 (expect): expect.contains must be a string"),
+        ([{"expect": {"json": "$.a", "equals": 7}}], "expect.equals must be a string"),
+        ([{"expect": {"regex": " a "}}], "action 1: cannot be kept exactly as given"),
+        ([{"send": "a", "max_message_bytes": 1}], "action 1 (send): unknown field max_message_bytes"),
+    ],
+)
+def test_actions_are_stored_exactly_as_given_or_refused(alice, test_case, actions, message):
+    response = session(alice).post(_steps_url(test_case), _ws_step(websocket={"actions": actions}), format="json")
+
+    assert response.status_code == 400
+    assert message in response.json()["fields"]["websocket.actions"][0]
+
+
+def test_messages_with_any_line_break_or_outer_spaces_round_trip(alice, test_case):
+    actions = [{"send": "a\u2028b\x85c\r\nd"}, {"expect": {"contains": "  spaced  "}}, {"send": '"quoted"'}]
+
+    response = session(alice).post(_steps_url(test_case), _ws_step(websocket={"actions": actions}), format="json")
+
+    assert response.status_code == 201, response.content
+    assert response.json()["websocket"]["actions"] == actions
