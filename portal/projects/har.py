@@ -147,6 +147,8 @@ class HostInfo:
     requests: int
     kept: bool
     reason: str
+    origin: str = ""  # scheme://host[:port] (a WebSocket's as http(s)://)
+    allowed: bool = False  # an allowed target, not third-party noise
 
 
 @dataclass
@@ -437,7 +439,11 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
     for origin, n in counts.items():
         reason = reasons[origin]
         if origin == main:
-            hosts.append(HostInfo(urlsplit(origin).netloc, n, True, "the journey's site: steps go to the environment"))
+            hosts.append(
+                HostInfo(
+                    urlsplit(origin).netloc, n, True, "the journey's site: steps go to the environment", origin, True
+                )
+            )
         elif reason is None:
             hosts.append(
                 HostInfo(
@@ -446,10 +452,12 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
                     False,
                     f"another site than {urlsplit(main).netloc}: "
                     "a test case's steps all go to one environment's base URL",
+                    origin,
+                    True,
                 )
             )
         else:
-            hosts.append(HostInfo(urlsplit(origin).netloc, n, False, reason))
+            hosts.append(HostInfo(urlsplit(origin).netloc, n, False, reason, origin, False))
     return main, hosts
 
 
@@ -469,7 +477,7 @@ def _is_document(e: Entry, typed: bool) -> bool:
     return "text/html" in e.mime and ("text/html" in accept or e.method != "GET")
 
 
-def group_pages(entries: list[Entry], main: str) -> list[list[Entry]]:
+def group_pages(entries: list[Entry], main: str, ws_origins: frozenset[str] = frozenset()) -> list[list[Entry]]:
     """The journey's pages, each [main request, followed redirects..., sub-requests...]; other sites left out.
 
     A page starts at each top-level document (also when a HAR page holds several navigations,
@@ -481,6 +489,10 @@ def group_pages(entries: list[Entry], main: str) -> list[list[Entry]]:
     typed = _has_resource_types(entries)
     last_http: list[Entry] | None = None  # the page sub-requests join (never a WebSocket session)
     for e in entries:
+        if e.websocket and e.url and e.origin in ws_origins:  # a session on another allowed origin
+            pages.append([e])
+            awaiting_redirect = None
+            continue
         if e.origin != main or not e.url:
             continue
         if e.websocket:  # a session of its own, wherever it was opened; sub-requests after it join the page
@@ -734,7 +746,18 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     """The preview of the test case these entries make, with ``choices`` applied."""
     choices = choices or Choices()
     main, hosts = classify_hosts(entries, allowed)
-    pages = group_pages(entries, main)
+    # WebSocket sessions of another allowed origin (a realtime server beside the site) are kept, with their
+    # own ws:// or wss:// URL: a session step may name its origin, checked like the base URL.
+    ws_origins = frozenset(
+        host.origin
+        for host in hosts
+        if host.origin != main and host.allowed and any(e.websocket and e.origin == host.origin for e in entries)
+    )
+    for host in hosts:
+        if host.origin in ws_origins:
+            host.kept = True
+            host.reason = "its WebSocket sessions are steps with their own ws:// or wss:// URL; other requests dropped"
+    pages = group_pages(entries, main, ws_origins)
     notes = []
     odd = [page for page in pages if page[0].method not in METHODS]
     if odd:
@@ -748,7 +771,7 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     if len(pages) > MAX_STEPS:
         notes.append(f"The recording has {len(pages)} pages; the first {MAX_STEPS} are imported.")
         pages = pages[:MAX_STEPS]
-    steps = [_step(page, choices) for page in pages]
+    steps = [_step(page, choices, main) for page in pages]
     seen: dict[str, int] = {}
     for step in steps:  # results are reported per step name: two pages must not share one
         seen[step.name] = seen.get(step.name, 0) + 1
@@ -798,7 +821,7 @@ MAX_WS_TEXT = 500  # a received message longer than this is expected by its begi
 WS_MIN_WAIT = 0.05  # gaps shorter than this between frames are not waits (the recording's own jitter)
 
 
-def _ws_step(main: Entry, choices: Choices) -> PreviewStep:
+def _ws_step(main: Entry, choices: Choices, site: str) -> PreviewStep:
     """A recorded WebSocket session: frames sent become send actions, frames received expect actions
     (the text they carried), the time before each send a wait."""
     notes, actions = [], []
@@ -834,7 +857,7 @@ def _ws_step(main: Entry, choices: Choices) -> PreviewStep:
     return PreviewStep(
         name=f"WS {name}",
         method="GET",
-        path=main.path[:MAX_PATH],
+        path=main.path[:MAX_PATH] if main.origin == site else main.url,
         headers={r.name: r.value for r in rules if r.kept},
         body_type="raw",
         body="",
@@ -850,10 +873,10 @@ def _ws_step(main: Entry, choices: Choices) -> PreviewStep:
     )
 
 
-def _step(page: list[Entry], choices: Choices) -> PreviewStep:
+def _step(page: list[Entry], choices: Choices, site: str) -> PreviewStep:
     main = page[0]
     if main.websocket:
-        return _ws_step(main, choices)
+        return _ws_step(main, choices, site)
     chain = [main]
     for e in page[1:]:
         previous = chain[-1]

@@ -581,7 +581,7 @@ def har_preview_summary(preview: har.Preview) -> dict:
             }
             for s in preview.steps
         ],
-        "hosts": [vars(h) for h in preview.hosts],
+        "hosts": [{"host": h.host, "requests": h.requests, "kept": h.kept, "reason": h.reason} for h in preview.hosts],
         "correlations": [
             {
                 "name": c.name,

@@ -124,3 +124,31 @@ def test_importing_the_recording_in_the_portal_makes_a_session_step(alice_client
     listing = alice_client.get(test_case.get_absolute_url()).content.decode()
     assert "recorded over h2" in listing
     assert not test_case.placeholder_problems()
+
+
+def test_a_session_on_another_allowed_origin_keeps_its_own_wss_url():
+    raw = json.loads(FIXTURE.read_bytes())
+    entries = raw["log"]["entries"]
+    entries[2]["request"]["url"] = "wss://127.0.0.2:9443/live?room=blue"  # a realtime server beside the site
+    entries.insert(3, {**entries[3], "request": {**entries[3]["request"], "url": "https://127.0.0.2:9443/x.js"}})
+
+    def allowed(url):
+        return None if "127.0.0." in url else "outside the allowed targets"
+
+    preview = har.analyze(har.load(json.dumps(raw).encode()), allowed=allowed)
+
+    assert [s.path for s in preview.steps] == ["/page", "wss://127.0.0.2:9443/live?room=blue", "/page?next=1"]
+    (other,) = [h for h in preview.hosts if h.host == "127.0.0.2:9443"]
+    assert other.kept and other.reason.startswith("its WebSocket sessions are steps with their own")
+    fields = preview.step_fields()
+    EnginePlan.from_dict(
+        {
+            "base_url": SITE,
+            "test_cases": [{"name": "t", "steps": [Step(**f).to_engine_dict() for f in fields]}],
+            "profile": {"users": 1, "hold": 1},
+        }
+    )
+
+    # Not allowed: the session is dropped with its host, as any other site's requests.
+    refused = har.analyze(har.load(json.dumps(raw).encode()), allowed=_allow_loopback)
+    assert [s.name for s in refused.steps] == ["/page", "/page (2)"]
