@@ -341,6 +341,8 @@ SPECTACULAR_SETTINGS = {
         "ScheduleKindEnum": "portal.schedules.models.Schedule.Kind",
         "ChannelKindEnum": "portal.notifications.models.Channel.Kind",
         "ChannelEventEnum": "portal.notifications.models.Event",
+        "StepKindEnum": "portal.projects.models.Step.Kind",
+        "StreamKindEnum": "portal.projects.models.Step.StreamKind",
     },
 }
 # Long-polls (GET /api/v1/runs/<code>/?wait=S) hold a web thread while they wait (issue 30): at most this

@@ -16,7 +16,7 @@ from django.forms import BaseInlineFormSet, inlineformset_factory
 from portal.accounts.models import Team
 from workers.engine import variables
 
-from . import har, rules, services
+from . import har, rules, services, wsactions
 from .models import (
     DataSet,
     Environment,
@@ -323,6 +323,7 @@ class EnvironmentForm(ProjectScopedForm):
             "generator_pool",
             "trace_url_template",
             "otlp_endpoint",
+            "protocol",
         ]
         widgets = {
             "description": forms.Textarea(attrs={"rows": 3}),
@@ -343,10 +344,20 @@ class EnvironmentForm(ProjectScopedForm):
         "Leave empty to keep the current one.",
     )
     prometheus_token_clear = forms.BooleanField(label="Forget the stored token", required=False)
+    ca_bundle_file = forms.FileField(
+        label="CA bundle",
+        required=False,
+        help_text="For a system whose certificates a private CA signs: its CA certificates as a PEM file "
+        "(<code>-----BEGIN CERTIFICATE-----</code> …), trusted besides the system's CAs. Certificates are "
+        "verified. Leave empty to keep the current bundle.",
+        widget=forms.ClearableFileInput(attrs={"accept": ".pem,.crt,.cer,.txt"}),
+    )
+    ca_bundle_clear = forms.BooleanField(label="Remove the CA bundle", required=False)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["metrics_interval_s"].required = False
+        self.fields["protocol"].required = False  # left out (older clients): unchanged
         # The example is where this instance's demo target listens (make run DEMO_PORT=…), not a fixed port.
         demo, base_url = settings.DEMO_BASE_URL, self.fields["base_url"]
         base_url.help_text = f"Scheme, host and port of the system under test, e.g. {demo} (the bundled demo target)"
@@ -379,6 +390,29 @@ class EnvironmentForm(ProjectScopedForm):
     def clean_configuration_text(self):
         return parse_configuration(self.cleaned_data["configuration_text"])
 
+    def clean_protocol(self):
+        return self.cleaned_data.get("protocol") or self.instance.protocol or "auto"
+
+    def clean_ca_bundle_file(self):
+        upload = self.cleaned_data.get("ca_bundle_file")
+        if not upload:
+            return None
+        if upload.size > rules.MAX_CA_BUNDLE_BYTES:
+            raise forms.ValidationError(f"A CA bundle is at most {rules.MAX_CA_BUNDLE_BYTES // 1024} KB.")
+        try:
+            text = upload.read().decode("ascii")
+        except UnicodeDecodeError:
+            raise forms.ValidationError(
+                "This file is not PEM text (a binary .der certificate?): convert it with "
+                "openssl x509 -inform der -in ca.der -out ca.pem"
+            ) from None
+        bundle, messages = rules.clean_ca_bundle(text)
+        if messages:
+            raise forms.ValidationError(messages)
+        if not bundle:
+            raise forms.ValidationError("The file is empty.")
+        return bundle
+
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
@@ -396,6 +430,12 @@ class EnvironmentForm(ProjectScopedForm):
                 "otlp_endpoint",
             )
         }
+        values["protocol"] = data["protocol"]
+        if data.get("ca_bundle_file"):
+            values["ca_bundle"] = data["ca_bundle_file"]
+            values["ca_bundle_name"] = self.files["ca_bundle_file"].name
+        elif data.get("ca_bundle_clear"):
+            values["ca_bundle"] = ""
         if data.get("prometheus_token_clear"):
             values["prometheus_token"] = ""
         elif data.get("prometheus_token"):
@@ -516,10 +556,31 @@ class StepForm(forms.ModelForm):
         help_text="Fetched in parallel after the page, as a browser does: one path per line, starting with /.",
     )
 
+    ws_actions_text = forms.CharField(
+        label="Session actions",
+        required=False,
+        strip=False,  # messages keep their own spaces
+        widget=forms.Textarea(
+            attrs={
+                "rows": 6,
+                "class": "mono",
+                "placeholder": 'send {"text": "hello {{name}}"}\nexpect contains hello\n  timeout 2\n'
+                "expect json $.id\n  extract id = json: $.id\nwait 0.5\nsend bye {{id}}",
+            }
+        ),
+        help_text="One action per line, in order: <code>send &lt;message&gt;</code>, "
+        "<code>expect contains &lt;text&gt;</code>, <code>expect regex &lt;pattern&gt;</code>, "
+        "<code>expect json &lt;path&gt;</code> (or <code>expect json $.id == 7</code>), "
+        "<code>wait &lt;seconds&gt;</code>. Under an expect: <code>timeout &lt;seconds&gt;</code> and "
+        "<code>extract name = regex: …</code> or <code>= json: …</code>. A message with line breaks is written "
+        'as a JSON string: <code>send "a\nb"</code>. Messages use <code>{{name}}</code> like a body.',
+    )
+
     class Meta:
         model = Step
         fields = [
             "name",
+            "kind",
             "method",
             "path",
             "headers_text",
@@ -533,8 +594,15 @@ class StepForm(forms.ModelForm):
             "text_absent",
             "extract_text",
             "resources_text",
+            "stream_kind",
+            "stream_idle_timeout",
+            "stream_last_event_contains",
+            "ws_actions_text",
+            "ws_hold",
+            "recorded_protocol",
         ]
         widgets = {
+            "recorded_protocol": forms.HiddenInput(),
             "body": forms.Textarea(attrs={"rows": 3}),
             "path": forms.TextInput(attrs={"placeholder": "/search?q=report"}),
         }
@@ -552,17 +620,68 @@ class StepForm(forms.ModelForm):
         self.fields["headers_text"].initial = format_headers(self.instance.headers or {})
         self.fields["extract_text"].initial = format_extractions(self.instance.extract or [])
         self.fields["resources_text"].initial = "\n".join(self.instance.resources or [])
-        for name in ("think_time", "timeout"):
+        self.fields["ws_actions_text"].initial = wsactions.format_actions(self.instance.ws_actions or [])
+        # Left out (older clients, the API's plain steps): the step's own values, a plain request for a new one.
+        for name in ("kind", "stream_kind", "stream_idle_timeout", "ws_hold"):
+            self.fields[name].required = False
+        self.fields["path"].help_text = (
+            "Relative to the environment's base URL, starting with /. A WebSocket session may name its own "
+            "origin: ws://… or wss://… (checked against the allowed targets)"
+        )
+        for name in ("think_time", "timeout", "stream_idle_timeout", "ws_hold"):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["method"].choices = [(m, m) for m in Step.Method.values]
         # Several step forms can be on one page at once (one being edited, one being added).
         self.auto_id = f"id_step_{self.instance.code if self.instance.pk else 'new'}_%s"
 
+    def clean_kind(self):
+        return self.cleaned_data.get("kind") or self.instance.kind or Step.Kind.REQUEST
+
+    def clean_stream_kind(self):
+        return self.cleaned_data.get("stream_kind") or self.instance.stream_kind
+
+    def clean_stream_idle_timeout(self):
+        value = self.cleaned_data.get("stream_idle_timeout")
+        return value if value is not None else self.instance.stream_idle_timeout
+
+    def clean_ws_hold(self):
+        value = self.cleaned_data.get("ws_hold")
+        return value if value is not None else self.instance.ws_hold
+
     def clean_path(self):
         path = self.cleaned_data["path"].strip()
+        if path[:5].lower() == "ws://" or path[:6].lower() == "wss://":
+            return self._ws_url(path)
         if not path.startswith("/"):
             raise forms.ValidationError("Start the path with /, it is relative to the environment's base URL")
         return path
+
+    def _ws_url(self, url: str) -> str:
+        """An absolute ws:// or wss:// URL: parsed strictly, its host never a placeholder, and allowed now."""
+        if self.cleaned_data.get("kind") != Step.Kind.WEBSOCKET:
+            raise forms.ValidationError(
+                "Only a WebSocket session can name a ws:// or wss:// URL; start the path with /"
+            )
+        origin_end = url.find("/", url.find("//") + 2)
+        if "{{" in (url if origin_end < 0 else url[:origin_end]):
+            raise forms.ValidationError(
+                "The host of a ws:// or wss:// URL cannot be a {{variable}}: it is checked before the run"
+            )
+        from workers.engine.targets import BadTargetURL, parse_target_url
+
+        try:
+            parse_target_url(variables.PLACEHOLDER.sub("x", url), websocket=True)
+        except BadTargetURL as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if refusal := services.allowed_target(variables.PLACEHOLDER.sub("x", url)):
+            raise forms.ValidationError(f"This WebSocket URL is {refusal}: a run would be refused.")
+        return url
+
+    def clean_ws_actions_text(self):
+        try:
+            return wsactions.parse_actions(self.cleaned_data["ws_actions_text"])
+        except wsactions.ActionsError as exc:
+            raise forms.ValidationError(exc.errors) from None
 
     def clean_headers_text(self):
         return parse_headers(self.cleaned_data["headers_text"])
@@ -596,12 +715,45 @@ class StepForm(forms.ModelForm):
         for field, values in texts.items():
             for message in _placeholder_errors(values, available, own):
                 self.add_error(field, message)
+        if cleaned.get("kind") == Step.Kind.WEBSOCKET:
+            self._clean_websocket(cleaned, available)
         return cleaned
+
+    def _clean_websocket(self, cleaned: dict, available: set[str]) -> None:
+        """A session: a GET upgrade with its actions; what only a request has is refused, each field by name."""
+        if cleaned.get("method", "GET") != "GET":
+            self.add_error("method", "A WebSocket session opens with GET (the upgrade); choose GET")
+        for field, what in (
+            ("body", "a body"),
+            ("resources_text", "resources"),
+            ("extract_text", "extractions from a response (extract from messages under an expect action)"),
+            ("text_present", "a text check (use an expect action)"),
+            ("text_absent", "a text check"),
+        ):
+            if cleaned.get(field):
+                self.add_error(field, f"A WebSocket session has no {what}; leave it empty")
+        actions = cleaned.get("ws_actions_text")
+        if actions is None:
+            return
+        if not actions and not cleaned.get("ws_hold"):
+            self.add_error("ws_actions_text", "Give the session at least one action (or a time to hold it open)")
+        own: set[str] = set()
+        for index, action in enumerate(actions, start=1):
+            if "send" in action:
+                for name in variables.placeholders(action["send"]):
+                    if name not in available and name not in own:
+                        self.add_error(
+                            "ws_actions_text",
+                            f"action {index} (send): {{{{{name}}}}} is not extracted by an earlier step or action "
+                            "nor a column of the data set",
+                        )
+            own |= {item["name"] for item in action.get("extract") or []}
 
     def save(self, commit=True):
         self.instance.headers = self.cleaned_data["headers_text"]
         self.instance.extract = self.cleaned_data["extract_text"]
         self.instance.resources = self.cleaned_data["resources_text"]
+        self.instance.ws_actions = self.cleaned_data["ws_actions_text"]
         return super().save(commit=commit)
 
 
@@ -748,7 +900,7 @@ class PlanForm(ProjectScopedForm):
         self.fields["environment"].queryset = self.project.environments.all()
         self.fields["environment"].to_field_name = "code"
         self.fields["environment"].empty_label = None
-        self.fields["protocol"].required = False  # left out (older clients, scripts): automatic
+        self.fields["protocol"].required = False  # left out (older clients, scripts): the environment's
         for name in ("ramp_up", "hold", "ramp_down", "pacing", "rate", "rate_start", "request_timeout"):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
@@ -824,7 +976,7 @@ class PlanForm(ProjectScopedForm):
             self.add_error("hold", message)
 
     def clean_protocol(self):
-        return self.cleaned_data.get("protocol") or Plan.Protocol.AUTO
+        return self.cleaned_data.get("protocol") or Plan.Protocol.ENVIRONMENT
 
     def clean_trace_sample_rate(self):
         value = self.cleaned_data.get("trace_sample_rate")

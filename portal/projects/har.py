@@ -104,11 +104,19 @@ class Entry:
     resource_type: str  # Chromium's _resourceType: document, script, xhr, ... ("" when absent)
     pageref: str
     mime: str
+    http_version: str = ""  # the protocol the browser used: "h2", "http/1.1", "h3" ("" when not recorded)
+    ws_messages: list[WsMessage] | None = None  # a WebSocket entry's frames (Chrome's _webSocketMessages)
+
+    @property
+    def websocket(self) -> bool:
+        return self.url[:5] == "ws://" or self.url[:6] == "wss://"
 
     @property
     def origin(self) -> str:
+        """``scheme://host[:port]``, a WebSocket's as the page's: ws:// as http://, wss:// as https://."""
         parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.netloc}"
+        scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+        return f"{scheme}://{parts.netloc}"
 
     @property
     def host(self) -> str:
@@ -124,11 +132,23 @@ class Entry:
 
 
 @dataclass
+class WsMessage:
+    """One recorded WebSocket frame: sent or received, when (epoch seconds), its opcode (1 text, 2 binary), data."""
+
+    sent: bool
+    time: float
+    opcode: int
+    data: str
+
+
+@dataclass
 class HostInfo:
     host: str
     requests: int
     kept: bool
     reason: str
+    origin: str = ""  # scheme://host[:port] (a WebSocket's as http(s)://)
+    allowed: bool = False  # an allowed target, not third-party noise
 
 
 @dataclass
@@ -182,10 +202,12 @@ class PreviewStep:
     notes: list[str] = field(default_factory=list)
     entry: Entry | None = None  # the main request
     final: Entry | None = None  # the response the engine sees (after the redirects it follows)
+    recorded_protocol: str = ""  # "h2", "http/1.1", "h3": what the browser used ("" when not recorded)
+    ws_actions: list[dict] | None = None  # a WebSocket session's actions (the engine's format); None: a request
 
     def to_fields(self) -> dict:
         """The fields of a portal Step (and of the engine's step) for this page."""
-        return {
+        fields = {
             "name": self.name,
             "method": self.method,
             "path": self.path,
@@ -197,6 +219,11 @@ class PreviewStep:
             "extract": [dict(item) for item in self.extract],
             "resources": list(self.resources),
         }
+        if self.recorded_protocol:
+            fields["recorded_protocol"] = self.recorded_protocol
+        if self.ws_actions is not None:
+            fields.update(kind="websocket", ws_actions=[dict(a) for a in self.ws_actions])
+        return fields
 
 
 @dataclass
@@ -281,7 +308,15 @@ def _entry_fields(index: int, e: dict) -> Entry:
     request, response = e["request"], e["response"]
     method, url = str(request["method"]).upper(), str(request["url"])
     started = datetime.fromisoformat(str(e["startedDateTime"]).replace("Z", "+00:00")).timestamp()
-    if urlsplit(url).scheme not in ("http", "https"):
+    scheme = urlsplit(url).scheme
+    messages = e.get("_webSocketMessages")
+    websocket = scheme in ("ws", "wss") or (
+        str(e.get("_resourceType") or "") == "websocket" and scheme in ("http", "https")
+    )
+    if websocket:
+        # Chrome records the session's URL as ws:// or wss:// (some tools keep http(s)): one spelling.
+        url = {"http": "ws", "https": "wss"}.get(scheme, scheme) + url[len(scheme) :]
+    elif scheme not in ("http", "https"):
         url = ""  # data:, blob:, chrome-extension: ... dropped below
     post_text, post_note, post_mime = _post_body(request.get("postData"))
     content = response.get("content") or {}
@@ -304,7 +339,36 @@ def _entry_fields(index: int, e: dict) -> Entry:
         resource_type=str(e.get("_resourceType") or ""),
         pageref=str(e.get("pageref") or ""),
         mime=str(content.get("mimeType") or "").lower(),
+        http_version=_protocol(request.get("httpVersion") or response.get("httpVersion")),
+        ws_messages=_ws_messages(messages) if websocket else None,
     )
+
+
+def _protocol(version: object) -> str:
+    """A HAR ``httpVersion`` in the engine's words: "h2", "http/1.1", "h3" ("" when absent or unknown)."""
+    v = str(version or "").strip().lower()
+    if v in ("h2", "http/2", "http/2.0", "h2c"):
+        return "h2"
+    if v in ("h3", "http/3", "http/3.0") or v.startswith("h3-"):
+        return "h3"
+    if v in ("http/1.1", "http/1.0"):
+        return v
+    return ""
+
+
+def _ws_messages(raw: object) -> list[WsMessage]:
+    """Chrome's ``_webSocketMessages`` ([{type: send|receive, time, opcode, data}]) in time order."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise TypeError("_webSocketMessages is not a list")
+    out = []
+    for m in raw:
+        if not isinstance(m, dict) or m.get("type") not in ("send", "receive"):
+            raise ValueError("a _webSocketMessages item has no type send or receive")
+        out.append(WsMessage(m["type"] == "send", float(m["time"]), int(m.get("opcode", 1)), str(m.get("data", ""))))
+    out.sort(key=lambda m: m.time)
+    return out
 
 
 def _headers(raw: object) -> list[tuple[str, str]]:
@@ -375,7 +439,11 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
     for origin, n in counts.items():
         reason = reasons[origin]
         if origin == main:
-            hosts.append(HostInfo(urlsplit(origin).netloc, n, True, "the journey's site: steps go to the environment"))
+            hosts.append(
+                HostInfo(
+                    urlsplit(origin).netloc, n, True, "the journey's site: steps go to the environment", origin, True
+                )
+            )
         elif reason is None:
             hosts.append(
                 HostInfo(
@@ -384,10 +452,12 @@ def classify_hosts(entries: list[Entry], allowed: Callable[[str], str | None]) -
                     False,
                     f"another site than {urlsplit(main).netloc}: "
                     "a test case's steps all go to one environment's base URL",
+                    origin,
+                    True,
                 )
             )
         else:
-            hosts.append(HostInfo(urlsplit(origin).netloc, n, False, reason))
+            hosts.append(HostInfo(urlsplit(origin).netloc, n, False, reason, origin, False))
     return main, hosts
 
 
@@ -407,7 +477,7 @@ def _is_document(e: Entry, typed: bool) -> bool:
     return "text/html" in e.mime and ("text/html" in accept or e.method != "GET")
 
 
-def group_pages(entries: list[Entry], main: str) -> list[list[Entry]]:
+def group_pages(entries: list[Entry], main: str, ws_origins: frozenset[str] = frozenset()) -> list[list[Entry]]:
     """The journey's pages, each [main request, followed redirects..., sub-requests...]; other sites left out.
 
     A page starts at each top-level document (also when a HAR page holds several navigations,
@@ -417,16 +487,26 @@ def group_pages(entries: list[Entry], main: str) -> list[list[Entry]]:
     pages: list[list[Entry]] = []
     awaiting_redirect: str | None = None
     typed = _has_resource_types(entries)
+    last_http: list[Entry] | None = None  # the page sub-requests join (never a WebSocket session)
     for e in entries:
+        if e.websocket and e.url and e.origin in ws_origins:  # a session on another allowed origin
+            pages.append([e])
+            awaiting_redirect = None
+            continue
         if e.origin != main or not e.url:
+            continue
+        if e.websocket:  # a session of its own, wherever it was opened; sub-requests after it join the page
+            pages.append([e])
+            awaiting_redirect = None
             continue
         document = _is_document(e, typed)
         if pages and awaiting_redirect and e.url == awaiting_redirect:
             pages[-1].append(e)
-        elif document or not pages or e.method != "GET":
+        elif document or last_http is None or e.method != "GET":
             pages.append([e])
+            last_http = pages[-1]
         else:
-            pages[-1].append(e)
+            last_http.append(e)
         location = e.redirect_url or e.response_header("location") or ""
         awaiting_redirect = urljoin(e.url, location) if 300 <= e.status < 400 and location else None
     return pages
@@ -666,7 +746,18 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     """The preview of the test case these entries make, with ``choices`` applied."""
     choices = choices or Choices()
     main, hosts = classify_hosts(entries, allowed)
-    pages = group_pages(entries, main)
+    # WebSocket sessions of another allowed origin (a realtime server beside the site) are kept, with their
+    # own ws:// or wss:// URL: a session step may name its origin, checked like the base URL.
+    ws_origins = frozenset(
+        host.origin
+        for host in hosts
+        if host.origin != main and host.allowed and any(e.websocket and e.origin == host.origin for e in entries)
+    )
+    for host in hosts:
+        if host.origin in ws_origins:
+            host.kept = True
+            host.reason = "its WebSocket sessions are steps with their own ws:// or wss:// URL; other requests dropped"
+    pages = group_pages(entries, main, ws_origins)
     notes = []
     odd = [page for page in pages if page[0].method not in METHODS]
     if odd:
@@ -680,7 +771,7 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     if len(pages) > MAX_STEPS:
         notes.append(f"The recording has {len(pages)} pages; the first {MAX_STEPS} are imported.")
         pages = pages[:MAX_STEPS]
-    steps = [_step(page, choices) for page in pages]
+    steps = [_step(page, choices, main) for page in pages]
     seen: dict[str, int] = {}
     for step in steps:  # results are reported per step name: two pages must not share one
         seen[step.name] = seen.get(step.name, 0) + 1
@@ -688,7 +779,7 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
             step.name = f"{step.name} ({seen[step.name]})"
     for i, (page, step) in enumerate(zip(pages, steps, strict=True)):
         if i + 1 < len(pages):
-            end = max(e.started + e.duration for e in page)
+            end = max(_ended(e) for e in page)
             gap = pages[i + 1][0].started - end
             step.think_time = round(min(max(gap, 0.0), MAX_THINK_TIME), 1)
         else:
@@ -702,11 +793,90 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     dropped = sum(h.requests for h in hosts if not h.kept)
     if dropped:
         notes.append(f"{dropped} request{'' if dropped == 1 else 's'} to other sites dropped (see the hosts).")
+    h2 = sum(1 for step in steps if step.recorded_protocol == "h2")
+    if h2:
+        notes.append(
+            f"{h2} of {len(steps)} pages were recorded over HTTP/2: to load the system as the browser did, choose "
+            "the protocol Automatic (HTTP/2 over TLS when offered) for an https:// environment, or h2c for an "
+            "http:// one, on the environment or the plan (docs/protocols.md)."
+        )
+    sessions = sum(1 for step in steps if step.ws_actions is not None)
+    if sessions:
+        notes.append(
+            f"{sessions} WebSocket session{'' if sessions == 1 else 's'} recorded: each is a step at the moment it "
+            "was opened, its frames sent and expected in order (the other steps wait for it to end)."
+        )
     return Preview(main, steps, hosts, correlations, secret_fields, notes)
 
 
-def _step(page: list[Entry], choices: Choices) -> PreviewStep:
+def _ended(e: Entry) -> float:
+    """When an entry ended: a WebSocket session at its last frame, a request when its response did."""
+    end = e.started + e.duration
+    if e.ws_messages:
+        end = max(end, e.ws_messages[-1].time)
+    return end
+
+
+MAX_WS_TEXT = 500  # a received message longer than this is expected by its beginning
+WS_MIN_WAIT = 0.05  # gaps shorter than this between frames are not waits (the recording's own jitter)
+
+
+def _ws_step(main: Entry, choices: Choices, site: str) -> PreviewStep:
+    """A recorded WebSocket session: frames sent become send actions, frames received expect actions
+    (the text they carried), the time before each send a wait."""
+    notes, actions = [], []
+    previous = main.started + main.duration  # the handshake's end
+    binary = 0
+    for m in main.ws_messages or []:
+        if m.opcode != 1:  # binary frames (2) and control frames: a session step sends and expects text
+            binary += 1
+            continue
+        gap = m.time - previous
+        previous = m.time
+        if m.sent:
+            if gap >= WS_MIN_WAIT:
+                actions.append({"wait": round(min(gap, MAX_THINK_TIME), 2)})
+            actions.append({"send": m.data})
+        elif m.data:
+            text = m.data if len(m.data) <= MAX_WS_TEXT else m.data[:MAX_WS_TEXT]
+            action: dict = {"expect": {"contains": text}}
+            if gap > 10:  # a push that came late: give it twice the time it took
+                action["timeout"] = float(min(600, round(gap * 2)))
+            actions.append(action)
+    if binary:
+        notes.append(f"{binary} binary frame{'' if binary == 1 else 's'} left out (a session step sends text)")
+    long = sum(1 for m in main.ws_messages or [] if not m.sent and m.opcode == 1 and len(m.data) > MAX_WS_TEXT)
+    if long:
+        notes.append(f"{long} long message{'' if long == 1 else 's'} expected by the first {MAX_WS_TEXT} characters")
+    if not main.ws_messages:
+        notes.append("no frames were recorded (Chrome saves them with “Save all as HAR with content”)")
+    sent, expected = sum(1 for a in actions if "send" in a), sum(1 for a in actions if "expect" in a)
+    notes.append(f"WebSocket session: {sent} message{'' if sent == 1 else 's'} sent, {expected} expected")
+    rules = header_rules(main, "raw", choices.keep_headers)
+    name = (urlsplit(main.url).path or "/")[:77]
+    return PreviewStep(
+        name=f"WS {name}",
+        method="GET",
+        path=main.path[:MAX_PATH] if main.origin == site else main.url,
+        headers={r.name: r.value for r in rules if r.kept},
+        body_type="raw",
+        body="",
+        think_time=0.0,
+        expect_status=None,
+        resources=[],
+        header_rules=rules,
+        notes=notes,
+        entry=main,
+        final=main,
+        recorded_protocol=main.http_version,
+        ws_actions=actions,
+    )
+
+
+def _step(page: list[Entry], choices: Choices, site: str) -> PreviewStep:
     main = page[0]
+    if main.websocket:
+        return _ws_step(main, choices, site)
     chain = [main]
     for e in page[1:]:
         previous = chain[-1]
@@ -748,6 +918,8 @@ def _step(page: list[Entry], choices: Choices) -> PreviewStep:
     elif status is None:
         notes.append(f"recorded with status {final.status or 'none'} (blocked or cancelled): any 2xx/3xx is accepted")
     name = (urlsplit(main.url).path or "/")[:80]  # with "OPTIONS " and " (123)" within the Step's 100
+    if main.http_version == "h2":
+        notes.append("recorded over HTTP/2")
     return PreviewStep(
         name=f"{main.method} {name}" if main.method != "GET" else name,
         method=main.method,
@@ -762,6 +934,7 @@ def _step(page: list[Entry], choices: Choices) -> PreviewStep:
         notes=notes,
         entry=main,
         final=final,
+        recorded_protocol=main.http_version,
     )
 
 

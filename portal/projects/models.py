@@ -51,6 +51,14 @@ def trace_url(template: str, trace_id: str) -> str:
 PLACEHOLDER = variables.PLACEHOLDER
 
 
+# The engine's plan option (docs/protocols.md): an environment's, or a plan's own choice.
+PROTOCOL_CHOICES = [
+    ("auto", "Automatic: HTTP/2 over TLS when the server offers it, else HTTP/1.1"),
+    ("http1", "HTTP/1.1 only"),
+    ("h2c", "HTTP/2, also in clear text (h2c with prior knowledge)"),
+]
+
+
 class Project(TimeStamped):
     """A system's whole tuning journey: its environments, test cases, plans and runs."""
 
@@ -146,6 +154,19 @@ class Environment(TimeStamped):
     )
     # Fernet-encrypted (portal.telemetry.promql.token_encrypt); never shown back.
     prometheus_token = models.TextField(blank=True, editable=False)
+    # Issue 26: the protocol the engine speaks to this system (a plan may choose another), and a private CA.
+    protocol = models.CharField(
+        max_length=8,
+        choices=PROTOCOL_CHOICES,
+        default="auto",
+        help_text="What the engine speaks to this system; a plan can choose another",
+    )
+    ca_bundle = models.TextField(
+        "CA bundle",
+        blank=True,
+        help_text="PEM certificates of a private CA, trusted besides the system's CAs (certificates are verified)",
+    )
+    ca_bundle_name = models.CharField("CA bundle file", max_length=255, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -162,6 +183,11 @@ class Environment(TimeStamped):
 
     def get_absolute_url(self):
         return reverse("projects:environment", args=[self.code])
+
+    @property
+    def ca_bundle_count(self) -> int:
+        """How many certificates the CA bundle holds."""
+        return self.ca_bundle.count("-----BEGIN CERTIFICATE-----")
 
     def change_in_effect(self, at):
         """The last tuning change (portal.history) applied at or before ``at``; None: the initial configuration.
@@ -256,7 +282,7 @@ class TestCase(TimeStamped):
         available = []
         for step in steps:
             available.append(set(known))
-            known |= {item["name"] for item in step.extract}
+            known |= step.extracted_names()
         return available
 
     def placeholder_problems(self, steps: list["Step"] | None = None) -> list[str]:
@@ -377,6 +403,40 @@ class Step(models.Model):
     # ["/static/site.css", ...]: fetched in parallel after the main response, as a browser does.
     resources = models.JSONField(default=list, blank=True)
 
+    class Kind(models.TextChoices):  # docs/protocols.md
+        REQUEST = "request", "HTTP request"
+        STREAM = "stream", "Streamed response (server-sent events or chunked)"
+        WEBSOCKET = "websocket", "WebSocket session"
+
+    class StreamKind(models.TextChoices):
+        SSE = "sse", "Server-sent events (text/event-stream)"
+        CHUNKED = "chunked", "Chunked lines (one event per line, e.g. JSON lines)"
+
+    kind = models.CharField(max_length=9, choices=Kind.choices, default=Kind.REQUEST)
+    stream_kind = models.CharField("stream format", max_length=7, choices=StreamKind.choices, default=StreamKind.SSE)
+    stream_idle_timeout = models.FloatField(
+        "idle timeout (s)",
+        default=10.0,
+        validators=[MinValueValidator(0.1), MaxValueValidator(600)],
+        help_text="A stream that sends nothing for this long is an error (stream_stalled)",
+    )
+    stream_last_event_contains = models.CharField(
+        "the last event contains",
+        max_length=500,
+        blank=True,
+        help_text="E.g. [DONE]. Empty: no check of the final event",
+    )
+    # The engine's actions, [{"send": ...} | {"expect": {...}, "timeout", "extract"} | {"wait": s}] (docs/protocols.md).
+    ws_actions = models.JSONField("WebSocket actions", default=list, blank=True)
+    ws_hold = models.FloatField(
+        "hold open (s)",
+        default=0.0,
+        validators=[MinValueValidator(0), MaxValueValidator(3600)],
+        help_text="Seconds the session stays open after its last action",
+    )
+    # The protocol a recording (HAR import) used for this page: "h2", "http/1.1", … ("" when unknown).
+    recorded_protocol = models.CharField(max_length=12, blank=True)
+
     class Meta:
         ordering = ["position", "id"]
 
@@ -384,9 +444,26 @@ class Step(models.Model):
         return self.name
 
     def placeholders(self) -> list[str]:
-        """The ``{{names}}`` its path, header values and body use, each once, in order of appearance."""
+        """The ``{{names}}`` its path, header values and body use, each once, in order of appearance.
+
+        A WebSocket session's messages count too, except the names its own earlier expects extract.
+        """
         texts = [self.path, *self.headers.values(), self.body]
-        return list(dict.fromkeys(name for text in texts for name in PLACEHOLDER.findall(text)))
+        names = [name for text in texts for name in PLACEHOLDER.findall(text)]
+        if self.kind == self.Kind.WEBSOCKET:
+            own: set[str] = set()
+            for action in self.ws_actions:
+                if "send" in action:
+                    names.extend(n for n in PLACEHOLDER.findall(action["send"]) if n not in own)
+                own |= {item["name"] for item in action.get("extract") or []}
+        return list(dict.fromkeys(names))
+
+    def extracted_names(self) -> set[str]:
+        """The variables this step gives later steps: its extractions, and its WebSocket expects' ones."""
+        names = {item["name"] for item in self.extract}
+        if self.kind == self.Kind.WEBSOCKET:
+            names |= {item["name"] for action in self.ws_actions for item in action.get("extract") or []}
+        return names
 
     def extractions_display(self) -> list[tuple[str, str, str]]:
         """(name, source in words, expression) of each extraction: "→ csrf (form field)" on the steps list."""
@@ -417,6 +494,18 @@ class Step(models.Model):
             d["extract"] = [dict(item) for item in self.extract]
         if self.resources:
             d["resources"] = list(self.resources)
+        if self.kind == self.Kind.STREAM:
+            d["stream"] = {
+                "kind": self.stream_kind,
+                "idle_timeout": self.stream_idle_timeout,
+                "last_event_contains": self.stream_last_event_contains,
+            }
+        elif self.kind == self.Kind.WEBSOCKET:
+            # A session: GET upgrade, no body nor resources (the form refuses them; the engine too).
+            d["method"], d["body"] = "GET", ""
+            d.pop("body_type", None)
+            d.pop("resources", None)
+            d["websocket"] = {"actions": [dict(a) for a in self.ws_actions], "hold": self.ws_hold}
         return d
 
 
@@ -436,6 +525,7 @@ class Plan(TimeStamped):
     team_path = "project__team"
 
     class Protocol(models.TextChoices):  # the engine's plan option (docs/protocols.md)
+        ENVIRONMENT = "", "The environment's"
         AUTO = "auto", "Automatic: HTTP/2 over TLS when the server offers it, else HTTP/1.1"
         HTTP1 = "http1", "HTTP/1.1 only"
         H2C = "h2c", "HTTP/2, also in clear text (h2c with prior knowledge)"
@@ -515,8 +605,10 @@ class Plan(TimeStamped):
     protocol = models.CharField(
         max_length=8,
         choices=Protocol.choices,
-        default=Protocol.AUTO,
-        help_text="HTTP/2 multiplexes a page's resources on one connection per user, as a browser does",
+        default=Protocol.ENVIRONMENT,
+        blank=True,
+        help_text="HTTP/2 multiplexes a page's resources on one connection per user, as a browser does. "
+        "The environment's choice unless the plan makes its own",
     )
     tls_accept_any = models.BooleanField(
         "accept any TLS certificate",
@@ -718,8 +810,9 @@ class Plan(TimeStamped):
                 "min_pages_per_s": self.threshold_min_pages_per_s,
             },
             # Only when they differ from the engine's defaults (as a step's newer keys).
-            **({"protocol": self.protocol} if self.protocol != self.Protocol.AUTO else {}),
+            **({"protocol": protocol} if (protocol := self.effective_protocol) != self.Protocol.AUTO else {}),
             **({"tls_verify": False} if self.tls_accept_any else {}),
+            **({"ca_bundle": self.environment.ca_bundle} if self.environment.ca_bundle else {}),
             **({} if self.trace_context else {"trace_context": False}),
             **({"trace_sample_rate": self.trace_sample_rate} if self.trace_sample_rate != 1.0 else {}),
             # The environment's collector, when it has one and the plan sends trace context.
@@ -729,6 +822,11 @@ class Plan(TimeStamped):
                 else {}
             ),
         }
+
+    @property
+    def effective_protocol(self) -> str:
+        """The plan's own protocol, else its environment's."""
+        return self.protocol or self.environment.protocol or self.Protocol.AUTO
 
     def analysis_settings(self) -> dict:
         """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""

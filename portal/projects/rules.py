@@ -6,6 +6,8 @@ Each check returns messages (an empty list when the value is fine) rather than r
 caller can collect every problem of a document at once.
 """
 
+import re
+import ssl
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -31,6 +33,43 @@ def name_taken(model, *, project, name: str, exclude_pk=None, message: str) -> l
     if model.objects.filter(project=project, name__iexact=name).exclude(pk=exclude_pk).exists():
         return [message.format(name=name)]
     return []
+
+
+MAX_CA_BUNDLE_BYTES = 1024 * 1024  # the engine's MAX_CA_BUNDLE: a bundle of a few hundred certificates
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)-----END \1-----", re.DOTALL)
+
+
+def clean_ca_bundle(text: str) -> tuple[str, list[str]]:
+    """(the PEM certificates, []) or (text, [why not]): a private CA's certificates, each one parsed.
+
+    Only CERTIFICATE blocks are taken (a private key pasted by mistake is refused, not stored);
+    text outside the blocks (a bundle's comments) is left out. "" stays "" (no bundle).
+    """
+    text = (text or "").replace("\r\n", "\n").strip()
+    if not text:
+        return "", []
+    if len(text.encode()) > MAX_CA_BUNDLE_BYTES:
+        return text, [f"A CA bundle is at most {MAX_CA_BUNDLE_BYTES // 1024} KB of PEM certificates."]
+    blocks = list(_PEM_BLOCK.finditer(text))
+    if not blocks:
+        return text, [
+            "This is not a PEM certificate bundle: give the CA's certificates as PEM text, each between "
+            "-----BEGIN CERTIFICATE----- and -----END CERTIFICATE----- (convert a .der or .cer file with "
+            "openssl x509 -inform der -in ca.der -out ca.pem)."
+        ]
+    others = sorted({m.group(1) for m in blocks if m.group(1) != "CERTIFICATE"})
+    if others:
+        return text, [f"The bundle has a {', '.join(others)} block: give certificates only (never a private key)."]
+    certificates = []
+    for number, block in enumerate(blocks, start=1):
+        pem = block.group(0) + "\n"
+        try:
+            ssl.PEM_cert_to_DER_cert(pem)
+            ssl.create_default_context().load_verify_locations(cadata=pem)
+        except (ssl.SSLError, ValueError) as exc:
+            return text, [f"Certificate {number} of the bundle does not parse as an X.509 certificate ({exc})."]
+        certificates.append(pem)
+    return "".join(certificates), []
 
 
 def clean_base_url(url: str) -> tuple[str, list[str]]:

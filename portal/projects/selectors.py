@@ -1,12 +1,12 @@
 """Reads for the projects pages, shaped so that a page costs the same number of queries at any size."""
 
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
 
 from portal.accounts.access import scoped
 
-from .models import DataSet, Environment, MixEntry, Plan, Project, TestCase
+from .models import PLACEHOLDER, DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
 
 DATA_SET_HEAD = 10
 
@@ -30,6 +30,27 @@ def target_problem(*, base_url: str) -> str | None:
     except OSError:
         return None
     return None
+
+
+def websocket_target_problems(*, plan: Plan) -> list[str]:
+    """Why a run of ``plan`` would be refused for a WebSocket step's own ws:// or wss:// origin (the allowlist
+    changed since the step was saved), one message per step; shown with the base URL's problem."""
+    from .services import allowed_target
+
+    problems = []
+    steps = (
+        Step.objects.filter(test_case__mix_entries__plan=plan, kind=Step.Kind.WEBSOCKET)
+        .filter(Q(path__istartswith="ws://") | Q(path__istartswith="wss://"))
+        .select_related("test_case")
+        .order_by("test_case__name", "position")
+    )
+    for step in steps:
+        if refusal := allowed_target(PLACEHOLDER.sub("x", step.path)):
+            problems.append(
+                f"The WebSocket step “{step.name}” of “{step.test_case}” connects to {step.path}, which is {refusal}: "
+                "runs of this plan will be refused."
+            )
+    return problems
 
 
 class PreviewUnavailable(Exception):

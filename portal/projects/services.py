@@ -110,6 +110,9 @@ def environment_save(
     prometheus_token: str | None = None,
     trace_url_template: str | None = None,
     otlp_endpoint: str | None = None,
+    protocol: str | None = None,
+    ca_bundle: str | None = None,
+    ca_bundle_name: str | None = None,
 ) -> Environment:
     """Creates or changes an environment and (unless ``servers`` is None) replaces its server rows.
 
@@ -156,6 +159,14 @@ def environment_save(
         env.prometheus_url = prometheus_url
     if prometheus_token is not None:
         env.prometheus_token = token_encrypt(prometheus_token.strip())
+    if protocol is not None:  # None: unchanged; checked against the choices below
+        env.protocol = protocol or "auto"
+    if ca_bundle is not None:  # None: unchanged, "": no bundle
+        bundle, messages = rules.clean_ca_bundle(ca_bundle)
+        if messages:
+            errors["ca_bundle"] = messages
+        env.ca_bundle = bundle
+        env.ca_bundle_name = (ca_bundle_name or "").strip()[:255] if bundle else ""
     if trace_url_template is not None:  # None: unchanged; checked by the field's validator below
         env.trace_url_template = trace_url_template.strip()
     if otlp_endpoint is not None:  # None: unchanged; checked by the field's validator below
@@ -551,10 +562,19 @@ def har_preview_summary(preview: har.Preview) -> dict:
     return {
         "base_url": preview.base_url,
         "steps": [
-            {"name": s.name, "method": s.method, "path": s.path, "think_time": s.think_time, "resources": s.resources}
+            {
+                "name": s.name,
+                "kind": "websocket" if s.ws_actions is not None else "request",
+                "method": s.method,
+                "path": s.path,
+                "think_time": s.think_time,
+                "resources": s.resources,
+                "recorded_protocol": s.recorded_protocol,
+                **({"actions": len(s.ws_actions)} if s.ws_actions is not None else {}),
+            }
             for s in preview.steps
         ],
-        "hosts": [vars(h) for h in preview.hosts],
+        "hosts": [{"host": h.host, "requests": h.requests, "kept": h.kept, "reason": h.reason} for h in preview.hosts],
         "correlations": [
             {
                 "name": c.name,
@@ -790,7 +810,8 @@ def test_case_import(*, project: Project, name: str, steps: list[dict], descript
         EnginePlan.from_dict(
             {
                 "base_url": "http://127.0.0.1",
-                "test_cases": [{"name": name, "steps": steps}],
+                # As a run sends them: a WebSocket session's actions under "websocket", say.
+                "test_cases": [{"name": name, "steps": [Step(**fields).to_engine_dict() for fields in steps]}],
                 "profile": {"users": 1, "hold": 1},
             }
         )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from workers.engine.h1 import make_h1_client
+from workers.engine.h2 import make_client
 from workers.engine.http import HttpClient, Response
 from workers.engine.runner import run_sync
 from workers.engine.targets import BadTargetURL, TargetNotAllowed, parse_allowlist
@@ -73,14 +73,22 @@ class _Recorder:
     """The engine's HTTP client, keeping each exchange (HttpClient protocol, workers/engine/http.py)."""
 
     def __init__(self, inner: HttpClient, exchanges: list[Exchange]):
-        self.inner, self.exchanges = inner, exchanges
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "exchanges", exchanges)
 
-    async def request(self, method, url, headers, body, timeout) -> Response:
+    def __setattr__(self, name, value):  # what the engine sets on its client (a session's loop …) is the inner's
+        setattr(self.inner, name, value)
+
+    async def request(self, method, url, headers, body, timeout, stream=None) -> Response:
         exchange = Exchange(method, url, dict(headers), _text(body or b""))
         self.exchanges.append(exchange)
         started = time.perf_counter()
+        timeout = min(timeout, REQUEST_TIMEOUT_S)
         try:
-            response = await self.inner.request(method, url, headers, body, min(timeout, REQUEST_TIMEOUT_S))
+            if stream is None:
+                response = await self.inner.request(method, url, headers, body, timeout)
+            else:  # a streamed response (streams.py): its events observed as a run observes them
+                response = await self.inner.request(method, url, headers, body, timeout, stream)
         except Exception as exc:  # shown as the exchange's outcome; the engine records it as the step's error
             exchange.error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             exchange.elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
@@ -106,6 +114,8 @@ def engine_plan(test_case: TestCase, environment: Environment) -> dict:
     tc["steps"] = [{**step, "think_time": 0} for step in tc["steps"]]
     return {
         "base_url": environment.base_url.rstrip("/"),
+        **({"protocol": environment.protocol} if environment.protocol != "auto" else {}),
+        **({"ca_bundle": environment.ca_bundle} if environment.ca_bundle else {}),
         "test_cases": [tc],
         "profile": {"kind": "pacing", "users": 1, "hold": BOUND_S, "pacing": BOUND_S + 60, "ramp_up": 0},
         "request_timeout": REQUEST_TIMEOUT_S,
@@ -135,7 +145,10 @@ def test_case_try(*, test_case: TestCase, environment: Environment) -> TryResult
             sink=sink,
             allowlist=allow,
             seed=0,
-            client_factory=lambda: _Recorder(make_h1_client(allow), exchanges),
+            # The environment's protocol and CA bundle, as a run's (a plan may choose another protocol).
+            client_factory=lambda: _Recorder(
+                make_client(allow, protocol=environment.protocol, ca_bundle=environment.ca_bundle or None), exchanges
+            ),
         )
     except (TargetNotAllowed, BadTargetURL) as exc:
         result.refused = str(exc)

@@ -238,7 +238,7 @@ def environment_verify(request, code):
 
 
 def _environment_form(request, project: Project, environment: Environment | None):
-    form = EnvironmentForm(request.POST or None, instance=environment, project=project)
+    form = EnvironmentForm(request.POST or None, request.FILES or None, instance=environment, project=project)
     servers = ServerFormSet(request.POST or None, instance=form.instance, prefix="servers")
     if request.method == "POST" and form.is_valid() and servers.is_valid():
         saved = _save(
@@ -594,7 +594,9 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
         "project": plan.project,
         "levels": plan.get_levels(),
         "mix": selectors.plan_mix(plan=plan),
-        "problems": plan.problems() + _target_problems(plan.environment.base_url),
+        "problems": plan.problems()
+        + _target_problems(plan.environment.base_url)
+        + selectors.websocket_target_problems(plan=plan),
         "runs": plan.runs.order_by("-number")[:PLAN_RUNS],
         "can_write": can_write,
         "nav": "projects",

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from portal.common import task
 from portal.projects.models import Plan, Project
-from portal.runs.services import EnvironmentBusy, RunError, allowlist, run_create
-from workers.engine.targets import TargetNotAllowed, check_url
+from portal.runs.services import EnvironmentBusy, RunError, check_targets, run_create
+from workers.engine.targets import TargetNotAllowed
 
 from . import timing
 from .models import Schedule, ScheduleFire
@@ -188,7 +188,7 @@ def _fire_decide(fire: ScheduleFire, now: datetime):
         schedule_disable(schedule_id=schedule.id, reason=reason)
         return Outcome.SKIPPED, reason, None
     try:
-        check_url(plan.environment.base_url, allowlist())
+        check_targets(plan.environment.base_url, plan.to_engine_dict())
     except TargetNotAllowed as exc:
         reason = f"The target is no longer allowed ({exc}); no request was sent."
         schedule_disable(schedule_id=schedule.id, reason=reason)

@@ -241,3 +241,23 @@ def test_the_engine_refuses_a_run_aimed_at_a_service_of_the_site(other_target):
     with pytest.raises(TargetNotAllowed, match=OWN):
         run_sync(plan, sink=lambda second, stats: None, allowlist=denying(other_target.port))
     assert other_target.served == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [("ws://127.0.0.1/chat", "ws://127.0.0.1:80"), ("wss://127.0.0.1/chat", "wss://127.0.0.1:443")],
+)
+def test_ws_and_wss_urls_are_checked_like_http_with_their_default_ports(url, origin):
+    from workers.engine.targets import parse_target_url
+
+    assert check_url(url, "127.0.0.0/8") == ["127.0.0.1"]
+    assert parse_target_url(url, websocket=True).origin == origin
+    with pytest.raises(TargetNotAllowed, match=f"{origin} resolves to 127.0.0.1, which is not in the allowed"):
+        check_url(url, "10.0.0.0/8")
+
+
+def test_other_callers_of_the_strict_parser_still_take_http_only():
+    from workers.engine.targets import BadTargetURL, parse_target_url
+
+    with pytest.raises(BadTargetURL, match="is not an http:// or https:// URL with a host"):
+        parse_target_url("ws://127.0.0.1/chat")  # outbound hooks and scrapes never speak WebSocket

@@ -209,3 +209,63 @@ def test_websocket_steps_are_validated(websocket, message):
         Plan.from_dict(plan)
     ok = _plan("http://127.0.0.1:1", ECHO, hold=1, max_message_bytes=4096)
     assert Plan.from_dict(Plan.from_dict(ok).to_dict()) == Plan.from_dict(ok)
+
+
+def test_a_session_may_name_its_own_wss_origin_trusted_by_the_plans_ca_bundle(demo):
+    # The base URL is another origin (nothing listens there): the session goes to wss:// on the TLS port.
+    plan = _plan("http://127.0.0.1:1", ECHO, hold=0.4)
+    plan["test_cases"][0]["steps"][0]["path"] = demo.https_url.replace("https://", "wss://") + "/ws"
+    plan["ca_bundle"] = demo.ca_pem
+
+    totals = run_sync(plan, sink=None)
+
+    assert totals.errors == 0 and totals.pages >= 1
+    assert demo.app.counters.snapshot()["ws_sessions"] == totals.pages
+
+
+def test_a_sessions_own_origin_is_checked_by_the_allowlist_before_the_run(demo):
+    plan = _plan(demo.http_url, ECHO, hold=0.2)
+    plan["test_cases"][0]["steps"][0]["path"] = "ws://127.0.0.2:9/ws"
+    parsed = Plan.from_dict(plan)
+    assert parsed.target_urls() == [demo.http_url, "ws://127.0.0.2:9/ws"]
+
+    with pytest.raises(TargetNotAllowed, match=r"ws://127\.0\.0\.2:9 resolves to 127\.0\.0\.2, which is not in"):
+        run_sync(plan, sink=None, allowlist="127.0.0.1/32")
+    assert demo.app.counters.snapshot()["ws_sessions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("wss://{{host}}/ws", r"the host of a ws:// or wss:// URL cannot be a \{\{variable\}\}"),
+        ("wss://127.1/ws", r"127\.1"),
+        ("ftp://127.0.0.1/ws", r"must start with '/'"),
+    ],
+)
+def test_a_sessions_own_url_is_parsed_strictly(path, message):
+    plan = _plan("http://127.0.0.1:1", ECHO)
+    plan["test_cases"][0]["steps"][0]["path"] = path
+    with pytest.raises(PlanError, match=message):
+        Plan.from_dict(plan)
+
+
+def test_only_a_session_may_name_a_ws_url():
+    plan = _plan("http://127.0.0.1:1", ECHO)
+    step = plan["test_cases"][0]["steps"][0]
+    del step["websocket"]
+    step["path"] = "ws://127.0.0.1:1/ws"
+    with pytest.raises(PlanError, match=r"path: must start with '/'"):
+        Plan.from_dict(plan)
+
+
+def test_a_request_after_a_session_on_the_same_client_keeps_its_deadline(demo):
+    # A user's first step a session, its next a request under a timeout: the session set up the client's
+    # loop, and the request then found no deadlines for it ('NoneType' object has no attribute 'arm').
+    plan = _plan(demo.http_url, ECHO, hold=0.4)
+    plan["test_cases"][0]["steps"].append({"name": "page", "path": "/page"})
+    plan["test_cases"][0]["steps"].append({"name": "ask", "path": "/sse", "stream": {"kind": "sse"}})
+
+    totals = run_sync(plan, sink=None)
+
+    assert totals.errors == 0, totals.error_samples
+    assert totals.labels["W: page"].pages >= 1 and totals.labels["W: ask"].pages >= 1

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         allow = parse_allowlist(args.allow if args.allow is not None else os.environ.get(ENV_VAR) or DEFAULT_ALLOWLIST)
         plan = _with_trace_option(_plan(args), args)
-        check_url(plan.base_url, allow)  # before anything else touches the network
+        for url in plan.target_urls():  # before anything else touches the network
+            check_url(url, allow)
     except (ValueError, OSError) as exc:  # PlanError, a bad allowlist, TargetNotAllowed, an unreadable file
         print(f"plimsoll: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -305,7 +305,19 @@ class Plan:
     otlp_endpoint: str = ""  # an OTLP/HTTP receiver: sampled requests' spans exported there (otlp.py)
 
     def url_for(self, step: Step) -> str:
+        if step.websocket is not None and _is_ws_url(step.path):
+            return step.path  # a WebSocket step may name its own ws:// or wss:// origin
         return self.base_url + step.path
+
+    def target_urls(self) -> list[str]:
+        """Every origin the plan connects to, for the allowlist check before a run: the base URL and the
+        absolute ws:// or wss:// URLs of WebSocket steps (their hosts are never placeholders)."""
+        urls = [self.base_url]
+        for tc in self.test_cases:
+            for step in tc.steps:
+                if step.websocket is not None and _is_ws_url(step.path) and step.path not in urls:
+                    urls.append(step.path)
+        return urls
 
     @staticmethod
     def label(test_case: TestCase, step: Step) -> str:
@@ -567,7 +579,10 @@ def _step(d: Any, path: str) -> Step:
     method = d.get("method", "GET")
     if method not in METHODS:
         raise PlanError(f"{path}.method: must be one of {', '.join(METHODS)}")
-    step_path = _request_path(d["path"], f"{path}.path")
+    if d.get("websocket") is not None and isinstance(d["path"], str) and _is_ws_url(d["path"]):
+        step_path = _ws_url(d["path"], f"{path}.path")
+    else:
+        step_path = _request_path(d["path"], f"{path}.path")
     headers = d.get("headers", {})
     if not isinstance(headers, dict):
         raise PlanError(f"{path}.headers: must be an object of header names to strings")
@@ -683,6 +698,25 @@ def _stream(d: Any, path: str) -> Stream | None:
         raise PlanError(f"{path}.idle_timeout: must be at most {MAX_REQUEST_TIMEOUT:g} s")
     contains = _string(d.get("last_event_contains", ""), f"{path}.last_event_contains", max_len=10_000)
     return Stream(kind=kind, idle_timeout=idle, last_event_contains=contains)
+
+
+def _is_ws_url(text: str) -> bool:
+    return text[:5].lower() == "ws://" or text[:6].lower() == "wss://"
+
+
+def _ws_url(v: Any, path: str) -> str:
+    """An absolute ws:// or wss:// URL (a WebSocket step on another origin than the base URL)."""
+    from .targets import BadTargetURL, parse_target_url
+
+    text = _string(v, path, non_empty=True, max_len=8000)
+    origin_end = text.find("/", text.find("//") + 2)
+    if "{{" in (text if origin_end < 0 else text[:origin_end]):
+        raise PlanError(f"{path}: the host of a ws:// or wss:// URL cannot be a {{{{variable}}}} (checked first)")
+    try:
+        parse_target_url(variables.PLACEHOLDER.sub("x", text), websocket=True)
+    except BadTargetURL as exc:
+        raise PlanError(f"{path}: {exc}") from None
+    return text
 
 
 def _request_path(v: Any, path: str) -> str:

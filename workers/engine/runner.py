@@ -1621,7 +1621,8 @@ async def run(
                 "to know which arrivals are its own; user_ids alone would run every arrival in every shard"
             )
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, check_url, plan.base_url, allow)
+    for url in plan.target_urls():  # the base URL and any WebSocket step's own ws:// or wss:// origin
+        await loop.run_in_executor(None, check_url, url, allow)
     # The engine's own HTTP layer (h1.py, and h2.py for HTTP/2): about 7x less CPU per request than aiohttp.
     factory = client_factory or functools.partial(
         make_client, allow, protocol=plan.protocol, verify=plan.tls_verify, ca_bundle=plan.ca_bundle or None

@@ -95,7 +95,7 @@ class TargetURL:
     @property
     def host_header(self) -> str:
         """The Host header (and what a browser would send): the port only when it is not the scheme's default."""
-        default = 443 if self.scheme == "https" else 80
+        default = 443 if self.scheme in ("https", "wss") else 80
         return self.host_for_url if self.port == default else f"{self.host_for_url}:{self.port}"
 
     @property
@@ -112,7 +112,10 @@ _HOST_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _TARGET_SAFE = "".join(chr(c) for c in range(0x21, 0x7F))
 
 
-def parse_target_url(url: str) -> TargetURL:
+WS_SCHEMES = ("ws", "wss")  # WebSocket URLs: checked like http:// and https:// (same default ports)
+
+
+def parse_target_url(url: str, *, websocket: bool = False) -> TargetURL:
     """The one strict URL parser for targets: run base URLs, hooks and every outbound request.
 
     Accepts http and https URLs with a host name, a dotted-decimal IPv4 address or a
@@ -120,6 +123,7 @@ def parse_target_url(url: str) -> TargetURL:
     characters and spaces anywhere, credentials (``user@``), percent-encoding in
     the host, malformed brackets, IPv4 in other notations (``127.1``, ``0x7f.0.0.1``)
     and ports outside 1-65535 - every form that two URL parsers read differently.
+    ``websocket``: ws:// and wss:// URLs are accepted too (a WebSocket step's target).
     """
     if not isinstance(url, str) or not url:
         raise BadTargetURL("The URL is empty.")
@@ -133,8 +137,10 @@ def parse_target_url(url: str) -> TargetURL:
     except ValueError as exc:
         raise BadTargetURL(f"{shown} is not a valid URL ({exc}).") from None
     scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.netloc:
-        raise BadTargetURL(f"{shown} is not an http:// or https:// URL with a host.")
+    schemes = ("http", "https", *WS_SCHEMES) if websocket else ("http", "https")
+    if scheme not in schemes or not parts.netloc:
+        kinds = "an http://, https://, ws:// or wss://" if websocket else "an http:// or https://"
+        raise BadTargetURL(f"{shown} is not {kinds} URL with a host.")
     netloc = parts.netloc
     if "@" in netloc:
         raise BadTargetURL(f"{shown} contains credentials (user@host); leave them out of the URL.")
@@ -146,7 +152,7 @@ def parse_target_url(url: str) -> TargetURL:
     host = _strict_host(m.group("v6"), m.group("host"), shown)
     port_text = m.group("port")
     if port_text is None:
-        port, explicit = (443 if scheme == "https" else 80), False
+        port, explicit = (443 if scheme in ("https", "wss") else 80), False
     else:
         if not port_text or len(port_text) > 5 or not 1 <= int(port_text) <= 65535:
             raise BadTargetURL(f"{shown} has a bad port: give a number from 1 to 65535 after the colon.")
@@ -400,10 +406,12 @@ def check_url(url: str, allowlist: str | Allowlist = DEFAULT_ALLOWLIST) -> list[
     network, or the host name itself is an allowed entry (then nothing is
     resolved and ``[]`` is returned). A name that does not resolve is refused
     too: it cannot be checked. A URL the strict parser refuses is refused too.
+    ws:// and wss:// URLs are checked like http:// and https:// ones (a WebSocket
+    session connects the same way).
     """
     allow = parse_allowlist(allowlist)
     try:
-        parsed = parse_target_url(url)
+        parsed = parse_target_url(url, websocket=True)
     except BadTargetURL as exc:
         raise TargetNotAllowed(str(exc)) from None
     if allow.allows_hostname(parsed.host):

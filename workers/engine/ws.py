@@ -39,7 +39,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from .h1 import H1Client, _prepare
+from .h1 import H1Client, _deadlines_of, _prepare
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE",
@@ -306,8 +306,9 @@ async def open_websocket(
     target = http_url(url)
     prep = _prepare("GET", target, headers)  # checks the URL; the request line is not used
     loop = asyncio.get_running_loop()
-    if client._loop is None:
+    if client._loop is None:  # the user's first exchange: its later requests need the loop's deadlines too
         client._loop = loop
+        client._deadlines = _deadlines_of(loop)
     session = WsSession(loop, max_message)
     client.last_connect_s = 0.0
     async with asyncio.timeout(timeout):

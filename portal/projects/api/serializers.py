@@ -58,6 +58,9 @@ class EnvironmentSerializer(serializers.ModelSerializer):
             "generator_pool",
             "prometheus_url",
             "prometheus_token_set",
+            "protocol",
+            "ca_bundle",
+            "ca_bundle_name",
             "configuration",
             "servers",
         )
@@ -71,6 +74,22 @@ class ExtractionSerializer(StrictSerializer):
     name = serializers.CharField()
     source = serializers.ChoiceField(choices=Step.Source.choices)
     expression = serializers.CharField()
+
+
+class StreamSerializer(StrictSerializer):
+    kind = serializers.ChoiceField(choices=Step.StreamKind.choices, default=Step.StreamKind.SSE)
+    idle_timeout = serializers.FloatField(default=10.0, help_text="Seconds without a byte before stream_stalled")
+    last_event_contains = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="The last event's data must contain it"
+    )
+
+
+class WebSocketSerializer(StrictSerializer):
+    actions = serializers.JSONField(
+        help_text='[{"send": "..."}, {"expect": {"contains"|"regex"|"json": "...", "equals"?: "..."}, '
+        '"timeout"?: s, "extract"?: [...]}, {"wait": s}] (docs/protocols.md)'
+    )
+    hold = serializers.FloatField(default=0.0, help_text="Seconds the session stays open after its last action")
 
 
 class StepSerializer(StrictSerializer):
@@ -90,6 +109,25 @@ class StepSerializer(StrictSerializer):
     text_absent = serializers.CharField(required=False, allow_blank=True, default="")
     extract = ExtractionSerializer(many=True, required=False, default=list)
     resources = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    kind = serializers.ChoiceField(
+        choices=Step.Kind.choices, default=Step.Kind.REQUEST, help_text="request | stream | websocket"
+    )
+    stream = StreamSerializer(
+        required=False, allow_null=True, default=None, help_text="A stream step's options (kind stream)"
+    )
+    websocket = WebSocketSerializer(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="A WebSocket session's actions and hold (kind websocket), in the engine's format",
+    )
+    recorded_protocol = serializers.CharField(
+        max_length=12,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="The protocol a recording used for this page (h2, http/1.1); informative",
+    )
 
 
 class DataSetInfoSerializer(serializers.Serializer):
@@ -144,6 +182,18 @@ def step_document(step: Step) -> dict:
         "text_absent": step.text_absent,
         "extract": [dict(item) for item in step.extract],
         "resources": list(step.resources),
+        "kind": step.kind,
+        "stream": {
+            "kind": step.stream_kind,
+            "idle_timeout": step.stream_idle_timeout,
+            "last_event_contains": step.stream_last_event_contains,
+        }
+        if step.kind == Step.Kind.STREAM
+        else None,
+        "websocket": {"actions": [dict(a) for a in step.ws_actions], "hold": step.ws_hold}
+        if step.kind == Step.Kind.WEBSOCKET
+        else None,
+        "recorded_protocol": step.recorded_protocol,
     }
 
 
@@ -223,7 +273,10 @@ class PlanSerializer(StrictSerializer):
     think_time_mode = serializers.ChoiceField(choices=Plan.ThinkTimeMode.choices, default=Plan.ThinkTimeMode.FIXED)
     request_timeout = serializers.FloatField(default=30)
     protocol = serializers.ChoiceField(
-        choices=Plan.Protocol.choices, default=Plan.Protocol.AUTO, help_text="auto | http1 | h2c (docs/protocols.md)"
+        choices=Plan.Protocol.choices,
+        default=Plan.Protocol.ENVIRONMENT,
+        allow_blank=True,
+        help_text='"" (the environment\'s) | auto | http1 | h2c (docs/protocols.md)',
     )
     tls_accept_any = serializers.BooleanField(default=False, help_text="Accept any TLS certificate (self-signed)")
     trace_context = serializers.BooleanField(

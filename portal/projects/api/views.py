@@ -16,7 +16,7 @@ from portal.accounts.models import Team
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses, write_schemas
 from portal.api.parsers import JSONParser
-from portal.projects import services
+from portal.projects import services, wsactions
 from portal.projects.forms import (
     DataSetUploadForm,
     ProjectForm,
@@ -39,7 +39,16 @@ from .serializers import (
 )
 
 # The step form's text fields and the API's structured ones.
-STEP_FIELD_NAMES = {"headers_text": "headers", "extract_text": "extract", "resources_text": "resources"}
+STEP_FIELD_NAMES = {
+    "headers_text": "headers",
+    "extract_text": "extract",
+    "resources_text": "resources",
+    "ws_actions_text": "websocket.actions",
+    "ws_hold": "websocket.hold",
+    "stream_kind": "stream.kind",
+    "stream_idle_timeout": "stream.idle_timeout",
+    "stream_last_event_contains": "stream.last_event_contains",
+}
 
 
 class ProjectFilter(QueryParams):
@@ -315,6 +324,22 @@ class EnvironmentWriteSerializer(StrictSerializer):
     generator_pool = serializers.CharField(
         max_length=60, required=False, allow_blank=True, help_text="Run on this generator pool's workers only"
     )
+    protocol = serializers.ChoiceField(
+        choices=Environment._meta.get_field("protocol").choices,
+        required=False,
+        help_text="auto | http1 | h2c: what the engine speaks to this system (a plan may choose another); "
+        "absent: unchanged",
+    )
+    ca_bundle = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        help_text="PEM certificates of a private CA, trusted besides the system's CAs; absent: unchanged, "
+        "empty: removed",
+    )
+    ca_bundle_name = serializers.CharField(
+        max_length=255, required=False, allow_blank=True, help_text="The bundle's file name, for the record"
+    )
 
 
 @extend_schema_view(
@@ -377,6 +402,9 @@ class EnvironmentViewSet(
             # The servers are replaced as a whole: the document's rows, in order.
             servers=[services.ServerSpec(**server) for server in data["servers"]],
             generator_pool=data.get("generator_pool"),
+            protocol=data.get("protocol"),
+            ca_bundle=data.get("ca_bundle"),
+            ca_bundle_name=data.get("ca_bundle_name"),
         )
         return EnvironmentSerializer(self.safely_get_queryset().get(pk=environment.pk)).data
 
@@ -467,7 +495,12 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
         step_errors = []
         # One step at a time, as in the browser: each step may use what the steps before it extract.
         for item in data["steps"]:
-            step_form = StepForm(self._step_form_data(item), test_case=test_case)
+            try:
+                form_data = self._step_form_data(item)
+            except serializers.ValidationError as exc:
+                step_errors.append(exc.detail)
+                continue
+            step_form = StepForm(form_data, test_case=test_case)
             if step_form.is_valid():
                 services.step_create(test_case=test_case, step=step_form.save(commit=False))
                 step_errors.append({})
@@ -592,14 +625,39 @@ class PlanViewSet(_ProjectDocumentViewSet):
 
 
 def step_form_data(item: dict) -> dict:
-    """A step document (StepSerializer's) as the step form's fields: both go through the same form."""
-    return {
+    """A step document (StepSerializer's) as the step form's fields: both go through the same form.
+
+    A WebSocket session's actions (the engine's format) become the form's lines of text, which the
+    form reads back to the same actions; actions of the wrong shape are refused here, each by its number.
+    """
+    data = {
         **{k: _blank(item[k]) for k in ("name", "method", "path", "body_type", "body", "think_time")},
         **{k: _blank(item[k]) for k in ("timeout", "expect_status", "max_duration_ms", "text_present", "text_absent")},
         "headers_text": format_headers(item["headers"]),
         "extract_text": format_extractions(item["extract"]),
         "resources_text": "\n".join(item["resources"]),
+        "kind": item.get("kind") or Step.Kind.REQUEST,
     }
+    stream, websocket = item.get("stream"), item.get("websocket")
+    if data["kind"] == Step.Kind.STREAM and stream is None:
+        raise serializers.ValidationError({"stream": ['A stream step needs its stream options, e.g. {"kind": "sse"}.']})
+    if data["kind"] == Step.Kind.WEBSOCKET and websocket is None:
+        raise serializers.ValidationError({"websocket": ['A WebSocket step needs its actions: {"actions": [...]}.']})
+    if data["kind"] != Step.Kind.STREAM and stream is not None:
+        raise serializers.ValidationError({"stream": ['Only a step of kind "stream" has stream options.']})
+    if data["kind"] != Step.Kind.WEBSOCKET and websocket is not None:
+        raise serializers.ValidationError({"websocket": ['Only a step of kind "websocket" has a session.']})
+    if stream is not None:
+        data["stream_kind"] = stream["kind"]
+        data["stream_idle_timeout"] = _blank(stream["idle_timeout"])
+        data["stream_last_event_contains"] = stream["last_event_contains"]
+    if websocket is not None:
+        if problems := wsactions.actions_problems(websocket["actions"]):
+            raise serializers.ValidationError({"websocket.actions": problems})
+        data["ws_actions_text"] = wsactions.format_actions(websocket["actions"])
+        data["ws_hold"] = _blank(websocket["hold"])
+    data["recorded_protocol"] = item.get("recorded_protocol", "")
+    return data
 
 
 class StepMoveSerializer(StrictSerializer):

@@ -426,7 +426,7 @@ class PlanRunViewSet(TeamScopedViewSet):
         start = StartRunSerializer(data=request.data if request.data else {})
         start.is_valid(raise_exception=True)
         labels, note = services.labels_clean(start.validated_data.get("labels"), start.validated_data.get("note", ""))
-        if refusal := services.target_refusal(plan.environment.base_url):
+        if refusal := services.target_refusal(plan.environment.base_url, plan.to_engine_dict()):
             raise TargetRefused(refusal)
         with transaction.atomic():  # the run's start is enqueued on commit: its labels are there by then
             run = services.run_create(plan=plan, user=request.user, token=request_token(request))

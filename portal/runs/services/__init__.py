@@ -36,6 +36,7 @@ from .targets import (
     active_run_on,
     active_run_on_target,
     allowlist,
+    check_targets,
     target_refusal,
 )
 from .watchdog import watchdog
@@ -77,6 +78,7 @@ __all__ = [
     "shard_execute",
     "shards_hand_off",
     "target_refusal",
+    "check_targets",
     "token_label",
     "watchdog",
 ]

@@ -19,7 +19,7 @@ from portal.projects.metric_sources import metric_sources_problems
 from portal.projects.models import Plan
 from workers.engine.plan import Plan as EnginePlan
 from workers.engine.plan import PlanError
-from workers.engine.targets import TargetNotAllowed, check_url
+from workers.engine.targets import TargetNotAllowed
 
 from .. import analysis
 from ..batches import BatchSampler
@@ -39,7 +39,7 @@ from .targets import (
     _target_origin,
     active_run_on,
     active_run_on_target,
-    allowlist,
+    check_targets,
 )
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def run_start(run_id: int) -> None:
         return
     base_url = run.plan_snapshot["base_url"]
     try:
-        check_url(base_url, allowlist())
+        check_targets(base_url, run.plan_snapshot)  # and every WebSocket step's own ws:// or wss:// origin
     except TargetNotAllowed as exc:
         _run_error(run_id, f"Target refused, no request was sent: {exc}")
         return

@@ -38,14 +38,42 @@ class EnvironmentBusy(RunError):
         )
 
 
-def target_refusal(base_url: str) -> str | None:
+def websocket_targets(snapshot: dict) -> list[tuple[str, str]]:
+    """(URL, "WebSocket step “…” of “…”") of each WebSocket step of an engine plan that names its own
+    ws:// or wss:// origin: connections beyond the base URL, checked before a run like the base URL."""
+    found = []
+    for case in snapshot.get("test_cases") or []:
+        for step in case.get("steps") or []:
+            path = str(step.get("path", ""))
+            if step.get("websocket") is not None and (path[:5].lower() == "ws://" or path[:6].lower() == "wss://"):
+                found.append((path, f"WebSocket step “{step.get('name', '')}” of “{case.get('name', '')}”"))
+    return found
+
+
+def check_targets(base_url: str, snapshot: dict | None = None) -> None:
+    """The allowlist check of a run: its base URL, then every WebSocket step's own origin.
+
+    Raises TargetNotAllowed (the step named) or OSError, as ``check_url``.
+    """
+    allow = allowlist()
+    check_url(base_url, allow)
+    for url, where in websocket_targets(snapshot or {}):
+        try:
+            check_url(url, allow)
+        except TargetNotAllowed as exc:
+            raise TargetNotAllowed(f"{exc} (the {where})") from None
+
+
+def target_refusal(base_url: str, snapshot: dict | None = None) -> str | None:
     """Why a run against ``base_url`` would be refused at start (the allowlist), or None.
 
-    The start task checks again (DNS may change in between); the API asks first, so that a
-    pipeline gets the reason in its answer (422) instead of a run that ends in error.
+    ``snapshot``: the engine plan, whose WebSocket steps may connect to ws:// or wss:// origins of
+    their own, checked the same way. The start task checks again (DNS may change in between); the
+    API asks first, so that a pipeline gets the reason in its answer (422) instead of a run that
+    ends in error.
     """
     try:
-        check_url(base_url, allowlist())
+        check_targets(base_url, snapshot)
     except TargetNotAllowed as exc:
         return f"Target refused, no request was sent: {exc}"
     except OSError as exc:

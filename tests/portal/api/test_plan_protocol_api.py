@@ -31,7 +31,7 @@ def test_an_unknown_protocol_is_refused_and_nothing_changes(alice, plan):
 
     assert response.status_code == 400
     assert "protocol" in response.json()["fields"]
-    assert Plan.objects.get(pk=plan.pk).protocol == "auto"
+    assert Plan.objects.get(pk=plan.pk).protocol == Plan.Protocol.ENVIRONMENT
 
 
 def test_a_patch_without_the_protocol_keeps_it(alice, plan):

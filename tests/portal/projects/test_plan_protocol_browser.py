@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 def test_choose_http2_in_clear_and_accept_any_certificate(page, live_server, plan):  # noqa: F811
     page.goto(f"{live_server.url}/plans/{plan.code}/edit/")
-    assert page.locator("#id_protocol").input_value() == "auto"
+    assert page.locator("#id_protocol").input_value() == ""  # the environment's (automatic)
     assert not page.locator("#id_tls_accept_any").is_checked()
 
     page.select_option("#id_protocol", "h2c")

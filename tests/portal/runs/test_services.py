@@ -131,6 +131,21 @@ def test_run_start_refuses_a_target_outside_the_allowlist(run):
     assert not run.shards.exists()
 
 
+def test_run_start_refuses_a_websocket_steps_own_origin_outside_the_allowlist(run):
+    # given: a WebSocket step of the snapshot that connects to a wss:// origin of its own, outside loopback
+    session = {"name": "Chat", "path": "wss://192.0.2.10/chat", "websocket": {"actions": [{"send": "hi"}]}}
+    run.plan_snapshot["test_cases"][0]["steps"].append(session)
+    run.save()
+
+    services.run_start(run.id)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.ERROR
+    assert run.error_message.startswith("Target refused, no request was sent: wss://192.0.2.10:443 resolves to")
+    assert "(the WebSocket step “Chat” of “Browse”)" in run.error_message
+    assert not run.shards.exists()
+
+
 def test_run_start_splits_users_into_shards_with_a_common_start(run, settings):
     settings.PLIMSOLL_SHARD_MAX_USERS = 2  # 5 users → 3 shards of 2, 2, 1
 

@@ -1,0 +1,56 @@
+"""*Try it* on a test case with a WebSocket session and a streamed response (issue 26), against the demo
+target's protocols face over TLS: the environment's protocol and CA bundle apply, as in a run."""
+
+import pytest
+
+from portal.projects import tryit
+from portal.projects.models import Environment, Step, TestCase
+from tests.engine.protocol_servers import StreamsServer
+
+pytestmark = [pytest.mark.django_db, pytest.mark.serial]
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory):
+    server = StreamsServer(tmp_path_factory.mktemp("try-streams"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def assistant(project):
+    tc = TestCase.objects.create(project=project, name="Assistant")
+    Step.objects.create(
+        test_case=tc,
+        position=0,
+        name="Chat",
+        kind=Step.Kind.WEBSOCKET,
+        path="/ws",
+        ws_actions=[{"send": "hello"}, {"expect": {"contains": "hello"}}],
+    )
+    Step.objects.create(
+        test_case=tc, position=1, name="Ask", kind=Step.Kind.STREAM, path="/sse", stream_last_event_contains="[DONE]"
+    )
+    return tc
+
+
+def test_a_session_and_a_stream_are_tried_over_tls_with_the_environments_ca(project, assistant, streams):
+    streams.reset()
+    env = Environment.objects.create(project=project, name="TLS", base_url=streams.https_url, ca_bundle=streams.ca_pem)
+
+    result = tryit.test_case_try(test_case=assistant, environment=env)
+
+    assert result.errors == {} and result.completed, result.errors
+    assert [(e.method, e.url, e.status) for e in result.exchanges] == [("GET", f"{streams.https_url}/sse", 200)]
+    assert "[DONE]" in result.exchanges[0].response_body
+    served = streams.app.counters.snapshot()
+    assert (served["ws_sessions"], served["ws_messages_in"], served["sse_done"]) == (1, 1, 1)
+    assert served["by_protocol"].get("2") == 1  # the stream over HTTP/2 (ALPN), as a run would
+
+
+def test_without_the_ca_bundle_the_certificate_is_refused(project, assistant, streams):
+    env = Environment.objects.create(project=project, name="TLS", base_url=streams.https_url)
+
+    result = tryit.test_case_try(test_case=assistant, environment=env)
+
+    assert "TLS handshake failed" in result.errors["Assistant: Chat"]
