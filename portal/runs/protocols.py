@@ -279,13 +279,41 @@ def summary_of(run, windows: list[dict], label_hits: dict[str, int], window_hits
 
 def range_figures(run, lo: int, hi: int, label_hits: dict[str, int], labels: set[str] | None = None) -> list[dict]:
     """Per-label protocol figures of the seconds [lo, hi) (the drill-down's range)."""
+    return spans_figures(run, [(lo, hi)], label_hits, labels)
+
+
+def spans_figures(
+    run, spans: list[tuple[int, int]], label_hits: dict[str, int], labels: set[str] | None = None
+) -> list[dict]:
+    """Per-label protocol figures of the seconds of ``spans`` ([(from, to), …]); a rolled-up row counts in the
+    span its first second is in. ``label_hits``: each label's hits in those seconds (for the HTTP/1.1 hits of
+    seconds without a protocol row), {} to count the recorded protocols only."""
     per_label: dict[str, Cell] = {}
-    for _second, label, *values in read(run, Q(second__gte=lo, second__lt=hi), labels):
+    where = in_windows([{"start": a, "end": b} for a, b in spans])
+    for _second, label, *values in read(run, where, labels):
         per_label.setdefault(label, Cell()).add_row(*values)
+    seconds = max(sum(b - a for a, b in spans), 1)
     return [
-        label_figures(label, cell, hits=label_hits.get(label), seconds=max(hi - lo, 1))
+        label_figures(label, cell, hits=label_hits.get(label), seconds=seconds)
         for label, cell in sorted(per_label.items())
     ]
+
+
+def page_hits(run, spans: list[tuple[int, int]], labels: set[str] | None = None) -> dict[str, int]:
+    """Each label's hits in the seconds of ``spans``, from its page rows (per second, or rolled up)."""
+    from django.db.models import Sum
+
+    from .models import PageInterval
+
+    where = in_windows([{"start": a, "end": b} for a, b in spans])
+    hits: dict[str, int] = {}
+    for model in (PageInterval, PageRollup):
+        rows = model.objects.filter(where, run=run)
+        if labels is not None:
+            rows = rows.filter(label__in=labels)
+        for label, n in rows.values_list("label").annotate(n=Sum("hits")).values_list("label", "n"):
+            hits[label] = hits.get(label, 0) + (n or 0)
+    return hits
 
 
 # --------------------------------------------------------------------------------------
@@ -295,6 +323,14 @@ def range_figures(run, lo: int, hi: int, label_hits: dict[str, int], labels: set
 MAX_POINTS = 720
 
 
+def live_bucket(run) -> int:
+    """Seconds per chart point: the same for every poll of a run (from its planned duration), so ``since`` works."""
+    bucket = 1
+    while (getattr(run, "planned_duration", 0) or 0) / bucket > MAX_POINTS:
+        bucket *= 2
+    return bucket
+
+
 def series(run, *, since: int | None = None, bucket: int | None = None) -> dict:
     """Per time bucket: p95 time to first event, p95 gap between events, p95 WebSocket round trip
     (ms), WebSocket messages per second (sent + received), and the h2 share of the protocol rows' hits.
@@ -302,17 +338,13 @@ def series(run, *, since: int | None = None, bucket: int | None = None) -> dict:
     ``{"bucket": s, "t": [...], "ttfe_p95": [...], "gap_p95": [...], "rtt_p95": [...],
     "ws_msgs_per_s": [...], "h2_pct": [...]}``; empty lists for a run without protocol rows.
     """
-    where = Q(second__gte=since) if since is not None else None
-    rows = list(read(run, where))
     if bucket is None:
-        last = max((r[0] for r in rows), default=0)
-        bucket = 1
-        while (last + 1) / bucket > MAX_POINTS:
-            bucket *= 2
+        bucket = live_bucket(run)
         if ProtocolInterval.objects.filter(run=run, span_s__gt=1).exists():  # rolled up: minutes at best
             bucket = max(bucket, PageRollup.ROLLUP_S)
+    where = Q(second__gte=since // bucket * bucket) if since is not None else None
     cells: dict[int, Cell] = {}
-    for second, _label, *values in rows:
+    for second, _label, *values in read(run, where):
         cells.setdefault(second // bucket * bucket, Cell()).add_row(*values)
     t = sorted(cells)
     out = {"bucket": bucket, "t": t, "ttfe_p95": [], "gap_p95": [], "rtt_p95": [], "ws_msgs_per_s": [], "h2_pct": []}
@@ -365,3 +397,66 @@ def rollup(run_id: int, lo: int, hi: int) -> int:
         ]
     )
     return read_rows
+
+
+# --------------------------------------------------------------------------------------
+# Exports (protocols.csv)
+# --------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "label",
+    "protocols",
+    "h2_share_pct",
+    "streams",
+    "ttfe_p50_ms",
+    "ttfe_p95_ms",
+    "ttfe_p99_ms",
+    "ttfe_max_ms",
+    "gap_p50_ms",
+    "gap_p95_ms",
+    "gap_p99_ms",
+    "events",
+    "events_per_response_mean",
+    "events_per_response_max",
+    "ws_round_trips",
+    "rtt_p50_ms",
+    "rtt_p95_ms",
+    "rtt_p99_ms",
+    "rtt_max_ms",
+    "ws_sent",
+    "ws_received",
+    "ws_sent_per_s",
+    "ws_received_per_s",
+)
+
+
+def csv_row(p: dict) -> dict:
+    """One label's figures (``label_figures``) as a flat CSV row; empty cells for what it does not have."""
+    stream, ws = p.get("stream") or {}, p.get("websocket") or {}
+    ttfe, gap, rtt = stream.get("ttfe_ms") or {}, stream.get("gap_ms") or {}, ws.get("rtt_ms") or {}
+    events = stream.get("events") or {}
+    return {
+        "label": p["label"],
+        "protocols": " ".join(f"{k}={n}" for k, n in (p.get("protocols") or {}).items()),
+        "h2_share_pct": p.get("h2_share_pct"),
+        "streams": stream.get("responses"),
+        "ttfe_p50_ms": ttfe.get("p50"),
+        "ttfe_p95_ms": ttfe.get("p95"),
+        "ttfe_p99_ms": ttfe.get("p99"),
+        "ttfe_max_ms": ttfe.get("max"),
+        "gap_p50_ms": gap.get("p50"),
+        "gap_p95_ms": gap.get("p95"),
+        "gap_p99_ms": gap.get("p99"),
+        "events": events.get("total"),
+        "events_per_response_mean": (events.get("per_response") or {}).get("mean"),
+        "events_per_response_max": (events.get("per_response") or {}).get("max"),
+        "ws_round_trips": ws.get("round_trips"),
+        "rtt_p50_ms": rtt.get("p50"),
+        "rtt_p95_ms": rtt.get("p95"),
+        "rtt_p99_ms": rtt.get("p99"),
+        "rtt_max_ms": rtt.get("max"),
+        "ws_sent": ws.get("sent"),
+        "ws_received": ws.get("received"),
+        "ws_sent_per_s": ws.get("sent_per_s"),
+        "ws_received_per_s": ws.get("received_per_s"),
+    }
