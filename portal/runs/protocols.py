@@ -460,3 +460,53 @@ def csv_row(p: dict) -> dict:
         "ws_sent_per_s": ws.get("sent_per_s"),
         "ws_received_per_s": ws.get("received_per_s"),
     }
+
+
+# --------------------------------------------------------------------------------------
+# Prometheus (portal/runs/exporter.py): live runs' stream and WebSocket gauges per label
+# --------------------------------------------------------------------------------------
+
+
+class LiveGauges:
+    """Per label, over the exporter's window of complete seconds: p95 time to first event and gap between events,
+    p95 WebSocket round trip (seconds), WebSocket messages per second by direction. Labels without such figures
+    have no sample."""
+
+    def __init__(self, label_names: list[str], window: str):
+        from prometheus_client.core import GaugeMetricFamily
+
+        self.ttfe = GaugeMetricFamily(
+            "plimsoll_page_ttfe_p95_seconds",
+            f"Streamed responses' time to first event, p95, {window}",
+            labels=label_names,
+        )
+        self.gap = GaugeMetricFamily(
+            "plimsoll_page_stream_gap_p95_seconds", f"Gaps between streamed events, p95, {window}", labels=label_names
+        )
+        self.rtt = GaugeMetricFamily(
+            "plimsoll_page_ws_rtt_p95_seconds", f"WebSocket message round trips, p95, {window}", labels=label_names
+        )
+        self.messages = GaugeMetricFamily(
+            "plimsoll_page_ws_messages_per_second",
+            f"WebSocket messages per second by direction (sent, received) {window}",
+            labels=[*label_names, "direction"],
+        )
+
+    def add(self, run, run_labels: list[str], lo: int, hi: int, seconds: int) -> None:
+        cells: dict[str, Cell] = {}
+        for _second, label, *values in read(run, Q(second__gte=lo, second__lte=hi)):
+            cells.setdefault(label, Cell()).add_row(*values)
+        for label, c in sorted(cells.items()):
+            key = [*run_labels, label]
+            if c.ttfe.count:
+                self.ttfe.add_metric(key, c.ttfe.percentile(95) / 1e6)
+            if c.gap.count:
+                self.gap.add_metric(key, c.gap.percentile(95) / 1e6)
+            if c.rtt.count:
+                self.rtt.add_metric(key, c.rtt.percentile(95) / 1e6)
+            if c.has_websocket:
+                self.messages.add_metric([*key, "sent"], c.ws_sent / seconds)
+                self.messages.add_metric([*key, "received"], c.ws_received / seconds)
+
+    def __iter__(self):
+        return iter((self.ttfe, self.gap, self.rtt, self.messages))

@@ -214,3 +214,33 @@ def test_a_comparison_weighs_the_stream_and_websocket_figures(plan):
     assert rows["Time to first event p95"].verdict == "worse"
     assert rows["Gap between events p95"].verdict == "within noise"
     assert comparison.report_dict(report)["protocols"][0]["figure"] == "Time to first event p95"
+
+
+def test_a_scrape_of_a_live_run_has_its_stream_and_websocket_gauges(client, proto_run):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from portal.runs.models import Run, RunShard
+
+    proto_run.status, proto_run.start_at = Run.Status.RUNNING, timezone.now() - timedelta(seconds=20.5)
+    proto_run.save()
+    RunShard.objects.create(run=proto_run, shard_no=0, user_count=2, status=RunShard.Status.RUNNING)
+    for second in range(20):
+        write(proto_run, second, {"Ask": stream_label([40, 90]), "Chat": ws_label([6], sent=3, received=4)})
+
+    body = client.get("/metrics").content.decode()
+
+    samples = {
+        (s.name, s.labels.get("label"), s.labels.get("direction")): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
+    assert samples[("plimsoll_page_ttfe_p95_seconds", "Ask", None)] == pytest.approx(0.090, rel=1e-3)
+    assert samples[("plimsoll_page_stream_gap_p95_seconds", "Ask", None)] == pytest.approx(0.010, rel=1e-3)
+    assert samples[("plimsoll_page_ws_rtt_p95_seconds", "Chat", None)] == pytest.approx(0.006, rel=1e-3)
+    # over the last WINDOW_S complete seconds: 3 sent and 4 received in each
+    assert samples[("plimsoll_page_ws_messages_per_second", "Chat", "sent")] == 3.0
+    assert samples[("plimsoll_page_ws_messages_per_second", "Chat", "received")] == 4.0
+    assert ("plimsoll_page_ttfe_p95_seconds", "Chat", None) not in samples
