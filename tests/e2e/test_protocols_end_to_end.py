@@ -138,6 +138,7 @@ def test_stream_and_websocket_figures_match_what_the_target_counted(
     # The report page shows the section; the API gives it; the exports carry it.
     page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
     assert 'id="protocols"' in page and "Streams and WebSocket" in page and "protocols.csv" in page
+    assert 'data-figure="ttfe-p95"' in page and 'data-figure="rtt-p95"' in page
     api = alice_client.get(f"/api/v1/runs/{run.code}/protocols/").json()
     assert api == json.loads(json.dumps(s["protocols"]))
     assert alice_client.get(f"/api/v1/runs/{run.code}/").json()["summary"]["protocols"] == api
