@@ -7,6 +7,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
@@ -15,59 +16,36 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name="Membership",
+            name='Membership',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                (
-                    "role",
-                    models.CharField(
-                        choices=[("owner", "Owner"), ("editor", "Editor"), ("viewer", "Viewer")],
-                        default="editor",
-                        max_length=10,
-                    ),
-                ),
-                (
-                    "user",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="memberships",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('role', models.CharField(choices=[('owner', 'Owner'), ('editor', 'Editor'), ('viewer', 'Viewer')], default='editor', max_length=10)),
+                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
             ],
         ),
         migrations.CreateModel(
-            name="Team",
+            name='Team',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                (
-                    "members",
-                    models.ManyToManyField(
-                        related_name="teams", through="accounts.Membership", to=settings.AUTH_USER_MODEL
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('members', models.ManyToManyField(related_name='teams', through='accounts.Membership', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "abstract": False,
+                'abstract': False,
             },
         ),
         migrations.AddField(
-            model_name="membership",
-            name="team",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="accounts.team"
-            ),
+            model_name='membership',
+            name='team',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='accounts.team'),
         ),
         migrations.AddConstraint(
-            model_name="membership",
-            constraint=models.UniqueConstraint(
-                fields=("team", "user"), name="membership_unique", violation_error_message="Already a member."
-            ),
+            model_name='membership',
+            constraint=models.UniqueConstraint(fields=('team', 'user'), name='membership_unique', violation_error_message='Already a member.'),
         ),
     ]

@@ -6,76 +6,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0001_initial"),
+        ('accounts', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="ApiToken",
+            name='ApiToken',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("name", models.CharField(max_length=100)),
-                (
-                    "scope",
-                    models.CharField(
-                        choices=[
-                            ("read", "Read: see everything in the team"),
-                            ("run", "Run: read, and start and stop runs and trials"),
-                            ("write", "Write: everything an editor can do"),
-                        ],
-                        default="read",
-                        max_length=5,
-                    ),
-                ),
-                ("prefix", models.CharField(db_index=True, max_length=12)),
-                ("secret_hash", models.CharField(max_length=64, unique=True)),
-                ("expires_at", models.DateTimeField(blank=True, help_text="Empty: never expires", null=True)),
-                ("last_used_at", models.DateTimeField(blank=True, null=True)),
-                ("revoked_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "team",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="api_tokens", to="accounts.team"
-                    ),
-                ),
-                (
-                    "user",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="api_tokens",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('name', models.CharField(max_length=100)),
+                ('scope', models.CharField(choices=[('read', 'Read: see everything in the team'), ('run', 'Run: read, and start and stop runs and trials'), ('write', 'Write: everything an editor can do')], default='read', max_length=5)),
+                ('prefix', models.CharField(db_index=True, max_length=12)),
+                ('secret_hash', models.CharField(max_length=64, unique=True)),
+                ('expires_at', models.DateTimeField(blank=True, help_text='Empty: never expires', null=True)),
+                ('last_used_at', models.DateTimeField(blank=True, null=True)),
+                ('revoked_at', models.DateTimeField(blank=True, null=True)),
+                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to='accounts.team')),
+                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "ordering": ["-created_at"],
+                'ordering': ['-created_at'],
             },
         ),
         migrations.CreateModel(
-            name="ApiWrite",
+            name='ApiWrite',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("token_name", models.CharField(blank=True, help_text="Empty: the browser's session", max_length=100)),
-                ("method", models.CharField(max_length=7)),
-                ("path", models.CharField(max_length=500)),
-                ("status_code", models.PositiveSmallIntegerField()),
-                ("at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "user",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('token_name', models.CharField(blank=True, help_text="Empty: the browser's session", max_length=100)),
+                ('method', models.CharField(max_length=7)),
+                ('path', models.CharField(max_length=500)),
+                ('status_code', models.PositiveSmallIntegerField()),
+                ('at', models.DateTimeField(auto_now_add=True)),
+                ('user', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
             options={
-                "ordering": ["-at"],
+                'ordering': ['-at'],
             },
         ),
     ]

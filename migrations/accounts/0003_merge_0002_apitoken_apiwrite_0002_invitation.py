@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0002_apitoken_apiwrite"),
-        ("accounts", "0002_invitation"),
+        ('accounts', '0002_apitoken_apiwrite'),
+        ('accounts', '0002_invitation'),
     ]
 
-    operations = []
+    operations = [
+    ]

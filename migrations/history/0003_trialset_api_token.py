@@ -5,21 +5,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0003_merge_0002_apitoken_apiwrite_0002_invitation"),
-        ("history", "0002_alter_tuningchange_category"),
+        ('accounts', '0003_merge_0002_apitoken_apiwrite_0002_invitation'),
+        ('history', '0002_alter_tuningchange_category'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="trialset",
-            name="api_token",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to="accounts.apitoken",
-            ),
+            model_name='trialset',
+            name='api_token',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='accounts.apitoken'),
         ),
     ]

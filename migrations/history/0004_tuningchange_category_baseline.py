@@ -4,29 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("history", "0003_trialset_api_token"),
+        ('history', '0003_trialset_api_token'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="tuningchange",
-            name="category",
-            field=models.CharField(
-                choices=[
-                    ("index", "Index"),
-                    ("trace_flag", "Trace flag"),
-                    ("storage", "Storage"),
-                    ("web_server", "Web server"),
-                    ("cache", "Cache"),
-                    ("hardware", "Hardware"),
-                    ("code", "Code"),
-                    ("other", "Other"),
-                    ("control", "Control (no change, A/A)"),
-                    ("baseline", "Baseline accepted"),
-                ],
-                default="other",
-                max_length=12,
-            ),
+            model_name='tuningchange',
+            name='category',
+            field=models.CharField(choices=[('index', 'Index'), ('trace_flag', 'Trace flag'), ('storage', 'Storage'), ('web_server', 'Web server'), ('cache', 'Cache'), ('hardware', 'Hardware'), ('code', 'Code'), ('other', 'Other'), ('control', 'Control (no change, A/A)'), ('baseline', 'Baseline accepted')], default='other', max_length=12),
         ),
     ]

@@ -5,57 +5,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("runs", "0003_run_history_links"),
+        ('runs', '0003_run_history_links'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="MetricCollection",
+            name='MetricCollection',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("interval_s", models.PositiveSmallIntegerField()),
-                ("servers", models.JSONField(default=list)),
-                ("next_tick", models.IntegerField(default=-1)),
-                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
-                ("done", models.BooleanField(default=False)),
-                ("restarts", models.PositiveIntegerField(default=0)),
-                (
-                    "run",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="metric_collection", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('interval_s', models.PositiveSmallIntegerField()),
+                ('servers', models.JSONField(default=list)),
+                ('next_tick', models.IntegerField(default=-1)),
+                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
+                ('done', models.BooleanField(default=False)),
+                ('restarts', models.PositiveIntegerField(default=0)),
+                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='metric_collection', to='runs.run')),
             ],
         ),
         migrations.CreateModel(
-            name="ServerSample",
+            name='ServerSample',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "server_id",
-                    models.PositiveIntegerField(help_text="the Server's id at the run's start (kept if it is deleted)"),
-                ),
-                ("tick", models.IntegerField()),
-                (
-                    "offset_s",
-                    models.FloatField(help_text="seconds since the run's start_at, mid-way through the scrape"),
-                ),
-                ("values", models.JSONField(blank=True, null=True)),
-                ("error", models.CharField(blank=True, max_length=300)),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="server_samples", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('server_id', models.PositiveIntegerField(help_text="the Server's id at the run's start (kept if it is deleted)")),
+                ('tick', models.IntegerField()),
+                ('offset_s', models.FloatField(help_text="seconds since the run's start_at, mid-way through the scrape")),
+                ('values', models.JSONField(blank=True, null=True)),
+                ('error', models.CharField(blank=True, max_length=300)),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='server_samples', to='runs.run')),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(fields=("run", "server_id", "tick"), name="serversample_unique")
-                ],
+                'constraints': [models.UniqueConstraint(fields=('run', 'server_id', 'tick'), name='serversample_unique')],
             },
         ),
     ]

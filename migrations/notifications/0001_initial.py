@@ -6,89 +6,54 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("projects", "0004_plan_capacity_search"),
+        ('projects', '0004_plan_capacity_search'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Channel",
+            name='Channel',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                ("kind", models.CharField(choices=[("email", "E-mail"), ("webhook", "Webhook")], max_length=10)),
-                ("events", models.JSONField(default=list, help_text="The Event values this channel wants")),
-                ("emails", models.TextField(blank=True, help_text="E-mail: addresses, comma-separated")),
-                ("url", models.URLField(blank=True, help_text="Webhook: where the POST goes", max_length=500)),
-                (
-                    "payload_format",
-                    models.CharField(
-                        choices=[
-                            ("plimsoll", "Plimsoll JSON"),
-                            ("slack", "Slack incoming webhook"),
-                            ("teams", "Microsoft Teams (MessageCard)"),
-                        ],
-                        default="plimsoll",
-                        max_length=10,
-                    ),
-                ),
-                ("secret", models.CharField(blank=True, max_length=100)),
-                ("enabled", models.BooleanField(default=True)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "project",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="channels", to="projects.project"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('kind', models.CharField(choices=[('email', 'E-mail'), ('webhook', 'Webhook')], max_length=10)),
+                ('events', models.JSONField(default=list, help_text='The Event values this channel wants')),
+                ('emails', models.TextField(blank=True, help_text='E-mail: addresses, comma-separated')),
+                ('url', models.URLField(blank=True, help_text='Webhook: where the POST goes', max_length=500)),
+                ('payload_format', models.CharField(choices=[('plimsoll', 'Plimsoll JSON'), ('slack', 'Slack incoming webhook'), ('teams', 'Microsoft Teams (MessageCard)')], default='plimsoll', max_length=10)),
+                ('secret', models.CharField(blank=True, max_length=100)),
+                ('enabled', models.BooleanField(default=True)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='channels', to='projects.project')),
             ],
             options={
-                "ordering": ["name", "id"],
+                'ordering': ['name', 'id'],
             },
         ),
         migrations.CreateModel(
-            name="Delivery",
+            name='Delivery',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("key", models.CharField(help_text="What it is about: run:12, fire:7, test:<time>", max_length=100)),
-                ("event", models.CharField(max_length=20)),
-                ("payload", models.JSONField()),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("pending", "Pending"),
-                            ("sending", "Sending"),
-                            ("retrying", "Will retry"),
-                            ("sent", "Sent"),
-                            ("failed", "Failed"),
-                        ],
-                        default="pending",
-                        max_length=10,
-                    ),
-                ),
-                ("attempts", models.PositiveSmallIntegerField(default=0)),
-                ("status_code", models.PositiveSmallIntegerField(blank=True, null=True)),
-                ("response_snippet", models.TextField(blank=True)),
-                ("error", models.TextField(blank=True)),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("last_attempt_at", models.DateTimeField(blank=True, null=True)),
-                ("next_attempt_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "channel",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="deliveries",
-                        to="notifications.channel",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('key', models.CharField(help_text='What it is about: run:12, fire:7, test:<time>', max_length=100)),
+                ('event', models.CharField(max_length=20)),
+                ('payload', models.JSONField()),
+                ('status', models.CharField(choices=[('pending', 'Pending'), ('sending', 'Sending'), ('retrying', 'Will retry'), ('sent', 'Sent'), ('failed', 'Failed')], default='pending', max_length=10)),
+                ('attempts', models.PositiveSmallIntegerField(default=0)),
+                ('status_code', models.PositiveSmallIntegerField(blank=True, null=True)),
+                ('response_snippet', models.TextField(blank=True)),
+                ('error', models.TextField(blank=True)),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('last_attempt_at', models.DateTimeField(blank=True, null=True)),
+                ('next_attempt_at', models.DateTimeField(blank=True, null=True)),
+                ('channel', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='notifications.channel')),
             ],
             options={
-                "ordering": ["-created_at", "-id"],
-                "constraints": [models.UniqueConstraint(fields=("channel", "key"), name="delivery_unique_key")],
+                'ordering': ['-created_at', '-id'],
+                'constraints': [models.UniqueConstraint(fields=('channel', 'key'), name='delivery_unique_key')],
             },
         ),
     ]

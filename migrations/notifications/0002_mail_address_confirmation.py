@@ -6,41 +6,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0003_merge_0002_apitoken_apiwrite_0002_invitation"),
-        ("notifications", "0001_initial"),
+        ('accounts', '0003_merge_0002_apitoken_apiwrite_0002_invitation'),
+        ('notifications', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="MailAddress",
+            name='MailAddress',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("email", models.EmailField(help_text="Lower-cased", max_length=254)),
-                ("token_hash", models.CharField(blank=True, db_index=True, max_length=64)),
-                ("requested_at", models.DateTimeField(blank=True, null=True)),
-                ("expires_at", models.DateTimeField(blank=True, null=True)),
-                ("confirmed_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "requested_by",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "team",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="mail_addresses", to="accounts.team"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('email', models.EmailField(help_text='Lower-cased', max_length=254)),
+                ('token_hash', models.CharField(blank=True, db_index=True, max_length=64)),
+                ('requested_at', models.DateTimeField(blank=True, null=True)),
+                ('expires_at', models.DateTimeField(blank=True, null=True)),
+                ('confirmed_at', models.DateTimeField(blank=True, null=True)),
+                ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mail_addresses', to='accounts.team')),
             ],
             options={
-                "constraints": [models.UniqueConstraint(fields=("team", "email"), name="mail_address_unique_per_team")],
+                'constraints': [models.UniqueConstraint(fields=('team', 'email'), name='mail_address_unique_per_team')],
             },
         ),
     ]

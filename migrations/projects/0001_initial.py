@@ -7,342 +7,156 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("accounts", "0001_initial"),
+        ('accounts', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Environment",
+            name='Environment',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                (
-                    "base_url",
-                    models.URLField(
-                        help_text="Scheme, host and port of the system under test, e.g. http://127.0.0.1:8001",
-                        max_length=500,
-                        verbose_name="base URL",
-                    ),
-                ),
-                ("description", models.TextField(blank=True)),
-                ("configuration", models.JSONField(blank=True, default=list)),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('base_url', models.URLField(help_text='Scheme, host and port of the system under test, e.g. http://127.0.0.1:8001', max_length=500, verbose_name='base URL')),
+                ('description', models.TextField(blank=True)),
+                ('configuration', models.JSONField(blank=True, default=list)),
             ],
             options={
-                "ordering": ["name"],
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="Project",
+            name='Project',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                ("description", models.TextField(blank=True)),
-                (
-                    "team",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="projects", to="accounts.team"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('description', models.TextField(blank=True)),
+                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='projects', to='accounts.team')),
             ],
             options={
-                "ordering": ["name"],
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="Plan",
+            name='Plan',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                ("description", models.TextField(blank=True)),
-                (
-                    "users",
-                    models.PositiveIntegerField(
-                        default=20,
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(100000),
-                        ],
-                    ),
-                ),
-                (
-                    "ramp_up",
-                    models.FloatField(
-                        default=10, validators=[django.core.validators.MinValueValidator(0)], verbose_name="ramp-up (s)"
-                    ),
-                ),
-                (
-                    "hold",
-                    models.FloatField(
-                        default=60, validators=[django.core.validators.MinValueValidator(1)], verbose_name="hold (s)"
-                    ),
-                ),
-                (
-                    "ramp_down",
-                    models.FloatField(
-                        default=0,
-                        validators=[django.core.validators.MinValueValidator(0)],
-                        verbose_name="ramp-down (s)",
-                    ),
-                ),
-                (
-                    "think_time_mode",
-                    models.CharField(
-                        choices=[
-                            ("fixed", "Fixed"),
-                            ("uniform", "Uniform (mean ± 50 %)"),
-                            ("exponential", "Negative exponential"),
-                        ],
-                        default="fixed",
-                        max_length=12,
-                    ),
-                ),
-                (
-                    "request_timeout",
-                    models.FloatField(
-                        default=30,
-                        validators=[
-                            django.core.validators.MinValueValidator(0.1),
-                            django.core.validators.MaxValueValidator(600),
-                        ],
-                        verbose_name="request timeout (s)",
-                    ),
-                ),
-                (
-                    "threshold_apd_ms",
-                    models.PositiveIntegerField(blank=True, null=True, verbose_name="APD at most (ms)"),
-                ),
-                (
-                    "threshold_p95_ms",
-                    models.PositiveIntegerField(blank=True, null=True, verbose_name="p95 at most (ms)"),
-                ),
-                (
-                    "threshold_error_rate_pct",
-                    models.FloatField(
-                        blank=True,
-                        null=True,
-                        validators=[
-                            django.core.validators.MinValueValidator(0),
-                            django.core.validators.MaxValueValidator(100),
-                        ],
-                        verbose_name="error rate at most (%)",
-                    ),
-                ),
-                (
-                    "environment",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="plans", to="projects.environment"
-                    ),
-                ),
-                (
-                    "project",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="plans", to="projects.project"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('description', models.TextField(blank=True)),
+                ('users', models.PositiveIntegerField(default=20, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100000)])),
+                ('ramp_up', models.FloatField(default=10, validators=[django.core.validators.MinValueValidator(0)], verbose_name='ramp-up (s)')),
+                ('hold', models.FloatField(default=60, validators=[django.core.validators.MinValueValidator(1)], verbose_name='hold (s)')),
+                ('ramp_down', models.FloatField(default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name='ramp-down (s)')),
+                ('think_time_mode', models.CharField(choices=[('fixed', 'Fixed'), ('uniform', 'Uniform (mean ± 50 %)'), ('exponential', 'Negative exponential')], default='fixed', max_length=12)),
+                ('request_timeout', models.FloatField(default=30, validators=[django.core.validators.MinValueValidator(0.1), django.core.validators.MaxValueValidator(600)], verbose_name='request timeout (s)')),
+                ('threshold_apd_ms', models.PositiveIntegerField(blank=True, null=True, verbose_name='APD at most (ms)')),
+                ('threshold_p95_ms', models.PositiveIntegerField(blank=True, null=True, verbose_name='p95 at most (ms)')),
+                ('threshold_error_rate_pct', models.FloatField(blank=True, null=True, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(100)], verbose_name='error rate at most (%)')),
+                ('environment', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='plans', to='projects.environment')),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='plans', to='projects.project')),
             ],
             options={
-                "ordering": ["name"],
+                'ordering': ['name'],
             },
         ),
         migrations.AddField(
-            model_name="environment",
-            name="project",
-            field=models.ForeignKey(
-                on_delete=django.db.models.deletion.CASCADE, related_name="environments", to="projects.project"
-            ),
+            model_name='environment',
+            name='project',
+            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='environments', to='projects.project'),
         ),
         migrations.CreateModel(
-            name="Server",
+            name='Server',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("name", models.CharField(max_length=100)),
-                (
-                    "role",
-                    models.CharField(blank=True, help_text="web, database, application, search …", max_length=100),
-                ),
-                ("hardware", models.CharField(blank=True, max_length=300, verbose_name="hardware notes")),
-                ("position", models.PositiveIntegerField(default=0)),
-                (
-                    "environment",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="servers", to="projects.environment"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('name', models.CharField(max_length=100)),
+                ('role', models.CharField(blank=True, help_text='web, database, application, search …', max_length=100)),
+                ('hardware', models.CharField(blank=True, max_length=300, verbose_name='hardware notes')),
+                ('position', models.PositiveIntegerField(default=0)),
+                ('environment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='servers', to='projects.environment')),
             ],
             options={
-                "ordering": ["position", "id"],
+                'ordering': ['position', 'id'],
             },
         ),
         migrations.CreateModel(
-            name="TestCase",
+            name='TestCase',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("name", models.CharField(max_length=100)),
-                ("description", models.TextField(blank=True)),
-                (
-                    "project",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="test_cases", to="projects.project"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('name', models.CharField(max_length=100)),
+                ('description', models.TextField(blank=True)),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='test_cases', to='projects.project')),
             ],
             options={
-                "ordering": ["name"],
+                'ordering': ['name'],
             },
         ),
         migrations.CreateModel(
-            name="Step",
+            name='Step',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("position", models.PositiveIntegerField(default=0)),
-                ("name", models.CharField(max_length=100)),
-                (
-                    "method",
-                    models.CharField(
-                        choices=[
-                            ("GET", "Get"),
-                            ("POST", "Post"),
-                            ("PUT", "Put"),
-                            ("PATCH", "Patch"),
-                            ("DELETE", "Delete"),
-                            ("HEAD", "Head"),
-                            ("OPTIONS", "Options"),
-                        ],
-                        default="GET",
-                        max_length=7,
-                    ),
-                ),
-                (
-                    "path",
-                    models.CharField(
-                        help_text="Relative to the environment's base URL, starting with /", max_length=2000
-                    ),
-                ),
-                ("headers", models.JSONField(blank=True, default=dict)),
-                ("body", models.TextField(blank=True)),
-                (
-                    "think_time",
-                    models.FloatField(
-                        default=1.0,
-                        validators=[
-                            django.core.validators.MinValueValidator(0),
-                            django.core.validators.MaxValueValidator(3600),
-                        ],
-                        verbose_name="think time (s)",
-                    ),
-                ),
-                (
-                    "expect_status",
-                    models.PositiveSmallIntegerField(
-                        blank=True,
-                        help_text="Empty: any 2xx or 3xx",
-                        null=True,
-                        validators=[
-                            django.core.validators.MinValueValidator(100),
-                            django.core.validators.MaxValueValidator(599),
-                        ],
-                        verbose_name="expected status",
-                    ),
-                ),
-                ("text_present", models.CharField(blank=True, max_length=500, verbose_name="text that must appear")),
-                ("text_absent", models.CharField(blank=True, max_length=500, verbose_name="text that must not appear")),
-                (
-                    "test_case",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="steps", to="projects.testcase"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('position', models.PositiveIntegerField(default=0)),
+                ('name', models.CharField(max_length=100)),
+                ('method', models.CharField(choices=[('GET', 'Get'), ('POST', 'Post'), ('PUT', 'Put'), ('PATCH', 'Patch'), ('DELETE', 'Delete'), ('HEAD', 'Head'), ('OPTIONS', 'Options')], default='GET', max_length=7)),
+                ('path', models.CharField(help_text="Relative to the environment's base URL, starting with /", max_length=2000)),
+                ('headers', models.JSONField(blank=True, default=dict)),
+                ('body', models.TextField(blank=True)),
+                ('think_time', models.FloatField(default=1.0, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(3600)], verbose_name='think time (s)')),
+                ('expect_status', models.PositiveSmallIntegerField(blank=True, help_text='Empty: any 2xx or 3xx', null=True, validators=[django.core.validators.MinValueValidator(100), django.core.validators.MaxValueValidator(599)], verbose_name='expected status')),
+                ('text_present', models.CharField(blank=True, max_length=500, verbose_name='text that must appear')),
+                ('text_absent', models.CharField(blank=True, max_length=500, verbose_name='text that must not appear')),
+                ('test_case', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='steps', to='projects.testcase')),
             ],
             options={
-                "ordering": ["position", "id"],
+                'ordering': ['position', 'id'],
             },
         ),
         migrations.CreateModel(
-            name="MixEntry",
+            name='MixEntry',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "weight",
-                    models.PositiveIntegerField(
-                        default=1,
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(10000),
-                        ],
-                    ),
-                ),
-                ("position", models.PositiveIntegerField(default=0)),
-                (
-                    "plan",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="mix", to="projects.plan"
-                    ),
-                ),
-                (
-                    "test_case",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.PROTECT, related_name="mix_entries", to="projects.testcase"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('weight', models.PositiveIntegerField(default=1, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(10000)])),
+                ('position', models.PositiveIntegerField(default=0)),
+                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mix', to='projects.plan')),
+                ('test_case', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='mix_entries', to='projects.testcase')),
             ],
             options={
-                "ordering": ["position", "id"],
+                'ordering': ['position', 'id'],
             },
         ),
         migrations.AddConstraint(
-            model_name="project",
-            constraint=models.UniqueConstraint(
-                fields=("team", "name"),
-                name="project_name_unique_in_team",
-                violation_error_message="Your team already has a project with this name.",
-            ),
+            model_name='project',
+            constraint=models.UniqueConstraint(fields=('team', 'name'), name='project_name_unique_in_team', violation_error_message='Your team already has a project with this name.'),
         ),
         migrations.AddConstraint(
-            model_name="plan",
-            constraint=models.UniqueConstraint(
-                fields=("project", "name"),
-                name="plan_name_unique_in_project",
-                violation_error_message="This project already has a plan with this name.",
-            ),
+            model_name='plan',
+            constraint=models.UniqueConstraint(fields=('project', 'name'), name='plan_name_unique_in_project', violation_error_message='This project already has a plan with this name.'),
         ),
         migrations.AddConstraint(
-            model_name="environment",
-            constraint=models.UniqueConstraint(
-                fields=("project", "name"),
-                name="environment_name_unique_in_project",
-                violation_error_message="This project already has an environment with this name.",
-            ),
+            model_name='environment',
+            constraint=models.UniqueConstraint(fields=('project', 'name'), name='environment_name_unique_in_project', violation_error_message='This project already has an environment with this name.'),
         ),
         migrations.AddConstraint(
-            model_name="testcase",
-            constraint=models.UniqueConstraint(
-                fields=("project", "name"),
-                name="testcase_name_unique_in_project",
-                violation_error_message="This project already has a test case with this name.",
-            ),
+            model_name='testcase',
+            constraint=models.UniqueConstraint(fields=('project', 'name'), name='testcase_name_unique_in_project', violation_error_message='This project already has a test case with this name.'),
         ),
         migrations.AddConstraint(
-            model_name="mixentry",
-            constraint=models.UniqueConstraint(
-                fields=("plan", "test_case"),
-                name="mixentry_unique_test_case",
-                violation_error_message="This test case is already in the mix.",
-            ),
+            model_name='mixentry',
+            constraint=models.UniqueConstraint(fields=('plan', 'test_case'), name='mixentry_unique_test_case', violation_error_message='This test case is already in the mix.'),
         ),
     ]

@@ -6,212 +6,89 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0001_initial"),
+        ('projects', '0001_initial'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="plan",
-            name="max_users",
-            field=models.PositiveIntegerField(
-                blank=True,
-                help_text="An iteration that finds no free user is not started, and counted as dropped",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(1),
-                    django.core.validators.MaxValueValidator(100000),
-                ],
-                verbose_name="maximum users",
-            ),
+            model_name='plan',
+            name='max_users',
+            field=models.PositiveIntegerField(blank=True, help_text='An iteration that finds no free user is not started, and counted as dropped', null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100000)], verbose_name='maximum users'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="pacing",
-            field=models.FloatField(
-                blank=True,
-                help_text="Each user starts one iteration every this many seconds, whatever the response times",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(0.1),
-                    django.core.validators.MaxValueValidator(86400),
-                ],
-                verbose_name="pacing (s)",
-            ),
+            model_name='plan',
+            name='pacing',
+            field=models.FloatField(blank=True, help_text='Each user starts one iteration every this many seconds, whatever the response times', null=True, validators=[django.core.validators.MinValueValidator(0.1), django.core.validators.MaxValueValidator(86400)], verbose_name='pacing (s)'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="profile_kind",
-            field=models.CharField(
-                choices=[
-                    ("ramp", "Ramp: up, hold, down"),
-                    ("constant", "Constant: all users from the start"),
-                    ("steps", "Steps: a suite of levels"),
-                    ("pacing", "Pacing: one iteration every N seconds per user"),
-                    ("arrival_rate", "Arrival rate: iterations per second (open model)"),
-                ],
-                default="ramp",
-                max_length=12,
-                verbose_name="kind",
-            ),
+            model_name='plan',
+            name='profile_kind',
+            field=models.CharField(choices=[('ramp', 'Ramp: up, hold, down'), ('constant', 'Constant: all users from the start'), ('steps', 'Steps: a suite of levels'), ('pacing', 'Pacing: one iteration every N seconds per user'), ('arrival_rate', 'Arrival rate: iterations per second (open model)')], default='ramp', max_length=12, verbose_name='kind'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="rate",
-            field=models.FloatField(
-                blank=True,
-                help_text="Iterations started per second during the hold",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(0.01),
-                    django.core.validators.MaxValueValidator(100000),
-                ],
-                verbose_name="rate (iterations/s)",
-            ),
+            model_name='plan',
+            name='rate',
+            field=models.FloatField(blank=True, help_text='Iterations started per second during the hold', null=True, validators=[django.core.validators.MinValueValidator(0.01), django.core.validators.MaxValueValidator(100000)], verbose_name='rate (iterations/s)'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="rate_start",
-            field=models.FloatField(
-                blank=True,
-                help_text="The rate ramps linearly from this one over the ramp-up. Empty: the rate from the start",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(0),
-                    django.core.validators.MaxValueValidator(100000),
-                ],
-                verbose_name="starting rate (iterations/s)",
-            ),
+            model_name='plan',
+            name='rate_start',
+            field=models.FloatField(blank=True, help_text='The rate ramps linearly from this one over the ramp-up. Empty: the rate from the start', null=True, validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(100000)], verbose_name='starting rate (iterations/s)'),
         ),
         migrations.AddField(
-            model_name="step",
-            name="body_type",
-            field=models.CharField(
-                choices=[
-                    ("raw", "Raw (as written, with the headers given)"),
-                    ("form", "Form (application/x-www-form-urlencoded)"),
-                    ("json", "JSON (application/json)"),
-                ],
-                default="raw",
-                max_length=4,
-            ),
+            model_name='step',
+            name='body_type',
+            field=models.CharField(choices=[('raw', 'Raw (as written, with the headers given)'), ('form', 'Form (application/x-www-form-urlencoded)'), ('json', 'JSON (application/json)')], default='raw', max_length=4),
         ),
         migrations.AddField(
-            model_name="step",
-            name="extract",
+            model_name='step',
+            name='extract',
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name="step",
-            name="max_duration_ms",
-            field=models.PositiveIntegerField(
-                blank=True,
-                help_text="A slower page counts as an error. Empty: no limit",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(1),
-                    django.core.validators.MaxValueValidator(600000),
-                ],
-                verbose_name="maximum duration (ms)",
-            ),
+            model_name='step',
+            name='max_duration_ms',
+            field=models.PositiveIntegerField(blank=True, help_text='A slower page counts as an error. Empty: no limit', null=True, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(600000)], verbose_name='maximum duration (ms)'),
         ),
         migrations.AddField(
-            model_name="step",
-            name="resources",
+            model_name='step',
+            name='resources',
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name="step",
-            name="timeout",
-            field=models.FloatField(
-                blank=True,
-                help_text="Empty: the plan's request timeout",
-                null=True,
-                validators=[
-                    django.core.validators.MinValueValidator(0.1),
-                    django.core.validators.MaxValueValidator(600),
-                ],
-                verbose_name="timeout (s)",
-            ),
+            model_name='step',
+            name='timeout',
+            field=models.FloatField(blank=True, help_text="Empty: the plan's request timeout", null=True, validators=[django.core.validators.MinValueValidator(0.1), django.core.validators.MaxValueValidator(600)], verbose_name='timeout (s)'),
         ),
         migrations.CreateModel(
-            name="DataSet",
+            name='DataSet',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("file_name", models.CharField(max_length=255)),
-                ("columns", models.JSONField(default=list)),
-                ("rows", models.JSONField(default=list)),
-                ("row_count", models.PositiveIntegerField(default=0)),
-                (
-                    "mode",
-                    models.CharField(
-                        choices=[
-                            ("sequential", "Sequential (each user walks the rows in order)"),
-                            ("random", "Random (a random row for each iteration)"),
-                            ("unique", "Unique (each row once in the whole run)"),
-                        ],
-                        default="sequential",
-                        max_length=10,
-                    ),
-                ),
-                ("uploaded_at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "test_case",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="data_set", to="projects.testcase"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('file_name', models.CharField(max_length=255)),
+                ('columns', models.JSONField(default=list)),
+                ('rows', models.JSONField(default=list)),
+                ('row_count', models.PositiveIntegerField(default=0)),
+                ('mode', models.CharField(choices=[('sequential', 'Sequential (each user walks the rows in order)'), ('random', 'Random (a random row for each iteration)'), ('unique', 'Unique (each row once in the whole run)')], default='sequential', max_length=10)),
+                ('uploaded_at', models.DateTimeField(auto_now_add=True)),
+                ('test_case', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='data_set', to='projects.testcase')),
             ],
         ),
         migrations.CreateModel(
-            name="PlanLevel",
+            name='PlanLevel',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("position", models.PositiveIntegerField(default=0)),
-                (
-                    "users",
-                    models.PositiveIntegerField(
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(100000),
-                        ]
-                    ),
-                ),
-                (
-                    "ramp_up",
-                    models.FloatField(
-                        default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name="ramp-up (s)"
-                    ),
-                ),
-                (
-                    "hold",
-                    models.FloatField(
-                        validators=[django.core.validators.MinValueValidator(1)], verbose_name="hold (s)"
-                    ),
-                ),
-                (
-                    "ramp_down",
-                    models.FloatField(
-                        default=0,
-                        validators=[django.core.validators.MinValueValidator(0)],
-                        verbose_name="ramp-down (s)",
-                    ),
-                ),
-                (
-                    "quiet",
-                    models.FloatField(
-                        default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name="quiet (s)"
-                    ),
-                ),
-                (
-                    "plan",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="levels", to="projects.plan"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('position', models.PositiveIntegerField(default=0)),
+                ('users', models.PositiveIntegerField(validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100000)])),
+                ('ramp_up', models.FloatField(default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name='ramp-up (s)')),
+                ('hold', models.FloatField(validators=[django.core.validators.MinValueValidator(1)], verbose_name='hold (s)')),
+                ('ramp_down', models.FloatField(default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name='ramp-down (s)')),
+                ('quiet', models.FloatField(default=0, validators=[django.core.validators.MinValueValidator(0)], verbose_name='quiet (s)')),
+                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='levels', to='projects.plan')),
             ],
             options={
-                "ordering": ["position", "id"],
+                'ordering': ['position', 'id'],
             },
         ),
     ]

@@ -5,34 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0003_plan_degradation_and_min_pages"),
+        ('projects', '0003_plan_degradation_and_min_pages'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="environment",
-            name="metrics_interval_s",
-            field=models.PositiveSmallIntegerField(
-                default=5,
-                help_text="How often Plimsoll reads each server's metrics endpoint while a run is active.",
-                validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(300)],
-                verbose_name="scrape servers every (s)",
-            ),
+            model_name='environment',
+            name='metrics_interval_s',
+            field=models.PositiveSmallIntegerField(default=5, help_text="How often Plimsoll reads each server's metrics endpoint while a run is active.", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(300)], verbose_name='scrape servers every (s)'),
         ),
         migrations.AddField(
-            model_name="server",
-            name="counter_set",
+            model_name='server',
+            name='counter_set',
             field=models.CharField(blank=True, max_length=20),
         ),
         migrations.AddField(
-            model_name="server",
-            name="metrics_url",
-            field=models.CharField(
-                blank=True,
-                help_text="Prometheus text, e.g. http://web-01:9100/metrics (node_exporter) or :9182 (windows_exporter)",
-                max_length=500,
-                verbose_name="metrics endpoint",
-            ),
+            model_name='server',
+            name='metrics_url',
+            field=models.CharField(blank=True, help_text='Prometheus text, e.g. http://web-01:9100/metrics (node_exporter) or :9182 (windows_exporter)', max_length=500, verbose_name='metrics endpoint'),
         ),
     ]

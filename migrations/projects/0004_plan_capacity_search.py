@@ -4,18 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0003_plan_degradation_and_min_pages"),
+        ('projects', '0003_plan_degradation_and_min_pages'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="plan",
-            name="capacity_search",
-            field=models.BooleanField(
-                default=False,
-                help_text="For a steps profile: the run ends done with the capacity found (the last level that held every threshold) instead of failed when its upper levels break; it fails only if the first level breaks",
-                verbose_name="capacity search",
-            ),
+            model_name='plan',
+            name='capacity_search',
+            field=models.BooleanField(default=False, help_text='For a steps profile: the run ends done with the capacity found (the last level that held every threshold) instead of failed when its upper levels break; it fails only if the first level breaks', verbose_name='capacity search'),
         ),
     ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0004_environment_metrics_interval_s_server_counter_set_and_more"),
-        ("projects", "0004_plan_capacity_search"),
+        ('projects', '0004_environment_metrics_interval_s_server_counter_set_and_more'),
+        ('projects', '0004_plan_capacity_search'),
     ]
 
-    operations = []
+    operations = [
+    ]

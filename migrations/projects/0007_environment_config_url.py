@@ -4,19 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0006_plan_protocol"),
+        ('projects', '0006_plan_protocol'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="environment",
-            name="config_url",
-            field=models.CharField(
-                blank=True,
-                help_text="Optional: where the system under test reports its actual configuration, as a JSON object of key → value (the demo target: /_demo/knobs). Verify on the environment's page compares it with the ledger.",
-                max_length=500,
-                verbose_name="configuration URL",
-            ),
+            model_name='environment',
+            name='config_url',
+            field=models.CharField(blank=True, help_text="Optional: where the system under test reports its actual configuration, as a JSON object of key → value (the demo target: /_demo/knobs). Verify on the environment's page compares it with the ledger.", max_length=500, verbose_name='configuration URL'),
         ),
     ]

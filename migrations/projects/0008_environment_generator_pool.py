@@ -4,20 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0007_environment_config_url"),
+        ('projects', '0007_environment_config_url'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="environment",
-            name="generator_pool",
-            field=models.CharField(
-                blank=True,
-                default="",
-                help_text="Run on the workers of this pool only (PLIMSOLL_WORKER_LABELS pool=…); empty: the default pool.",
-                max_length=60,
-                verbose_name="generator pool",
-            ),
+            model_name='environment',
+            name='generator_pool',
+            field=models.CharField(blank=True, default='', help_text='Run on the workers of this pool only (PLIMSOLL_WORKER_LABELS pool=…); empty: the default pool.', max_length=60, verbose_name='generator pool'),
         ),
     ]

@@ -6,39 +6,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0010_environment_prometheus"),
+        ('projects', '0010_environment_prometheus'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="environment",
-            name="trace_url_template",
-            field=models.CharField(
-                blank=True,
-                help_text="Optional: a link to one trace in your tracing backend, with {trace_id} where the id goes, e.g. https://tempo.example/trace/{trace_id} (Jaeger: …/trace/{trace_id}, Zipkin: …/zipkin/traces/{trace_id}).",
-                max_length=500,
-                validators=[portal.projects.models.validate_trace_url_template],
-                verbose_name="trace URL template",
-            ),
+            model_name='environment',
+            name='trace_url_template',
+            field=models.CharField(blank=True, help_text='Optional: a link to one trace in your tracing backend, with {trace_id} where the id goes, e.g. https://tempo.example/trace/{trace_id} (Jaeger: …/trace/{trace_id}, Zipkin: …/zipkin/traces/{trace_id}).', max_length=500, validators=[portal.projects.models.validate_trace_url_template], verbose_name='trace URL template'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="trace_context",
-            field=models.BooleanField(
-                default=True,
-                help_text="A W3C traceparent header on every request, so the slowest requests link to their server traces",
-                verbose_name="send trace context",
-            ),
+            model_name='plan',
+            name='trace_context',
+            field=models.BooleanField(default=True, help_text='A W3C traceparent header on every request, so the slowest requests link to their server traces', verbose_name='send trace context'),
         ),
         migrations.AddField(
-            model_name="plan",
-            name="trace_sample_rate",
-            field=models.FloatField(
-                default=1.0,
-                help_text="The share of requests flagged sampled (0 to 1): lower it if your tracing cannot keep them all",
-                validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1)],
-                verbose_name="sampled share",
-            ),
+            model_name='plan',
+            name='trace_sample_rate',
+            field=models.FloatField(default=1.0, help_text='The share of requests flagged sampled (0 to 1): lower it if your tracing cannot keep them all', validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1)], verbose_name='sampled share'),
         ),
     ]

@@ -7,185 +7,110 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("projects", "0001_initial"),
+        ('projects', '0001_initial'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Run",
+            name='Run',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("number", models.PositiveIntegerField(help_text="Counts the project's runs: #1, #2, …")),
-                ("plan_name", models.CharField(max_length=100)),
-                ("environment_name", models.CharField(max_length=100)),
-                ("plan_snapshot", models.JSONField()),
-                ("config_snapshot", models.JSONField(default=list)),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("queued", "Queued"),
-                            ("starting", "Starting"),
-                            ("running", "Running"),
-                            ("cancelling", "Cancelling"),
-                            ("finishing", "Finishing"),
-                            ("passed", "Passed"),
-                            ("failed", "Failed"),
-                            ("cancelled", "Cancelled"),
-                            ("partial", "Partial"),
-                            ("error", "Error"),
-                        ],
-                        default="queued",
-                        max_length=10,
-                    ),
-                ),
-                ("error_message", models.TextField(blank=True)),
-                ("cancel_requested", models.BooleanField(default=False)),
-                ("shard_count", models.PositiveIntegerField(default=0)),
-                ("start_at", models.DateTimeField(blank=True, null=True)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                ("summary", models.JSONField(blank=True, null=True)),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
-                    ),
-                ),
-                (
-                    "environment",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="runs",
-                        to="projects.environment",
-                    ),
-                ),
-                (
-                    "plan",
-                    models.ForeignKey(
-                        null=True, on_delete=django.db.models.deletion.SET_NULL, related_name="runs", to="projects.plan"
-                    ),
-                ),
-                (
-                    "project",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="runs", to="projects.project"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('number', models.PositiveIntegerField(help_text="Counts the project's runs: #1, #2, …")),
+                ('plan_name', models.CharField(max_length=100)),
+                ('environment_name', models.CharField(max_length=100)),
+                ('plan_snapshot', models.JSONField()),
+                ('config_snapshot', models.JSONField(default=list)),
+                ('status', models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('finishing', 'Finishing'), ('passed', 'Passed'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('partial', 'Partial'), ('error', 'Error')], default='queued', max_length=10)),
+                ('error_message', models.TextField(blank=True)),
+                ('cancel_requested', models.BooleanField(default=False)),
+                ('shard_count', models.PositiveIntegerField(default=0)),
+                ('start_at', models.DateTimeField(blank=True, null=True)),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('summary', models.JSONField(blank=True, null=True)),
+                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ('environment', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='projects.environment')),
+                ('plan', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='projects.plan')),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='projects.project')),
             ],
             options={
-                "ordering": ["-number"],
+                'ordering': ['-number'],
             },
         ),
         migrations.CreateModel(
-            name="PageInterval",
+            name='PageInterval',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("shard_no", models.PositiveIntegerField()),
-                ("second", models.IntegerField()),
-                ("label", models.CharField(max_length=210)),
-                ("pages", models.PositiveIntegerField(default=0)),
-                ("hits", models.PositiveIntegerField(default=0)),
-                ("errors", models.PositiveIntegerField(default=0)),
-                ("errors_by_kind", models.JSONField(default=dict)),
-                ("error_samples", models.JSONField(default=dict)),
-                ("bytes_in", models.BigIntegerField(default=0)),
-                ("bytes_out", models.BigIntegerField(default=0)),
-                ("hist", models.JSONField(default=dict)),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="page_intervals", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('shard_no', models.PositiveIntegerField()),
+                ('second', models.IntegerField()),
+                ('label', models.CharField(max_length=210)),
+                ('pages', models.PositiveIntegerField(default=0)),
+                ('hits', models.PositiveIntegerField(default=0)),
+                ('errors', models.PositiveIntegerField(default=0)),
+                ('errors_by_kind', models.JSONField(default=dict)),
+                ('error_samples', models.JSONField(default=dict)),
+                ('bytes_in', models.BigIntegerField(default=0)),
+                ('bytes_out', models.BigIntegerField(default=0)),
+                ('hist', models.JSONField(default=dict)),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='page_intervals', to='runs.run')),
             ],
         ),
         migrations.CreateModel(
-            name="RunShard",
+            name='RunShard',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("shard_no", models.PositiveIntegerField()),
-                ("user_count", models.PositiveIntegerField()),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("pending", "Pending"),
-                            ("running", "Running"),
-                            ("done", "Done"),
-                            ("lost", "Lost"),
-                            ("failed", "Failed"),
-                        ],
-                        default="pending",
-                        max_length=10,
-                    ),
-                ),
-                (
-                    "worker",
-                    models.CharField(
-                        blank=True, help_text="host and pid of the worker that claimed it", max_length=200
-                    ),
-                ),
-                ("claimed_at", models.DateTimeField(blank=True, null=True)),
-                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                ("error_message", models.TextField(blank=True)),
-                ("totals", models.JSONField(blank=True, null=True)),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="shards", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('shard_no', models.PositiveIntegerField()),
+                ('user_count', models.PositiveIntegerField()),
+                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('lost', 'Lost'), ('failed', 'Failed')], default='pending', max_length=10)),
+                ('worker', models.CharField(blank=True, help_text='host and pid of the worker that claimed it', max_length=200)),
+                ('claimed_at', models.DateTimeField(blank=True, null=True)),
+                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('error_message', models.TextField(blank=True)),
+                ('totals', models.JSONField(blank=True, null=True)),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shards', to='runs.run')),
             ],
             options={
-                "ordering": ["shard_no"],
+                'ordering': ['shard_no'],
             },
         ),
         migrations.CreateModel(
-            name="ShardInterval",
+            name='ShardInterval',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("shard_no", models.PositiveIntegerField()),
-                ("second", models.IntegerField(help_text="seconds since the run's start_at")),
-                ("active_users", models.PositiveIntegerField(default=0)),
-                ("iterations_started", models.PositiveIntegerField(default=0)),
-                ("iterations_completed", models.PositiveIntegerField(default=0)),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="shard_intervals", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('shard_no', models.PositiveIntegerField()),
+                ('second', models.IntegerField(help_text="seconds since the run's start_at")),
+                ('active_users', models.PositiveIntegerField(default=0)),
+                ('iterations_started', models.PositiveIntegerField(default=0)),
+                ('iterations_completed', models.PositiveIntegerField(default=0)),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shard_intervals', to='runs.run')),
             ],
         ),
         migrations.AddIndex(
-            model_name="run",
-            index=models.Index(fields=["status"], name="run_status_idx"),
+            model_name='run',
+            index=models.Index(fields=['status'], name='run_status_idx'),
         ),
         migrations.AddConstraint(
-            model_name="run",
-            constraint=models.UniqueConstraint(fields=("project", "number"), name="run_number_unique_in_project"),
+            model_name='run',
+            constraint=models.UniqueConstraint(fields=('project', 'number'), name='run_number_unique_in_project'),
         ),
         migrations.AddConstraint(
-            model_name="pageinterval",
-            constraint=models.UniqueConstraint(
-                fields=("run", "shard_no", "second", "label"), name="pageinterval_unique"
-            ),
+            model_name='pageinterval',
+            constraint=models.UniqueConstraint(fields=('run', 'shard_no', 'second', 'label'), name='pageinterval_unique'),
         ),
         migrations.AddConstraint(
-            model_name="runshard",
-            constraint=models.UniqueConstraint(fields=("run", "shard_no"), name="shard_unique_no"),
+            model_name='runshard',
+            constraint=models.UniqueConstraint(fields=('run', 'shard_no'), name='shard_unique_no'),
         ),
         migrations.AddConstraint(
-            model_name="shardinterval",
-            constraint=models.UniqueConstraint(fields=("run", "shard_no", "second"), name="shardinterval_unique"),
+            model_name='shardinterval',
+            constraint=models.UniqueConstraint(fields=('run', 'shard_no', 'second'), name='shardinterval_unique'),
         ),
     ]

@@ -4,39 +4,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0001_initial"),
+        ('runs', '0001_initial'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="pageinterval",
-            name="connect_hist",
+            model_name='pageinterval',
+            name='connect_hist',
             field=models.JSONField(default=dict),
         ),
         migrations.AddField(
-            model_name="pageinterval",
-            name="ttfb_hist",
+            model_name='pageinterval',
+            name='ttfb_hist',
             field=models.JSONField(default=dict),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="cpu_pct",
+            model_name='shardinterval',
+            name='cpu_pct',
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="iterations_dropped",
+            model_name='shardinterval',
+            name='iterations_dropped',
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="loop_lag_max_ms",
+            model_name='shardinterval',
+            name='loop_lag_max_ms',
             field=models.FloatField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="loop_lag_p99_ms",
+            model_name='shardinterval',
+            name='loop_lag_p99_ms',
             field=models.FloatField(blank=True, null=True),
         ),
     ]

@@ -4,30 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0003_run_history_links"),
+        ('runs', '0003_run_history_links'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="run",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("queued", "Queued"),
-                    ("starting", "Starting"),
-                    ("running", "Running"),
-                    ("cancelling", "Cancelling"),
-                    ("finishing", "Finishing"),
-                    ("passed", "Passed"),
-                    ("failed", "Failed"),
-                    ("done", "Done"),
-                    ("cancelled", "Cancelled"),
-                    ("partial", "Partial"),
-                    ("error", "Error"),
-                ],
-                default="queued",
-                max_length=10,
-            ),
+            model_name='run',
+            name='status',
+            field=models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('finishing', 'Finishing'), ('passed', 'Passed'), ('failed', 'Failed'), ('done', 'Done'), ('cancelled', 'Cancelled'), ('partial', 'Partial'), ('error', 'Error')], default='queued', max_length=10),
         ),
     ]

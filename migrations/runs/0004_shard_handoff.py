@@ -4,58 +4,48 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0003_run_history_links"),
+        ('runs', '0003_run_history_links'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="WatchdogView",
+            name='WatchdogView',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("last_pass_at", models.DateTimeField()),
-                ("watching_since", models.DateTimeField(help_text="start of the current run of passes without a gap")),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('last_pass_at', models.DateTimeField()),
+                ('watching_since', models.DateTimeField(help_text='start of the current run of passes without a gap')),
             ],
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="handoff_requested",
+            model_name='runshard',
+            name='handoff_requested',
             field=models.BooleanField(default=False),
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="handoffs",
+            model_name='runshard',
+            name='handoffs',
             field=models.JSONField(blank=True, default=list),
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="released_at",
+            model_name='runshard',
+            name='released_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="resume_second",
+            model_name='runshard',
+            name='resume_second',
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="worker_node",
+            model_name='runshard',
+            name='worker_node',
             field=models.CharField(blank=True, max_length=200),
         ),
         migrations.AlterField(
-            model_name="runshard",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("pending", "Pending"),
-                    ("running", "Running"),
-                    ("done", "Done"),
-                    ("lost", "Lost"),
-                    ("failed", "Failed"),
-                    ("interrupted", "Interrupted"),
-                ],
-                default="pending",
-                max_length=12,
-            ),
+            model_name='runshard',
+            name='status',
+            field=models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('lost', 'Lost'), ('failed', 'Failed'), ('interrupted', 'Interrupted')], default='pending', max_length=12),
         ),
     ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0004_alter_run_status"),
-        ("runs", "0004_compact_results"),
+        ('runs', '0004_alter_run_status'),
+        ('runs', '0004_compact_results'),
     ]
 
-    operations = []
+    operations = [
+    ]

@@ -5,39 +5,32 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("history", "0002_alter_tuningchange_category"),
-        ("projects", "0003_plan_degradation_and_min_pages"),
-        ("runs", "0004_compact_results"),
+        ('history', '0002_alter_tuningchange_category'),
+        ('projects', '0003_plan_degradation_and_min_pages'),
+        ('runs', '0004_compact_results'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="run",
-            name="kind",
-            field=models.CharField(
-                choices=[("native", "Run by Plimsoll"), ("imported", "Imported from a result file")],
-                default="native",
-                max_length=8,
-            ),
+            model_name='run',
+            name='kind',
+            field=models.CharField(choices=[('native', 'Run by Plimsoll'), ('imported', 'Imported from a result file')], default='native', max_length=8),
         ),
         migrations.AddField(
-            model_name="run",
-            name="source",
+            model_name='run',
+            name='source',
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="run",
-            name="source_sha256",
-            field=models.CharField(blank=True, default="", max_length=64),
+            model_name='run',
+            name='source_sha256',
+            field=models.CharField(blank=True, default='', max_length=64),
         ),
         migrations.AddConstraint(
-            model_name="run",
-            constraint=models.UniqueConstraint(
-                condition=models.Q(("kind", "imported")),
-                fields=("environment", "source_sha256"),
-                name="run_import_once_per_environment",
-            ),
+            model_name='run',
+            constraint=models.UniqueConstraint(condition=models.Q(('kind', 'imported')), fields=('environment', 'source_sha256'), name='run_import_once_per_environment'),
         ),
     ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0005_merge_0004_alter_run_status_0004_compact_results"),
-        ("runs", "0005_run_kind_run_source_run_source_sha256_and_more"),
+        ('runs', '0005_merge_0004_alter_run_status_0004_compact_results'),
+        ('runs', '0005_run_kind_run_source_run_source_sha256_and_more'),
     ]
 
-    operations = []
+    operations = [
+    ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0004_shard_handoff"),
-        ("runs", "0006_merge_20261124_1824"),
+        ('runs', '0004_shard_handoff'),
+        ('runs', '0006_merge_20261124_1824'),
     ]
 
-    operations = []
+    operations = [
+    ]

@@ -7,84 +7,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("projects", "0005_merge_20261124_1811"),
-        ("runs", "0007_merge_0004_shard_handoff_0006_merge_20261124_1824"),
+        ('projects', '0005_merge_20261124_1811'),
+        ('runs', '0007_merge_0004_shard_handoff_0006_merge_20261124_1824'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="ResultImport",
+            name='ResultImport',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                ("file_name", models.CharField(max_length=255)),
-                ("format", models.CharField(blank=True, default="", max_length=16)),
-                (
-                    "status",
-                    models.CharField(
-                        choices=[
-                            ("queued", "Queued"),
-                            ("reading", "Reading"),
-                            ("storing", "Storing"),
-                            ("done", "Imported"),
-                            ("failed", "Failed"),
-                        ],
-                        default="queued",
-                        max_length=8,
-                    ),
-                ),
-                ("bytes_read", models.BigIntegerField(default=0)),
-                ("bytes_total", models.BigIntegerField(default=0)),
-                ("error", models.TextField(blank=True, default="")),
-                (
-                    "already_imported",
-                    models.BooleanField(default=False, help_text="the same file had been imported before"),
-                ),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "environment",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="result_imports",
-                        to="projects.environment",
-                    ),
-                ),
-                (
-                    "plan",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="projects.plan",
-                    ),
-                ),
-                (
-                    "run",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="runs.run",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('file_name', models.CharField(max_length=255)),
+                ('format', models.CharField(blank=True, default='', max_length=16)),
+                ('status', models.CharField(choices=[('queued', 'Queued'), ('reading', 'Reading'), ('storing', 'Storing'), ('done', 'Imported'), ('failed', 'Failed')], default='queued', max_length=8)),
+                ('bytes_read', models.BigIntegerField(default=0)),
+                ('bytes_total', models.BigIntegerField(default=0)),
+                ('error', models.TextField(blank=True, default='')),
+                ('already_imported', models.BooleanField(default=False, help_text='the same file had been imported before')),
+                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('environment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='result_imports', to='projects.environment')),
+                ('plan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='projects.plan')),
+                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
             ],
             options={
-                "ordering": ["-created_at"],
+                'ordering': ['-created_at'],
             },
         ),
     ]

@@ -5,28 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0003_merge_0002_apitoken_apiwrite_0002_invitation"),
-        ("runs", "0007_merge_0004_shard_handoff_0006_merge_20261124_1824"),
+        ('accounts', '0003_merge_0002_apitoken_apiwrite_0002_invitation'),
+        ('runs', '0007_merge_0004_shard_handoff_0006_merge_20261124_1824'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="run",
-            name="api_token",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="runs",
-                to="accounts.apitoken",
-            ),
+            model_name='run',
+            name='api_token',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='accounts.apitoken'),
         ),
         migrations.AddField(
-            model_name="run",
-            name="api_token_label",
-            field=models.CharField(
-                blank=True, help_text="The API token that started the run: its name and prefix", max_length=120
-            ),
+            model_name='run',
+            name='api_token_label',
+            field=models.CharField(blank=True, help_text='The API token that started the run: its name and prefix', max_length=120),
         ),
     ]

@@ -4,9 +4,11 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0008_result_import"),
-        ("runs", "0008_run_started_by_api_token"),
+        ('runs', '0008_result_import'),
+        ('runs', '0008_run_started_by_api_token'),
     ]
 
-    operations = []
+    operations = [
+    ]

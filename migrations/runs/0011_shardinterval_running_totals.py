@@ -4,39 +4,40 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0010_run_digest"),
+        ('runs', '0010_run_digest'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="shardinterval",
-            name="bytes_in",
+            model_name='shardinterval',
+            name='bytes_in',
             field=models.BigIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="dropped_total",
+            model_name='shardinterval',
+            name='dropped_total',
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="hist_bin",
+            model_name='shardinterval',
+            name='hist_bin',
             field=models.BinaryField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="hits",
+            model_name='shardinterval',
+            name='hits',
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="latency_count_total",
+            model_name='shardinterval',
+            name='latency_count_total',
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="shardinterval",
-            name="latency_sum_total",
+            model_name='shardinterval',
+            name='latency_sum_total',
             field=models.BigIntegerField(blank=True, null=True),
         ),
     ]

@@ -4,19 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0012_run_status_finished"),
+        ('runs', '0012_run_status_finished'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="run",
-            name="labels",
+            model_name='run',
+            name='labels',
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AddField(
-            model_name="run",
-            name="note",
+            model_name='run',
+            name='note',
             field=models.TextField(blank=True),
         ),
     ]

@@ -4,36 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0013_run_labels_note"),
+        ('runs', '0013_run_labels_note'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="run",
-            name="load",
+            model_name='run',
+            name='load',
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AlterField(
-            model_name="run",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("queued", "Queued"),
-                    ("starting", "Starting"),
-                    ("running", "Running"),
-                    ("cancelling", "Cancelling"),
-                    ("finishing", "Finishing"),
-                    ("passed", "Passed"),
-                    ("failed", "Failed"),
-                    ("done", "Done"),
-                    ("cancelled", "Cancelled"),
-                    ("partial", "Partial"),
-                    ("incomplete", "Incomplete"),
-                    ("error", "Error"),
-                ],
-                default="queued",
-                max_length=12,
-            ),
+            model_name='run',
+            name='status',
+            field=models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('finishing', 'Finishing'), ('passed', 'Passed'), ('failed', 'Failed'), ('done', 'Done'), ('cancelled', 'Cancelled'), ('partial', 'Partial'), ('incomplete', 'Incomplete'), ('error', 'Error')], default='queued', max_length=12),
         ),
     ]

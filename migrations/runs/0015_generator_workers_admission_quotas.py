@@ -5,74 +5,59 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("accounts", "0003_merge_0002_apitoken_apiwrite_0002_invitation"),
-        ("runs", "0014_run_load_and_status_incomplete"),
+        ('accounts', '0003_merge_0002_apitoken_apiwrite_0002_invitation'),
+        ('runs', '0014_run_load_and_status_incomplete'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="AdmissionPass",
+            name='AdmissionPass',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("last_pass_at", models.DateTimeField()),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('last_pass_at', models.DateTimeField()),
             ],
         ),
         migrations.CreateModel(
-            name="GeneratorWorker",
+            name='GeneratorWorker',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("node", models.CharField(help_text="the Celery node name, name@host", max_length=200, unique=True)),
-                ("host", models.CharField(blank=True, max_length=200)),
-                ("slots", models.PositiveIntegerField(help_text="shards it runs at once (its concurrency)")),
-                (
-                    "labels",
-                    models.JSONField(blank=True, default=dict, help_text='e.g. {"zone": "eu-west", "pool": "private"}'),
-                ),
-                ("queues", models.JSONField(blank=True, default=list)),
-                ("started_at", models.DateTimeField()),
-                ("heartbeat_at", models.DateTimeField()),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('node', models.CharField(help_text='the Celery node name, name@host', max_length=200, unique=True)),
+                ('host', models.CharField(blank=True, max_length=200)),
+                ('slots', models.PositiveIntegerField(help_text='shards it runs at once (its concurrency)')),
+                ('labels', models.JSONField(blank=True, default=dict, help_text='e.g. {"zone": "eu-west", "pool": "private"}')),
+                ('queues', models.JSONField(blank=True, default=list)),
+                ('started_at', models.DateTimeField()),
+                ('heartbeat_at', models.DateTimeField()),
             ],
             options={
-                "ordering": ["node"],
+                'ordering': ['node'],
             },
         ),
         migrations.AddField(
-            model_name="run",
-            name="admitted_at",
+            model_name='run',
+            name='admitted_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="run",
-            name="pool",
-            field=models.CharField(blank=True, default="", max_length=60),
+            model_name='run',
+            name='pool',
+            field=models.CharField(blank=True, default='', max_length=60),
         ),
         migrations.AddField(
-            model_name="runshard",
-            name="resent",
+            model_name='runshard',
+            name='resent',
             field=models.BooleanField(default=False),
         ),
         migrations.CreateModel(
-            name="TeamQuota",
+            name='TeamQuota',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "max_runs",
-                    models.PositiveIntegerField(
-                        blank=True, help_text="runs active at once, waiting included", null=True
-                    ),
-                ),
-                ("max_users", models.PositiveIntegerField(blank=True, help_text="peak users of one run", null=True)),
-                (
-                    "max_user_hours",
-                    models.PositiveIntegerField(blank=True, help_text="user-hours per calendar month", null=True),
-                ),
-                (
-                    "team",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="quota", to="accounts.team"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('max_runs', models.PositiveIntegerField(blank=True, help_text='runs active at once, waiting included', null=True)),
+                ('max_users', models.PositiveIntegerField(blank=True, help_text='peak users of one run', null=True)),
+                ('max_user_hours', models.PositiveIntegerField(blank=True, help_text='user-hours per calendar month', null=True)),
+                ('team', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='quota', to='accounts.team')),
             ],
         ),
     ]

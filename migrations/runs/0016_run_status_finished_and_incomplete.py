@@ -4,32 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0015_generator_workers_admission_quotas"),
+        ('runs', '0015_generator_workers_admission_quotas'),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name="run",
-            name="status",
-            field=models.CharField(
-                choices=[
-                    ("queued", "Queued"),
-                    ("starting", "Starting"),
-                    ("running", "Running"),
-                    ("cancelling", "Cancelling"),
-                    ("finishing", "Finishing"),
-                    ("passed", "Passed"),
-                    ("failed", "Failed"),
-                    ("finished", "Finished"),
-                    ("done", "Done"),
-                    ("cancelled", "Cancelled"),
-                    ("partial", "Partial"),
-                    ("incomplete", "Incomplete"),
-                    ("error", "Error"),
-                ],
-                default="queued",
-                max_length=12,
-            ),
+            model_name='run',
+            name='status',
+            field=models.CharField(choices=[('queued', 'Queued'), ('starting', 'Starting'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('finishing', 'Finishing'), ('passed', 'Passed'), ('failed', 'Failed'), ('finished', 'Finished'), ('done', 'Done'), ('cancelled', 'Cancelled'), ('partial', 'Partial'), ('incomplete', 'Incomplete'), ('error', 'Error')], default='queued', max_length=12),
         ),
     ]

@@ -5,31 +5,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("runs", "0016_run_status_finished_and_incomplete"),
+        ('runs', '0016_run_status_finished_and_incomplete'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="SlowTrace",
+            name='SlowTrace',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("shard_no", models.PositiveIntegerField()),
-                ("second", models.IntegerField()),
-                ("label", models.CharField(max_length=210)),
-                ("ms", models.FloatField()),
-                ("trace_id", models.CharField(max_length=32)),
-                (
-                    "run",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="slow_traces", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('shard_no', models.PositiveIntegerField()),
+                ('second', models.IntegerField()),
+                ('label', models.CharField(max_length=210)),
+                ('ms', models.FloatField()),
+                ('trace_id', models.CharField(max_length=32)),
+                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='slow_traces', to='runs.run')),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(fields=("run", "label", "second", "shard_no"), name="slowtrace_unique")
-                ],
+                'constraints': [models.UniqueConstraint(fields=('run', 'label', 'second', 'shard_no'), name='slowtrace_unique')],
             },
         ),
     ]

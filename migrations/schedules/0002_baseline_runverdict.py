@@ -6,108 +6,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("history", "0001_initial"),
-        ("projects", "0003_plan_degradation_and_min_pages"),
-        ("runs", "0003_run_history_links"),
-        ("schedules", "0001_initial"),
+        ('history', '0001_initial'),
+        ('projects', '0003_plan_degradation_and_min_pages'),
+        ('runs', '0003_run_history_links'),
+        ('schedules', '0001_initial'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Baseline",
+            name='Baseline',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("last_n", "The last N valid runs before the run"),
-                            ("run", "A pinned run"),
-                            ("trial_set", "A pinned trial set"),
-                        ],
-                        default="last_n",
-                        max_length=10,
-                    ),
-                ),
-                (
-                    "last_n",
-                    models.PositiveSmallIntegerField(
-                        default=3,
-                        help_text="For the last N valid runs",
-                        validators=[
-                            django.core.validators.MinValueValidator(1),
-                            django.core.validators.MaxValueValidator(20),
-                        ],
-                    ),
-                ),
-                (
-                    "tolerance_pct",
-                    models.FloatField(
-                        default=10.0,
-                        help_text="Regressed (or improved) only when beyond the noise AND more than this many percent worse (better)",
-                        validators=[
-                            django.core.validators.MinValueValidator(0),
-                            django.core.validators.MaxValueValidator(1000),
-                        ],
-                    ),
-                ),
-                (
-                    "plan",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="baseline", to="projects.plan"
-                    ),
-                ),
-                (
-                    "run",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="runs.run",
-                    ),
-                ),
-                (
-                    "trial_set",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to="history.trialset",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('kind', models.CharField(choices=[('last_n', 'The last N valid runs before the run'), ('run', 'A pinned run'), ('trial_set', 'A pinned trial set')], default='last_n', max_length=10)),
+                ('last_n', models.PositiveSmallIntegerField(default=3, help_text='For the last N valid runs', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(20)])),
+                ('tolerance_pct', models.FloatField(default=10.0, help_text='Regressed (or improved) only when beyond the noise AND more than this many percent worse (better)', validators=[django.core.validators.MinValueValidator(0), django.core.validators.MaxValueValidator(1000)])),
+                ('plan', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='baseline', to='projects.plan')),
+                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='runs.run')),
+                ('trial_set', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='history.trialset')),
             ],
         ),
         migrations.CreateModel(
-            name="RunVerdict",
+            name='RunVerdict',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "verdict",
-                    models.CharField(
-                        choices=[
-                            ("regressed", "Regressed"),
-                            ("improved", "Improved"),
-                            ("within_noise", "Within noise"),
-                            ("no_baseline", "No baseline"),
-                        ],
-                        max_length=12,
-                    ),
-                ),
-                ("headline", models.TextField()),
-                ("basis", models.TextField(blank=True)),
-                ("baseline_label", models.CharField(blank=True, max_length=300)),
-                ("tolerance_pct", models.FloatField(default=10.0)),
-                ("rows", models.JSONField(default=list)),
-                ("computed_at", models.DateTimeField(auto_now=True)),
-                (
-                    "run",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="baseline_verdict", to="runs.run"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('verdict', models.CharField(choices=[('regressed', 'Regressed'), ('improved', 'Improved'), ('within_noise', 'Within noise'), ('no_baseline', 'No baseline')], max_length=12)),
+                ('headline', models.TextField()),
+                ('basis', models.TextField(blank=True)),
+                ('baseline_label', models.CharField(blank=True, max_length=300)),
+                ('tolerance_pct', models.FloatField(default=10.0)),
+                ('rows', models.JSONField(default=list)),
+                ('computed_at', models.DateTimeField(auto_now=True)),
+                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='baseline_verdict', to='runs.run')),
             ],
         ),
     ]

@@ -6,74 +6,52 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("history", "0003_trialset_api_token"),
-        ("schedules", "0002_baseline_runverdict"),
+        ('history', '0003_trialset_api_token'),
+        ('schedules', '0002_baseline_runverdict'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="runverdict",
-            name="accept_reason",
+            model_name='runverdict',
+            name='accept_reason',
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="accepted_at",
+            model_name='runverdict',
+            name='accepted_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="accepted_by",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to=settings.AUTH_USER_MODEL,
-            ),
+            model_name='runverdict',
+            name='accepted_by',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="accepted_change",
-            field=models.ForeignKey(
-                blank=True,
-                null=True,
-                on_delete=django.db.models.deletion.SET_NULL,
-                related_name="+",
-                to="history.tuningchange",
-            ),
+            model_name='runverdict',
+            name='accepted_change',
+            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='history.tuningchange'),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="method",
-            field=models.TextField(blank=True, help_text="One sentence: how the verdict was reached"),
+            model_name='runverdict',
+            name='method',
+            field=models.TextField(blank=True, help_text='One sentence: how the verdict was reached'),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="provisional",
-            field=models.BooleanField(
-                default=False, help_text="Judged against too few baseline runs to know their spread well"
-            ),
+            model_name='runverdict',
+            name='provisional',
+            field=models.BooleanField(default=False, help_text='Judged against too few baseline runs to know their spread well'),
         ),
         migrations.AddField(
-            model_name="runverdict",
-            name="provisional_reason",
+            model_name='runverdict',
+            name='provisional_reason',
             field=models.TextField(blank=True),
         ),
         migrations.AlterField(
-            model_name="runverdict",
-            name="verdict",
-            field=models.CharField(
-                choices=[
-                    ("regressed", "Regressed"),
-                    ("improved", "Improved"),
-                    ("within_noise", "Within noise"),
-                    ("no_baseline", "No baseline"),
-                    ("pending", "Being judged"),
-                ],
-                max_length=12,
-            ),
+            model_name='runverdict',
+            name='verdict',
+            field=models.CharField(choices=[('regressed', 'Regressed'), ('improved', 'Improved'), ('within_noise', 'Within noise'), ('no_baseline', 'No baseline'), ('pending', 'Being judged')], max_length=12),
         ),
     ]

@@ -7,158 +7,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     initial = True
 
     dependencies = [
-        ("history", "0001_initial"),
-        ("projects", "0003_plan_degradation_and_min_pages"),
-        ("runs", "0003_run_history_links"),
+        ('history', '0001_initial'),
+        ('projects', '0003_plan_degradation_and_min_pages'),
+        ('runs', '0003_run_history_links'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="ProjectSharing",
+            name='ProjectSharing',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("enabled", models.BooleanField(default=True)),
-                ("changed_at", models.DateTimeField(auto_now=True)),
-                (
-                    "changed_by",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "project",
-                    models.OneToOneField(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="sharing", to="projects.project"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('enabled', models.BooleanField(default=True)),
+                ('changed_at', models.DateTimeField(auto_now=True)),
+                ('changed_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('project', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='sharing', to='projects.project')),
             ],
         ),
         migrations.CreateModel(
-            name="ShareLink",
+            name='ShareLink',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", models.DateTimeField(auto_now=True)),
-                ("code", models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
-                (
-                    "kind",
-                    models.CharField(
-                        choices=[
-                            ("run", "Run report"),
-                            ("comparison", "Comparison"),
-                            ("experiment", "Experiment"),
-                            ("journey", "Journey"),
-                        ],
-                        max_length=12,
-                    ),
-                ),
-                ("before_code", models.UUIDField(blank=True, null=True)),
-                ("after_code", models.UUIDField(blank=True, null=True)),
-                ("title", models.CharField(max_length=200)),
-                ("note", models.CharField(blank=True, max_length=200)),
-                ("token_hash", models.CharField(max_length=64, unique=True)),
-                ("prefix", models.CharField(max_length=8)),
-                ("expires_at", models.DateTimeField()),
-                ("revoked_at", models.DateTimeField(blank=True, null=True)),
-                ("open_count", models.PositiveIntegerField(default=0)),
-                ("last_opened_at", models.DateTimeField(blank=True, null=True)),
-                (
-                    "created_by",
-                    models.ForeignKey(
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "environment",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="projects.environment",
-                    ),
-                ),
-                (
-                    "experiment",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="history.experiment",
-                    ),
-                ),
-                (
-                    "plan",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="projects.plan",
-                    ),
-                ),
-                (
-                    "project",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="share_links", to="projects.project"
-                    ),
-                ),
-                (
-                    "run",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="+",
-                        to="runs.run",
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('updated_at', models.DateTimeField(auto_now=True)),
+                ('code', models.UUIDField(default=portal.common.new_code, editable=False, unique=True)),
+                ('kind', models.CharField(choices=[('run', 'Run report'), ('comparison', 'Comparison'), ('experiment', 'Experiment'), ('journey', 'Journey')], max_length=12)),
+                ('before_code', models.UUIDField(blank=True, null=True)),
+                ('after_code', models.UUIDField(blank=True, null=True)),
+                ('title', models.CharField(max_length=200)),
+                ('note', models.CharField(blank=True, max_length=200)),
+                ('token_hash', models.CharField(max_length=64, unique=True)),
+                ('prefix', models.CharField(max_length=8)),
+                ('expires_at', models.DateTimeField()),
+                ('revoked_at', models.DateTimeField(blank=True, null=True)),
+                ('open_count', models.PositiveIntegerField(default=0)),
+                ('last_opened_at', models.DateTimeField(blank=True, null=True)),
+                ('created_by', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('environment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='projects.environment')),
+                ('experiment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='history.experiment')),
+                ('plan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='projects.plan')),
+                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='share_links', to='projects.project')),
+                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='runs.run')),
             ],
             options={
-                "abstract": False,
+                'abstract': False,
             },
         ),
         migrations.CreateModel(
-            name="ShareEvent",
+            name='ShareEvent',
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
-                (
-                    "action",
-                    models.CharField(
-                        choices=[("created", "created"), ("opened", "opened"), ("revoked", "revoked")], max_length=10
-                    ),
-                ),
-                ("at", models.DateTimeField(auto_now_add=True)),
-                (
-                    "user",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                    ),
-                ),
-                (
-                    "link",
-                    models.ForeignKey(
-                        on_delete=django.db.models.deletion.CASCADE, related_name="events", to="sharing.sharelink"
-                    ),
-                ),
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('action', models.CharField(choices=[('created', 'created'), ('opened', 'opened'), ('revoked', 'revoked')], max_length=10)),
+                ('at', models.DateTimeField(auto_now_add=True)),
+                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ('link', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='sharing.sharelink')),
             ],
             options={
-                "indexes": [models.Index(fields=["link", "at"], name="sharing_sha_link_id_240c9c_idx")],
+                'indexes': [models.Index(fields=['link', 'at'], name='sharing_sha_link_id_240c9c_idx')],
             },
         ),
     ]
