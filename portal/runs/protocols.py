@@ -20,6 +20,7 @@ from . import storage
 from .models import PageRollup, ProtocolInterval
 
 H1 = "http/1.1"
+ROLLUP_S = PageRollup.ROLLUP_S
 
 # The fields a reader of whole rows needs, in order.
 ROW_FIELDS = (
@@ -136,20 +137,26 @@ class Cell:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def read(run, where: Q | None = None, labels: set[str] | None = None):
-    """The run's protocol rows (per second, or per roll-up span) as value tuples in ROW_FIELDS order."""
+def read(run, where: Q | None = None, labels: set[str] | None = None, *, with_span: bool = False):
+    """The run's protocol rows (per second, or per roll-up span) as value tuples in ROW_FIELDS order
+    (``with_span``: ``span_s`` after the label)."""
     rows = ProtocolInterval.objects.filter(run=run)
     if where is not None:
         rows = rows.filter(where)
     if labels is not None:
         rows = rows.filter(label__in=labels)
-    return rows.order_by("second", "shard_no", "label").values_list(*ROW_FIELDS).iterator(chunk_size=2000)
+    fields = (*ROW_FIELDS[:2], "span_s", *ROW_FIELDS[2:]) if with_span else ROW_FIELDS
+    return rows.order_by("second", "shard_no", "label").values_list(*fields).iterator(chunk_size=2000)
 
 
-def in_windows(windows: list[dict]) -> Q:
+def in_windows(windows: list[dict], *, rolled: bool = True) -> Q:
+    """Rows of the seconds of ``windows``; with ``rolled``, also the rolled-up rows (a minute) that overlap one,
+    as the drill-down counts a rolled-up minute where it overlaps."""
     q = Q()
     for w in windows:
         q |= Q(second__gte=w["start"], second__lt=w["end"])
+        if rolled:
+            q |= Q(span_s__gt=1, second__lt=w["end"], second__gt=w["start"] - PageRollup.ROLLUP_S)
     return q
 
 
@@ -239,8 +246,11 @@ def summary_of(run, windows: list[dict], label_hits: dict[str, int], window_hits
     Returns ``{"pages": [...per label...], "totals": {...}, "window_totals": [{...} per window]}``.
     """
     cells: dict[tuple[str, int], Cell] = {}
-    for second, label, *values in read(run, in_windows(windows)):
-        w = next((i for i, win in enumerate(windows) if win["start"] <= second < win["end"]), None)
+    for second, label, span_s, *values in read(run, in_windows(windows), with_span=True):
+        # the first window the row overlaps (a per-second row is in one; a rolled-up minute may start before it)
+        w = next((i for i, win in enumerate(windows) if win["start"] - ROLLUP_S < second < win["end"]), None)
+        if w is not None and span_s == 1 and second < windows[w]["start"]:
+            w = None
         if w is None:
             continue
         cells.setdefault((label, w), Cell()).add_row(*values)
@@ -305,9 +315,10 @@ def page_hits(run, spans: list[tuple[int, int]], labels: set[str] | None = None)
 
     from .models import PageInterval
 
-    where = in_windows([{"start": a, "end": b} for a, b in spans])
+    windows = [{"start": a, "end": b} for a, b in spans]
+    per_second, rolled = in_windows(windows, rolled=False), in_windows(windows)
     hits: dict[str, int] = {}
-    for model in (PageInterval, PageRollup):
+    for model, where in ((PageInterval, per_second), (PageRollup, rolled)):
         rows = model.objects.filter(where, run=run)
         if labels is not None:
             rows = rows.filter(label__in=labels)

@@ -244,3 +244,16 @@ def test_a_scrape_of_a_live_run_has_its_stream_and_websocket_gauges(client, prot
     assert samples[("plimsoll_page_ws_messages_per_second", "Chat", "sent")] == 3.0
     assert samples[("plimsoll_page_ws_messages_per_second", "Chat", "received")] == 4.0
     assert ("plimsoll_page_ttfe_p95_seconds", "Chat", None) not in samples
+
+
+def test_after_the_rollup_a_range_counts_the_minutes_it_overlaps(proto_run):
+    for second in range(70):
+        write(proto_run, second, {"Ask": stream_label([40]), "Home": http1_label(1)})
+    RunFigures.objects.create(run=proto_run, series={}, batches=[])
+    run_rollup(proto_run.id)
+
+    # seconds 30-65 overlap the minutes 0-59 and 60-119: both count, as the drill-down counts page rows
+    figures = protocols.spans_figures(proto_run, [(30, 65)], protocols.page_hits(proto_run, [(30, 65)]))
+
+    assert [(p["label"], p["stream"]["responses"]) for p in figures] == [("Ask", 70)]
+    assert protocols.page_hits(proto_run, [(30, 65)]) == {"Ask": 70, "Home": 70}
