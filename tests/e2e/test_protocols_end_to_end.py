@@ -150,6 +150,8 @@ def test_stream_and_websocket_figures_match_what_the_target_counted(
         json.loads(alice_client.get(reverse("api:run-summary-json", args=[run.code])).content)["summary"]["protocols"]
         == api
     )
+    junit = alice_client.get(reverse("api:run-junit", args=[run.code])).content.decode()
+    assert "Time to first event p95" in junit and "WebSocket round trip p95" in junit and "HTTP/2 share" in junit
     series = alice_client.get(reverse("runs:protocol-series", args=[run.code])).json()
     assert any(v is not None for v in series["ttfe_p95"]) and any(v is not None for v in series["rtt_p95"])
     assert (
