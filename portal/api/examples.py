@@ -2023,6 +2023,71 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "runs_protocols_retrieve": {
+        "summary": "A run with an SSE step over h2c and a WebSocket step (tests/e2e/test_protocols_end_to_end.py)",
+        "request": None,
+        "response": {
+            "pages": [
+                {
+                    "label": "Proto: Ask",
+                    "protocols": {"h2": 76},
+                    "h2_share_pct": 100.0,
+                    "stream": {
+                        "responses": 76,
+                        "ttfe_ms": {
+                            "p50": 47.02,
+                            "p90": 53.07,
+                            "p95": 63.76,
+                            "p99": 70.75,
+                            "max": 70.76,
+                            "mean": 48.17,
+                        },
+                        "gap_ms": {"p50": 9.23, "p90": 13.82, "p95": 15.66, "p99": 17.64, "max": 19.0, "mean": 8.16},
+                        "events": {"total": 532, "per_response": {"mean": 7.0, "min": 7, "max": 7}},
+                    },
+                    "websocket": None,
+                },
+                {
+                    "label": "Proto: Chat",
+                    "protocols": {},
+                    "h2_share_pct": None,
+                    "stream": None,
+                    "websocket": {
+                        "round_trips": 152,
+                        "rtt_ms": {"p50": 1.45, "p90": 5.76, "p95": 7.03, "p99": 10.63, "max": 13.77, "mean": 2.5},
+                        "sent": 152,
+                        "received": 152,
+                        "sent_per_s": 38.0,
+                        "received_per_s": 38.0,
+                    },
+                },
+            ],
+            "totals": {
+                "ttfe_p95_ms": 63.76,
+                "gap_p95_ms": 15.66,
+                "rtt_p95_ms": 7.03,
+                "h2_share_pct": 100.0,
+                "protocols": {"h2": 76},
+                "streams": 76,
+                "events": 532,
+                "ttfe_ms": {"p50": 47.02, "p90": 53.07, "p95": 63.76, "p99": 70.75, "max": 70.76, "mean": 48.17},
+                "gap_ms": {"p50": 9.23, "p90": 13.82, "p95": 15.66, "p99": 17.64, "max": 19.0, "mean": 8.16},
+                "rtt_ms": {"p50": 1.45, "p90": 5.76, "p95": 7.03, "p99": 10.63, "max": 13.77, "mean": 2.5},
+                "ws_sent": 152,
+                "ws_received": 152,
+                "ws_messages_per_s": 76.0,
+            },
+        },
+        "status": 200,
+    },
+    "runs_protocols.csv_retrieve": {
+        "request": None,
+        "response": '"label","protocols","h2_share_pct","streams","ttfe_p50_ms","ttfe_p95_ms","ttfe_p99_ms","ttfe_max_ms","gap_p50_ms","gap_p95_ms","gap_p99_ms","events","events_per_response_mean","events_per_response_max","ws_round_trips","rtt_p50_ms","rtt_p95_ms","rtt_p99_ms","rtt_max_ms","ws_sent","ws_received","ws_sent_per_s","ws_received_per_s"\n'
+        '"Proto: Ask","h2=76",100.0,76,47.02,63.76,70.75,70.76,9.23,15.66,17.64,532,7.0,7,"","","","","","","","",""\n'
+        '"Proto: Chat","","","","","","","","","","","","","",152,1.45,7.03,10.63,13.77,152,152,38.0,38.0\n',
+        "response_media_type": "text/csv",
+        "status": 200,
+    },
     "runs_series.csv_retrieve": {
         "request": None,
         "response": "t,users,pages_per_s,hits_per_s,errors_per_s,dropped_per_s,apd_ms,p95_ms,bytes_per_s\n"

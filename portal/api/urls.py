@@ -51,6 +51,7 @@ files = [
         ("junit.xml", "junit"),
         ("pages.csv", "pages_csv"),
         ("series.csv", "series_csv"),
+        ("protocols.csv", "protocols_csv"),
         ("summary.json", "summary_json"),
     )
 ]

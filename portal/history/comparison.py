@@ -198,6 +198,7 @@ def report_dict(report: Report) -> dict:
         "total": [row(r) for r in report.total],
         "pages": [{"page": page, "rows": [row(r) for r in rows]} for page, rows in report.pages],
         "measurements": [row(r) for r in report.measurements],
+        "protocols": [row(r) for r in report.protocols],
         "models": None if report.models is None else {k: v for k, v in report.models.items() if k != "before_after"},
         "answers": [{k: v for k, v in a.items() if k != "number"} | {"run": str(a["run"])} for a in report.answers],
     }
@@ -354,6 +355,8 @@ class Report:
     # The scalability models (USL) of both sides' steps runs and what changed (`models_compared`).
     models: dict | None = None
     servers: list[Row] = field(default_factory=list)  # server series (portal.metrics), one sample per run
+    # Streams, WebSocket sessions and protocols (issue 26): each run's summary total is one sample.
+    protocols: list[Row] = field(default_factory=list)
     # What each counting run answered by itself (`run_answers`): a capacity search's capacity, when a drift began.
     answers: list[dict] = field(default_factory=list)
 
@@ -383,7 +386,13 @@ class Report:
     @property
     def rows(self) -> list[Row]:
         """Every row with a verdict, for counting ("3 better, 1 worse")."""
-        return [*self.total, *(r for _, rows in self.pages for r in rows), *self.measurements, *self.servers]
+        return [
+            *self.total,
+            *(r for _, rows in self.pages for r in rows),
+            *self.measurements,
+            *self.servers,
+            *self.protocols,
+        ]
 
 
 # --------------------------------------------------------------------------------------
@@ -785,6 +794,27 @@ def _server_rows(before: Side, after: Side) -> list[Row]:
     return rows
 
 
+# The summary totals of streams, WebSocket sessions and protocols a comparison weighs (portal/runs/protocols.py).
+PROTOCOL_FIGURES = (
+    Figure("Time to first event p95", "ms", "ttfe_p95_ms", True),
+    Figure("Gap between events p95", "ms", "gap_p95_ms", True),
+    Figure("WebSocket round trip p95", "ms", "rtt_p95_ms", True),
+    Figure("HTTP/2 share", "%", "h2_share_pct", False),
+)
+
+
+def _protocol_rows(before: Side, after: Side) -> list[Row]:
+    """A row per stream, WebSocket or protocol figure that runs of both sides have; each run's total is a sample
+    (two single runs: within noise unless the change exceeds the tolerance, as for server series)."""
+    rows = []
+    for fig in PROTOCOL_FIGURES:
+        values_b = [float(v) for r in before.runs if (v := _summary_value(r, None, fig.key)) is not None]
+        values_a = [float(v) for r in after.runs if (v := _summary_value(r, None, fig.key)) is not None]
+        if values_b and values_a:
+            rows.append(Row(None, fig.name, fig.unit, _compare(values_b, values_a, fig, "runs")))
+    return rows
+
+
 def _plan_key(run: Run):
     return run.plan_id if run.plan_id is not None else f"name:{run.plan_name}"
 
@@ -942,6 +972,7 @@ def compare_sides(before: Side, after: Side, *, title: str = "") -> Report:
         problems=_problems(before, after),
         samples=samples,
         servers=_server_rows(before, after),
+        protocols=_protocol_rows(before, after),
         title=title,
         models=models_compared(before, after) if samples else None,
         answers=run_answers(before, after),

@@ -889,6 +889,10 @@ class PlanForm(ProjectScopedForm):
             "threshold_p95_ms",
             "threshold_error_rate_pct",
             "threshold_min_pages_per_s",
+            "threshold_ttfe_p95_ms",
+            "threshold_gap_p95_ms",
+            "threshold_rtt_p95_ms",
+            "threshold_min_h2_share_pct",
             "capacity_search",
             *DEGRADATION_INPUTS,
         ]
@@ -905,6 +909,7 @@ class PlanForm(ProjectScopedForm):
             self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
         self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
+        self.fields["threshold_min_h2_share_pct"].widget.attrs["step"] = "any"
         self.fields["trace_sample_rate"].required = False  # left out: the plan's (1.0 for a new one)
         self.fields["trace_sample_rate"].widget.attrs.update(step="any", min=0, max=1)
         # Sane upper bounds, so that a slip ("1e30") is refused rather than failing every run.

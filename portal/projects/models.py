@@ -58,6 +58,9 @@ PROTOCOL_CHOICES = [
     ("h2c", "HTTP/2, also in clear text (h2c with prior knowledge)"),
 ]
 
+# The plan thresholds on streams and WebSocket sessions (issue 26): Plan.threshold_<key>, the snapshot's <key>.
+PROTOCOL_THRESHOLD_KEYS = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "min_h2_share_pct")
+
 
 class Project(TimeStamped):
     """A system's whole tuning journey: its environments, test cases, plans and runs."""
@@ -634,6 +637,17 @@ class Plan(TimeStamped):
     threshold_min_pages_per_s = models.FloatField(
         "pages/s at least", null=True, blank=True, validators=[MinValueValidator(0)]
     )
+    # Streams and WebSocket sessions (issue 26; docs/protocols.md): judged only on runs that have them.
+    threshold_ttfe_p95_ms = models.PositiveIntegerField("time to first event p95 at most (ms)", null=True, blank=True)
+    threshold_gap_p95_ms = models.PositiveIntegerField("gap between events p95 at most (ms)", null=True, blank=True)
+    threshold_rtt_p95_ms = models.PositiveIntegerField("WebSocket round trip p95 at most (ms)", null=True, blank=True)
+    threshold_min_h2_share_pct = models.FloatField(
+        "HTTP/2 share at least (%)",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="of the hits whose protocol was recorded: catches a server that fell back to HTTP/1.1",
+    )
     # A steps plan run to find where the system breaks: its run ends "done" with the capacity found,
     # and fails only when even its first level breaks the thresholds.
     capacity_search = models.BooleanField(
@@ -808,6 +822,12 @@ class Plan(TimeStamped):
                 "p95_ms": self.threshold_p95_ms,
                 "error_rate_pct": self.threshold_error_rate_pct,
                 "min_pages_per_s": self.threshold_min_pages_per_s,
+                # The stream and WebSocket thresholds only when set, so older snapshots read the same.
+                **{
+                    key: value
+                    for key in PROTOCOL_THRESHOLD_KEYS
+                    if (value := getattr(self, f"threshold_{key}")) is not None
+                },
             },
             # Only when they differ from the engine's defaults (as a step's newer keys).
             **({"protocol": protocol} if (protocol := self.effective_protocol) != self.Protocol.AUTO else {}),

@@ -336,6 +336,10 @@ PLAN_VALUES = (
     "threshold_p95_ms",
     "threshold_error_rate_pct",
     "threshold_min_pages_per_s",
+    "threshold_ttfe_p95_ms",
+    "threshold_gap_p95_ms",
+    "threshold_rtt_p95_ms",
+    "threshold_min_h2_share_pct",
     "capacity_search",
     *Plan.DEGRADATION_INPUTS,
 )

@@ -28,7 +28,7 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from . import columns, storage
+from . import columns, protocols, storage
 from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
 
 PERCENTILES = (50, 90, 95, 99)
@@ -546,8 +546,15 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
         shard_rows.select((shard_rows.c["second"] >= w["start"]) & (shard_rows.c["second"] < w["end"])) for w in windows
     ]
     totals = _figures(total, measured_seconds, ShardSeconds.concat(window_shards))
-    for w, acc, w_shards in zip(windows, per_window, window_shards, strict=True):
-        w["totals"] = _figures(acc, w["seconds"], w_shards)
+    # Streams, WebSocket sessions and protocols (issue 26): their threshold-able totals join the totals.
+    proto = protocols.summary_of(
+        run, windows, {label: acc.hits for label, acc in per_label.items()}, [acc.hits for acc in per_window]
+    )
+    window_protocols = proto.pop("window_totals") if proto is not None else [{} for _ in windows]
+    if proto is not None:
+        totals.update({k: v for k, v in proto["totals"].items() if k in protocols.TOTAL_KEYS})
+    for w, acc, w_shards, w_proto in zip(windows, per_window, window_shards, window_protocols, strict=True):
+        w["totals"] = _figures(acc, w["seconds"], w_shards) | w_proto
         w["thresholds"] = judge(limits, w["totals"])
         w["verdict"] = _verdict(w["thresholds"])
     thresholds = judge(limits, totals) if len(windows) == 1 else []
@@ -591,6 +598,7 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
         "handoffs": handoff_timeline(run, windows),
         "thresholds": thresholds,
         "verdict": verdict,
+        **({"protocols": proto} if proto is not None else {}),
         **_capacity_or_degradation(run, windows, limits, per_second, shard_rows),
     }
     series = chart.result(shard_rows, last) if last is not None else _Series(1).result(ShardSeconds.empty(), -1)
@@ -646,6 +654,11 @@ THRESHOLDS = (
     ("p95_ms", "p95", "p95_ms", "ms", "≤"),
     ("error_rate_pct", "Error rate", "error_rate_pct", "%", "≤"),
     ("min_pages_per_s", "Pages/s", "pages_per_s", "pages/s", "≥"),
+    # Streams and WebSocket sessions (issue 26; docs/protocols.md)
+    ("ttfe_p95_ms", "Time to first event p95", "ttfe_p95_ms", "ms", "≤"),
+    ("gap_p95_ms", "Gap between events p95", "gap_p95_ms", "ms", "≤"),
+    ("rtt_p95_ms", "WebSocket round trip p95", "rtt_p95_ms", "ms", "≤"),
+    ("min_h2_share_pct", "HTTP/2 share", "h2_share_pct", "%", "≥"),
 )
 
 

@@ -25,7 +25,7 @@ from django.db.models import Q
 from portal.projects.models import trace_url
 from workers.engine.histogram import Histogram
 
-from . import storage
+from . import protocols, storage
 from .analysis import cut_windows, distribution_of, last_second
 from .models import PageInterval, PageRollup, Run, SlowTrace
 
@@ -340,7 +340,16 @@ def page_detail(
         "errors": errors,
         "slowest": slowest_requests(run, label, windows, links=trace_links),
         "windows": [[a, b] for a, b in windows] if not ranged else [],
+        # Streams, WebSocket sessions and protocols of the same seconds (issue 26): [] for pages without any.
+        "protocols": _protocols(run, label, windows),
     }
+
+
+def _protocols(run: Run, label: str | None, windows: list[tuple[int, int]]) -> list[dict]:
+    labels = None if label is None else {label}
+    if not protocols.ProtocolInterval.objects.filter(run=run).exists():
+        return []
+    return protocols.spans_figures(run, windows, protocols.page_hits(run, windows, labels), labels)
 
 
 def window_histogram(run: Run, label: str | None = None) -> Histogram:

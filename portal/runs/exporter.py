@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from . import storage
+from . import protocols, storage
 from .models import PageInterval, Run, ShardInterval
 
 # The per-label gauges cover this many complete seconds before the newest one (which a shard
@@ -62,6 +62,7 @@ def collect() -> list:
     hits_s = GaugeMetricFamily("plimsoll_page_hits_per_second", f"Requests per second {w}", labels=label_names)
     errors_s = GaugeMetricFamily("plimsoll_page_errors_per_second", f"Failed pages per second {w}", labels=label_names)
     apd = GaugeMetricFamily("plimsoll_page_apd_seconds", f"Average page duration {w}", labels=label_names)
+    live_protocols = protocols.LiveGauges(label_names, w)  # streams and WebSocket sessions (issue 26)
 
     running = (
         Run.objects.filter(status__in=[Run.Status.RUNNING, Run.Status.CANCELLING], start_at__lte=now)
@@ -116,6 +117,7 @@ def collect() -> list:
             errors_s.add_metric(key, n_errors / WINDOW_S)
             if count:
                 apd.add_metric(key, total_us / count / 1e6)
+        live_protocols.add(run, labels, lo, hi, WINDOW_S)
     # Generator capacity (issue 25): each pool's registered slots and the shards running on them.
     from .services.admission import pool_overview
 
@@ -124,7 +126,7 @@ def collect() -> list:
     for pool in pool_overview()["pools"]:
         slots.add_metric([pool["pool"] or "default"], pool["slots"])
         busy.add_metric([pool["pool"] or "default"], pool["used"])
-    return [runs_gauge, slots, busy, users, pages, errors, duration, pages_s, hits_s, errors_s, apd]
+    return [runs_gauge, slots, busy, users, pages, errors, duration, pages_s, hits_s, errors_s, apd, *live_protocols]
 
 
 class _Collector:

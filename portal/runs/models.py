@@ -569,6 +569,42 @@ class PageRollup(models.Model):
         return f"{self.label} @ {self.second}+{self.span_s} s (run {self.run_id})"
 
 
+class ProtocolInterval(models.Model):
+    """One page's (label's) protocol figures from one shard in one second (issue 26): the hits by
+    protocol, the streamed responses' histograms and the WebSocket sessions' round trips and messages.
+
+    Written by the interval writer beside its PageInterval row, but only for a label-second that
+    has something to say: a stream or WebSocket figure, or a hit over another protocol than
+    HTTP/1.1. A label-second without a row had HTTP/1.1 hits only (``hits`` here lets readers
+    count those exactly), so a plain HTTP/1.1 run writes no row at all. The roll-up merges a
+    finished run's rows into one row per label and ROLLUP_S span (``span_s``, shard 0), as it
+    does PageInterval's. Histograms are in the binary form (Histogram.to_bytes); ``events_bin``
+    holds event counts per response, not microseconds.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="protocol_intervals")
+    shard_no = models.PositiveIntegerField()
+    second = models.IntegerField(help_text="seconds since the run's start_at (a span's first second)")
+    span_s = models.PositiveIntegerField(default=1)
+    label = models.CharField(max_length=210)
+    hits = models.PositiveIntegerField(default=0)
+    protocols = models.JSONField(default=dict, help_text='hits by protocol, e.g. {"h2": 30, "http/1.1": 2}')
+    ttfe_bin = models.BinaryField(null=True, help_text="streamed responses: time to first event")
+    gap_bin = models.BinaryField(null=True, help_text="streamed responses: gaps between events")
+    events_bin = models.BinaryField(null=True, help_text="streamed responses: events per response (counts)")
+    rtt_bin = models.BinaryField(null=True, help_text="WebSocket sessions: message round trips")
+    ws_sent = models.BigIntegerField(default=0)
+    ws_received = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "second", "shard_no", "label"], name="protocolinterval_unique")
+        ]
+
+    def __str__(self):
+        return f"{self.label} @ {self.second}+{self.span_s} s protocols (run {self.run_id} shard {self.shard_no})"
+
+
 class ResultImport(TimeStamped):
     """One uploaded result file on its way to an imported run (issue 18): a background task reads it.
 

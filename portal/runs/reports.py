@@ -151,6 +151,19 @@ def pages_csv(run: Run) -> str:
     return out.getvalue()
 
 
+def protocols_csv(run: Run) -> str:
+    """Streams, WebSocket sessions and protocols per page label of the measured window(s) (issue 26): one row per
+    label that has any (portal/runs/protocols.py); only the header for a run without."""
+    from . import protocols
+
+    out = io.StringIO()
+    writer = csvsafe.dict_writer(out, protocols.CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for p in ((run.summary or {}).get("protocols") or {}).get("pages") or []:
+        writer.writerow(protocols.csv_row(p))
+    return out.getvalue()
+
+
 def series_csv(series: dict) -> str:
     """The charts' per-second (or per-bucket) figures, one row per point."""
     out = io.StringIO()

@@ -11,6 +11,8 @@ urlpatterns = [
     path("capacity/", views.capacity, name="capacity"),
     path("runs/<uuid:code>/", views.run_detail, name="detail"),
     path("runs/<uuid:code>/series.json", views.run_series, name="series"),
+    # Issue 26: streams, WebSocket sessions and protocols over time (the run page's fifth chart).
+    path("runs/<uuid:code>/protocols.json", views.run_protocol_series, name="protocol-series"),
     # Issue 15: one page's series, a time range's figures, the latency distribution.
     path("runs/<uuid:code>/detail.json", views.run_detail_data, name="detail-data"),
     path("runs/<uuid:code>/stop/", views.run_stop, name="stop"),

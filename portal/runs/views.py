@@ -12,7 +12,7 @@ from portal.projects.models import Environment, Plan, Project
 from portal.schedules import change_points
 from portal.stats.shifts import MIN_RUNS
 
-from . import drilldown, selectors, services
+from . import drilldown, protocols, selectors, services
 from .forms import ResultUploadForm, RunFilterForm
 from .models import Run
 
@@ -148,6 +148,21 @@ def run_series(request, code):
             return JsonResponse({"error": "since must be a whole number of seconds (0 or more)"}, status=400)
         since = int(since)
     return JsonResponse(selectors.run_series(run, since=since))
+
+
+@login_required
+def run_protocol_series(request, code):
+    """Per chart bucket: p95 time to first event, gap and WebSocket round trip, WebSocket messages/s, h2 share.
+
+    ``?since=<s>`` (live polls): the bucket holding that second and the newer ones.
+    """
+    run = get_for_user(request.user, Run.objects.all(), code=code)
+    since = request.GET.get("since")
+    if since is not None:
+        if not (since.isascii() and since.isdigit() and len(since) <= 9):
+            return JsonResponse({"error": "since must be a whole number of seconds (0 or more)"}, status=400)
+        since = int(since)
+    return JsonResponse({**protocols.series(run, since=since), "active": run.is_active})
 
 
 @login_required

@@ -109,6 +109,7 @@ def run_content(link: ShareLink) -> dict:
         "ran_under": f"#{change.number} {change.title}" if change else "the initial configuration",
         "configuration": run.config_snapshot or [],
         "series_url": reverse("sharing:series", args=[link.token_for_urls, run.code]),
+        "protocol_series_url": reverse("sharing:protocol-series", args=[link.token_for_urls, run.code]),
         "detail_url": reverse("sharing:detail", args=[link.token_for_urls, run.code]),
     }
 

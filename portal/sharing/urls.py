@@ -14,5 +14,6 @@ urlpatterns = [
     path("s/<str:token>/", views.public_page, name="public"),
     path("s/<str:token>/runs/<uuid:run_code>/series.json", views.public_series, name="series"),
     path("s/<str:token>/runs/<uuid:run_code>/detail.json", views.public_detail, name="detail"),
+    path("s/<str:token>/runs/<uuid:run_code>/protocols.json", views.public_protocol_series, name="protocol-series"),
     path("s/<str:token>/journey.json", views.public_journey_data, name="journey-data"),
 ]

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for
 from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan, Project
-from portal.runs import analysis, drilldown
+from portal.runs import analysis, drilldown, protocols
 from portal.runs.models import Run
 
 from . import content, selectors, services
@@ -239,6 +239,18 @@ def public_series(request, token, run_code):
         }
     )
     return JsonResponse(data)
+
+
+@_public
+def public_protocol_series(request, token, run_code):
+    """A shared run's streams and WebSocket chart (portal.runs.protocols.series), as the run page reads it."""
+    link = _link(token)
+    if link is None:
+        return _gone(request)
+    if run_code not in content.allowed_runs(link):
+        return _not_here()
+    run = get_object_or_404(Run, project=link.project, code=run_code)
+    return JsonResponse({**protocols.series(run), "active": False})
 
 
 @_public

@@ -279,6 +279,11 @@ class Thresholds:
     p95_ms: float | None = None
     error_rate_pct: float | None = None
     min_pages_per_s: float | None = None
+    # Streams and WebSocket sessions (issue 26): in the dict only when set, as a plan's newer keys.
+    ttfe_p95_ms: float | None = None
+    gap_p95_ms: float | None = None
+    rtt_p95_ms: float | None = None
+    min_h2_share_pct: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,7 +291,11 @@ class Thresholds:
             "p95_ms": self.p95_ms,
             "error_rate_pct": self.error_rate_pct,
             "min_pages_per_s": self.min_pages_per_s,
+            **{k: getattr(self, k) for k in PROTOCOL_THRESHOLDS if getattr(self, k) is not None},
         }
+
+
+PROTOCOL_THRESHOLDS = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "min_h2_share_pct")
 
 
 @dataclass(frozen=True)
@@ -895,6 +904,6 @@ def _steps_profile(d: dict[str, Any], path: str) -> Profile:
 
 
 def _thresholds(d: Any, path: str) -> Thresholds:
-    _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s"))
+    _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s", *PROTOCOL_THRESHOLDS))
     values = {key: None if d.get(key) is None else _number(d[key], f"{path}.{key}") for key in d}
     return Thresholds(**values)

@@ -245,6 +245,10 @@ PLAN_FIELDS = (
     "threshold_p95_ms",
     "threshold_error_rate_pct",
     "threshold_min_pages_per_s",
+    "threshold_ttfe_p95_ms",
+    "threshold_gap_p95_ms",
+    "threshold_rtt_p95_ms",
+    "threshold_min_h2_share_pct",
     "capacity_search",
     "degradation_drop_pct",
     "degradation_rise_pct",
@@ -289,6 +293,18 @@ class PlanSerializer(StrictSerializer):
     threshold_p95_ms = serializers.IntegerField(required=False, allow_null=True)
     threshold_error_rate_pct = serializers.FloatField(required=False, allow_null=True)
     threshold_min_pages_per_s = serializers.FloatField(required=False, allow_null=True)
+    threshold_ttfe_p95_ms = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Streamed responses: time to first event p95 at most (ms)"
+    )
+    threshold_gap_p95_ms = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Streamed responses: gap between events p95 at most (ms)"
+    )
+    threshold_rtt_p95_ms = serializers.IntegerField(
+        required=False, allow_null=True, help_text="WebSocket sessions: message round trip p95 at most (ms)"
+    )
+    threshold_min_h2_share_pct = serializers.FloatField(
+        required=False, allow_null=True, help_text="HTTP/2 share of the hits at least (%)"
+    )
     capacity_search = serializers.BooleanField(
         default=False, help_text="Steps profile: end done with the capacity found instead of failed"
     )

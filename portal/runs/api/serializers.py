@@ -281,3 +281,71 @@ class SeriesSerializer(serializers.Serializer):
     active = serializers.BooleanField()
     windows = serializers.ListField(child=serializers.ListField(), help_text="[start, end, label] of each window")
     duration_s = serializers.FloatField()
+
+
+# Streams, WebSocket sessions and protocols (issue 26; portal/runs/protocols.py, docs/protocols.md)
+
+
+class LatencyMsSerializer(serializers.Serializer):
+    p50 = serializers.FloatField()
+    p90 = serializers.FloatField()
+    p95 = serializers.FloatField()
+    p99 = serializers.FloatField()
+    max = serializers.FloatField()
+    mean = serializers.FloatField()
+
+
+class PerResponseSerializer(serializers.Serializer):
+    mean = serializers.FloatField()
+    min = serializers.IntegerField()
+    max = serializers.IntegerField()
+
+
+class StreamEventsSerializer(serializers.Serializer):
+    total = serializers.IntegerField(help_text="Events of all streamed responses")
+    per_response = PerResponseSerializer()
+
+
+class StreamFiguresSerializer(serializers.Serializer):
+    responses = serializers.IntegerField(help_text="Streamed responses (SSE or chunked) that ended")
+    ttfe_ms = LatencyMsSerializer(allow_null=True, help_text="Time to first event")
+    gap_ms = LatencyMsSerializer(allow_null=True, help_text="Gaps between consecutive events")
+    events = StreamEventsSerializer()
+
+
+class WebSocketFiguresSerializer(serializers.Serializer):
+    round_trips = serializers.IntegerField(help_text="Messages answered by an expected message")
+    rtt_ms = LatencyMsSerializer(allow_null=True, help_text="Round trip: a send to the next expected message")
+    sent = serializers.IntegerField()
+    received = serializers.IntegerField()
+    sent_per_s = serializers.FloatField(allow_null=True)
+    received_per_s = serializers.FloatField(allow_null=True)
+
+
+class ProtocolPageSerializer(serializers.Serializer):
+    label = serializers.CharField()
+    protocols = serializers.DictField(child=serializers.IntegerField(), help_text='Hits by protocol: {"h2": 30}')
+    h2_share_pct = serializers.FloatField(allow_null=True)
+    stream = StreamFiguresSerializer(allow_null=True)
+    websocket = WebSocketFiguresSerializer(allow_null=True)
+
+
+class ProtocolTotalsSerializer(serializers.Serializer):
+    ttfe_p95_ms = serializers.FloatField(required=False)
+    gap_p95_ms = serializers.FloatField(required=False)
+    rtt_p95_ms = serializers.FloatField(required=False)
+    h2_share_pct = serializers.FloatField(required=False)
+    protocols = serializers.DictField(child=serializers.IntegerField(), required=False)
+    streams = serializers.IntegerField(required=False)
+    events = serializers.IntegerField(required=False)
+    ttfe_ms = LatencyMsSerializer(allow_null=True, required=False)
+    gap_ms = LatencyMsSerializer(allow_null=True, required=False)
+    rtt_ms = LatencyMsSerializer(allow_null=True, required=False)
+    ws_sent = serializers.IntegerField(required=False)
+    ws_received = serializers.IntegerField(required=False)
+    ws_messages_per_s = serializers.FloatField(allow_null=True, required=False)
+
+
+class ProtocolsSerializer(serializers.Serializer):
+    pages = ProtocolPageSerializer(many=True, help_text="Each page label with streams, WebSocket or HTTP/2 hits")
+    totals = ProtocolTotalsSerializer(help_text="Empty for a run without any (HTTP/1.1 pages only)")

@@ -24,6 +24,7 @@ from .serializers import (
     BaselineVerdictDetailSerializer,
     ErrorRowSerializer,
     PageRowSerializer,
+    ProtocolsSerializer,
     RunDetailSerializer,
     RunSerializer,
     SeriesSerializer,
@@ -382,6 +383,21 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     def pages_csv(self, request, code=None):
         run = self.get_object()
         return _file(reports.pages_csv(run), "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-pages.csv")
+
+    @_file_schema("text/csv", "Streams, WebSocket sessions and protocols per page as CSV (empty without any)")
+    def protocols_csv(self, request, code=None):
+        run = self.get_object()
+        body = reports.protocols_csv(run)
+        return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-protocols.csv")
+
+    @extend_schema(
+        summary="Streams, WebSocket sessions and protocols of the measured window(s), per page and in total",
+        responses={200: ProtocolsSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def protocols(self, request, code=None):
+        section = (self.get_object().summary or {}).get("protocols") or {"pages": [], "totals": {}}
+        return Response(section)
 
     @_file_schema("text/csv", "The per-second series as CSV")
     def series_csv(self, request, code=None):

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from workers.engine.histogram import Histogram
 
-from .. import analysis, columns, storage
+from .. import analysis, columns, protocols, storage
 from ..batches import BatchSampler
 from ..models import (
     PageInterval,
@@ -160,6 +160,7 @@ def run_rollup(run_id: int) -> int:
         for lo in range(bounds["lo"] // span * span, bounds["hi"] + 1, step):
             with transaction.atomic():
                 rolled += _rollup_columns(run, lo, lo + step)
+                protocols.rollup(run_id, lo, lo + step)
                 PageInterval.objects.filter(run_id=run_id, second__gte=lo, second__lt=lo + step).delete()
                 _drop_merged(run_id, lo, lo + step)
                 _thin_traces(run_id, lo, lo + step)

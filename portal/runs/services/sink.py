@@ -11,7 +11,7 @@ from django.utils import timezone
 from workers.engine.histogram import Histogram
 from workers.engine.runner import HANDOFF
 
-from .. import storage
+from .. import protocols, storage
 from ..models import (
     PageInterval,
     Run,
@@ -155,6 +155,7 @@ def interval_write(run_id: int, shard_no: int, report: dict) -> None:
             unique_fields=["run", "second", "shard_no", "label"],
             update_fields=PAGE_INTERVAL_FIELDS,
         )
+    protocols.write(run_id, shard_no, second, labels)  # streams, WebSocket, h2: only labels that have them
     traces = [
         SlowTrace(run_id=run_id, shard_no=shard_no, second=second, label=label[:210], **s)
         for label, stats in labels.items()

@@ -49,6 +49,37 @@
     }
   }
 
+  // A page's streams, WebSocket and protocol figures of the same seconds (issue 26), when it has any.
+  function protocolFigures(target, p) {
+    if (!target) return;
+    target.replaceChildren();
+    target.hidden = !p;
+    if (!p) return;
+    const box = (key, label, text, value) => {
+      const stat = el("div", { class: "stat", "data-figure": key, "data-value": value === null || value === undefined ? "" : String(value) });
+      stat.append(el("div", { class: "value" }, text), el("div", { class: "label" }, label));
+      target.append(stat);
+    };
+    box("protocols", "hits by protocol", Object.entries(p.protocols).map(([k, n]) => k + " " + F.number(n)).join(" · ") || "—", JSON.stringify(p.protocols));
+    if (p.stream) {
+      box("streams", "streamed responses", F.number(p.stream.responses), p.stream.responses);
+      if (p.stream.ttfe_ms) {
+        box("ttfe_p50", "time to first event p50", F.durationMs(p.stream.ttfe_ms.p50), p.stream.ttfe_ms.p50);
+        box("ttfe_p95", "time to first event p95", F.durationMs(p.stream.ttfe_ms.p95), p.stream.ttfe_ms.p95);
+      }
+      if (p.stream.gap_ms) box("gap_p95", "gap between events p95", F.durationMs(p.stream.gap_ms.p95), p.stream.gap_ms.p95);
+      box("events", "events per response (mean)", String(p.stream.events.per_response.mean), p.stream.events.per_response.mean);
+    }
+    if (p.websocket) {
+      if (p.websocket.rtt_ms) {
+        box("rtt_p50", "WebSocket round trip p50", F.durationMs(p.websocket.rtt_ms.p50), p.websocket.rtt_ms.p50);
+        box("rtt_p95", "WebSocket round trip p95", F.durationMs(p.websocket.rtt_ms.p95), p.websocket.rtt_ms.p95);
+      }
+      box("ws_sent", "messages sent", F.number(p.websocket.sent), p.websocket.sent);
+      box("ws_received", "messages received", F.number(p.websocket.received), p.websocket.received);
+    }
+  }
+
   // ---- the zoomed range's figures ------------------------------------------------------------
   const rangeBox = document.getElementById("range-figures");
   const rangeTitle = document.getElementById("range-title");
@@ -176,6 +207,7 @@
         (ranged ? "Figures of seconds " + data.range.from + "–" + data.range.to : "Figures of the measurement window, as in the table") +
         "; charts over the whole run, " + (s.bucket_s > 1 ? "one point per " + s.bucket_s + " s (dashed: each point's worst second)" : "one point per second") + ".";
       figures(document.getElementById("page-detail-figures"), data.figures);
+      protocolFigures(document.getElementById("page-detail-protocols"), (data.protocols || [])[0]);
       clearPageCharts();
       pageCharts.push(lineChart(document.getElementById("chart-page-latency"), "Page duration", "ms", [
         { label: "APD", color: "#1c7c3c", data: pts(s.apd_ms) }, { label: "p50", color: "#5b8c5a", data: pts(s.p50_ms) },
