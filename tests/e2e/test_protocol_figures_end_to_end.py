@@ -2,8 +2,8 @@
 Celery worker against the demo target's protocols face (``demo.streams`` under Hypercorn, h2c), whose
 recorded figures are compared with what the target counted.
 
-The plan's stream and WebSocket steps are in the engine's step format (docs/protocols.md): the run's plan
-snapshot carries them, as a plan that can express them will (its form and API are another change's).
+The plan's stream and WebSocket steps are steps of a test case, as the browser and the API make them; the
+run's plan snapshot turns them into the engine's step format (docs/protocols.md).
 """
 
 import csv
@@ -42,44 +42,34 @@ def streams(tmp_path_factory):
     server.stop()
 
 
-def engine_steps() -> list[dict]:
-    """One test case: an SSE "Ask" then a WebSocket "Chat" session, in the engine's step format."""
-    return [
-        {
-            "name": "Proto",
-            "weight": 1,
-            "steps": [
-                {
-                    "name": "Ask",
-                    "path": f"/sse?tokens={TOKENS}&first_ms={FIRST_MS}&gap_ms={GAP_MS}",
-                    "stream": {"kind": "sse", "last_event_contains": "[DONE]"},
-                    "think_time": 0.05,
-                },
-                {"name": "Chat", "path": "/ws", "websocket": {"actions": ECHO}, "think_time": 0.05},
-            ],
-        }
-    ]
-
-
 def start(plan: Plan, user) -> Run:
-    """run_create, with the plan snapshot's test cases replaced by the stream and WebSocket steps before the
-    run is enqueued (on commit)."""
     with transaction.atomic():
-        run = run_create(plan=plan, user=user)
-        snapshot = {**run.plan_snapshot, "test_cases": engine_steps(), "protocol": "h2c"}
-        Run.objects.filter(id=run.id).update(plan_snapshot=snapshot)
-    return run
+        return run_create(plan=plan, user=user)
 
 
 @pytest.fixture
 def proto_plan(project, streams):
     env = Environment.objects.create(project=project, name="Streams", base_url=streams.http_url)
+    # One test case as a user builds it in the browser or the API: an SSE "Ask", then a WebSocket "Chat".
     tc = TestCase.objects.create(project=project, name="Proto")
-    Step.objects.create(test_case=tc, position=0, name="Ask", path="/sse")
+    Step.objects.create(
+        test_case=tc,
+        position=0,
+        name="Ask",
+        path=f"/sse?tokens={TOKENS}&first_ms={FIRST_MS}&gap_ms={GAP_MS}",
+        kind=Step.Kind.STREAM,
+        stream_kind=Step.StreamKind.SSE,
+        stream_last_event_contains="[DONE]",
+        think_time=0.05,
+    )
+    Step.objects.create(
+        test_case=tc, position=1, name="Chat", path="/ws", kind=Step.Kind.WEBSOCKET, ws_actions=ECHO, think_time=0.05
+    )
     plan = Plan.objects.create(
         project=project,
         environment=env,
         name="Streams and chat",
+        protocol="h2c",
         users=4,
         ramp_up=0,
         hold=4,
