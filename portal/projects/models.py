@@ -519,6 +519,14 @@ class Plan(TimeStamped):
     threshold_min_pages_per_s = models.FloatField(
         "pages/s at least", null=True, blank=True, validators=[MinValueValidator(0)]
     )
+    # Stop criteria (issue 24): rules that end a run early when the target is plainly broken, e.g.
+    # [{"metric": "error_rate_pct", "above": 50, "window_s": 60}] (workers/engine/stop_criteria.py).
+    stop_criteria = models.JSONField(
+        "stop criteria",
+        default=list,
+        blank=True,
+        help_text="Rules that stop a run when the target is plainly broken, evaluated over a sliding window",
+    )
     # A steps plan run to find where the system breaks: its run ends "done" with the capacity found,
     # and fails only when even its first level breaks the thresholds.
     capacity_search = models.BooleanField(
@@ -699,7 +707,18 @@ class Plan(TimeStamped):
             **({"tls_verify": False} if self.tls_accept_any else {}),
             **({} if self.trace_context else {"trace_context": False}),
             **({"trace_sample_rate": self.trace_sample_rate} if self.trace_sample_rate != 1.0 else {}),
+            **({"stop_criteria": list(self.stop_criteria)} if self.stop_criteria else {}),
         }
+
+    @property
+    def stop_rules(self) -> list:
+        """The stop criteria as rules (workers/engine/stop_criteria.py); a malformed stored one is left out."""
+        from workers.engine.stop_criteria import CriteriaError, parse_rules
+
+        try:
+            return parse_rules(self.stop_criteria or [])
+        except CriteriaError:
+            return []
 
     def analysis_settings(self) -> dict:
         """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""

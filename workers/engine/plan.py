@@ -19,6 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from . import variables
+from .stop_criteria import CriteriaError
+from .stop_criteria import Rule as StopRule
+from .stop_criteria import parse_rules as parse_stop_criteria
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 THINK_TIME_MODES = ("fixed", "uniform", "exponential")
@@ -301,6 +304,9 @@ class Plan:
     ca_bundle: str = ""  # PEM certificates trusted in addition to the system's (a private CA)
     trace_context: bool = True  # a W3C traceparent on every request (tracecontext.py)
     trace_sample_rate: float = 1.0  # the share of requests flagged sampled (0..1)
+    # Rules that end the run early when the target is plainly broken; carried for the portal, which
+    # evaluates them (stop_criteria.py). The engine ignores them, as it does thresholds.
+    stop_criteria: tuple[StopRule, ...] = ()
 
     def url_for(self, step: Step) -> str:
         return self.base_url + step.path
@@ -324,6 +330,7 @@ class Plan:
             # Only when not the default: plans saved before trace context keep their exact form.
             **({} if self.trace_context else {"trace_context": False}),
             **({} if self.trace_sample_rate == 1.0 else {"trace_sample_rate": self.trace_sample_rate}),
+            **({"stop_criteria": [r.to_dict() for r in self.stop_criteria]} if self.stop_criteria else {}),
         }
 
     @classmethod
@@ -361,6 +368,10 @@ class Plan:
         sample_rate = _number(d.get("trace_sample_rate", 1.0), "trace_sample_rate", minimum=0.0)
         if sample_rate > 1.0:
             raise PlanError("trace_sample_rate: must be between 0 and 1")
+        try:
+            stop_criteria = tuple(parse_stop_criteria(d.get("stop_criteria", [])))
+        except CriteriaError as exc:
+            raise PlanError(str(exc)) from None
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -373,6 +384,7 @@ class Plan:
             ca_bundle=ca_bundle,
             trace_context=trace_context,
             trace_sample_rate=float(sample_rate),
+            stop_criteria=stop_criteria,
         )
 
     @classmethod
@@ -433,6 +445,7 @@ _PLAN_OPTIONAL = (
     "ca_bundle",
     "trace_context",
     "trace_sample_rate",
+    "stop_criteria",
 )
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (
@@ -851,3 +864,8 @@ def _thresholds(d: Any, path: str) -> Thresholds:
     _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s"))
     values = {key: None if d.get(key) is None else _number(d[key], f"{path}.{key}") for key in d}
     return Thresholds(**values)
+
+
+def profile_from_dict(d: Any) -> Profile:
+    """A load profile alone (a plan's ``profile``), validated as in a plan: for readers of a run's timing."""
+    return _profile(d, "profile")

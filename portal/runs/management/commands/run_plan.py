@@ -98,4 +98,4 @@ class Command(BaseCommand):
         )
         if run.status not in (Run.Status.PASSED, Run.Status.DONE, Run.Status.FINISHED):
             # 8: incomplete, as portal/client.py (the run achieved materially less load than planned).
-            raise SystemExit({Run.Status.FAILED: 1, Run.Status.INCOMPLETE: 8}.get(run.status, 2))
+            raise SystemExit({Run.Status.FAILED: 1, Run.Status.INCOMPLETE: 8, Run.Status.STOPPED: 9}.get(run.status, 2))
