@@ -208,6 +208,22 @@ def test_finalize_ends_it_stopped_never_passed_and_out_of_baselines(guarded):
     assert not run.counts and run.doubts == [f"it was stopped by its criteria ({run.stopped_by['sentence']})"]
 
 
+def test_the_live_page_shows_each_rule_over_its_current_window(guarded, alice_client):
+    guarded.stop_criteria = [
+        {"metric": "error_rate_pct", "above": 50, "window_s": 10},
+        {"metric": "p95_ms", "above": 3000, "window_s": 60},
+    ]
+    guarded.save()
+    run = _running(guarded, shards=1, started_s_ago=25)
+    for s in range(0, 20):
+        _second(run, 0, s, ok=9, errors=1)
+
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+
+    assert "error rate &gt; 50 % over 10 s: now 10.0" in page
+    assert 'p95 &gt; 3000 ms over 60 s: <span class="muted">waits for a full window of the measured part' in page
+
+
 # -- every reader -------------------------------------------------------------------------------------------------
 
 
