@@ -73,25 +73,25 @@ def run_criteria_check(run_id: int, *, start_at, rules, profile, now) -> bool:
         return False
     if not parsed:
         return False
-    last = last_complete_second(run_id, now=now, start_at=start_at)
+    last, shards = last_complete_second(run_id, now=now, start_at=start_at)
     if last is None:
         return False
-    figures = window_figures(run_id, parsed, last=last, windows=windows)
+    figures = window_figures(run_id, parsed, last=last, windows=windows, shards=shards)
     rule = first_broken(parsed, figures)
     if rule is None:
         return False
     return run_stop(run_id, rule, figures[rule.window_s], now=now)
 
 
-def last_complete_second(run_id: int, *, now, start_at) -> int | None:
-    """The last second every shard of the run has written, or None when the run cannot be judged now.
+def last_complete_second(run_id: int, *, now, start_at) -> tuple[int | None, int]:
+    """(the last second every shard of the run has written, or None when the run cannot be judged now; its shards).
 
     Every shard must be running (not waiting for a worker, lost or ended) and have written a second
     within the last RECENT_S seconds; the rows are looked up in that range only.
     """
     shards = list(RunShard.objects.filter(run_id=run_id).values_list("shard_no", "status"))
     if not shards or any(status != RunShard.Status.RUNNING for _no, status in shards):
-        return None
+        return None, len(shards)
     now_s = math.floor((now - start_at).total_seconds())
     latest = dict(
         ShardInterval.objects.filter(run_id=run_id, second__gte=now_s - RECENT_S)
@@ -100,8 +100,8 @@ def last_complete_second(run_id: int, *, now, start_at) -> int | None:
         .values_list("shard_no", "last")
     )
     if len(latest) < len(shards) or any(no not in latest for no, _status in shards):
-        return None
-    return min(latest.values())
+        return None, len(shards)
+    return min(latest.values()), len(shards)
 
 
 def _inside_measured(first: int, last: int, windows) -> bool:
@@ -109,11 +109,12 @@ def _inside_measured(first: int, last: int, windows) -> bool:
     return any(first >= math.ceil(start - 1e-9) and last + 1 <= end + 1e-9 for start, end, _label in windows)
 
 
-def window_figures(run_id: int, rules: list[Rule], *, last: int, windows) -> dict[int, dict]:
+def window_figures(run_id: int, rules: list[Rule], *, last: int, windows, shards: int) -> dict[int, dict]:
     """{window_s: figures} of each rule's window ending at second ``last`` that lies inside a measured part.
 
     Reads the run's ShardInterval rows of the longest such window once (its seconds × shards rows):
-    pages, errors and the second's merged page durations, summed over the shards.
+    pages, errors and the second's merged page durations, summed over the shards. A window missing a
+    shard's second (a handoff's gap, a shard that started late) is not judged: its load was not all there.
     """
     sizes = sorted({r.window_s for r in rules if _inside_measured(last + 1 - r.window_s, last, windows)})
     if not sizes:
@@ -124,9 +125,12 @@ def window_figures(run_id: int, rules: list[Rule], *, last: int, windows) -> dic
         .order_by("-second")
         .values_list("second", "pages", "errors", "hist_bin")
     )
-    return {
-        size: figures_of([r for r in rows if r[0] > last - size], first=last + 1 - size, last=last) for size in sizes
-    }
+    figures = {}
+    for size in sizes:
+        inside = [r for r in rows if r[0] > last - size]
+        if len(inside) == size * shards:  # one row per shard and second: (run, second, shard) is unique
+            figures[size] = figures_of(inside, first=last + 1 - size, last=last)
+    return figures
 
 
 def figures_of(rows, *, first: int, last: int) -> dict:
@@ -185,13 +189,19 @@ def criteria_state(run: Run, now=None) -> list[dict]:
     if not parsed:
         return []
     now = now or timezone.now()
-    last = last_complete_second(run.id, now=now, start_at=run.start_at) if run.start_at else None
-    figures = window_figures(run.id, parsed, last=last, windows=windows) if last is not None else {}
+    last, shards = last_complete_second(run.id, now=now, start_at=run.start_at) if run.start_at else (None, 0)
+    figures = window_figures(run.id, parsed, last=last, windows=windows, shards=shards) if last is not None else {}
     state = []
     for rule in parsed:
         window = figures.get(rule.window_s)
         if window is None:
-            state.append({"text": rule.text, "value": None, "note": "waits for a full window of the measured part"})
+            state.append(
+                {
+                    "text": rule.text,
+                    "value": None,
+                    "note": "waits for a full window of the measured part, every shard in it",
+                }
+            )
             continue
         ok, why = evaluable(rule, window)
         state.append({"text": rule.text, "value": window.get(rule.metric) if ok else None, "note": why})

@@ -172,6 +172,12 @@ def test_a_healthy_run_a_window_in_the_ramp_up_and_a_missing_shard_are_not_stopp
     for s in range(16, 25):
         _second(run, 0, s, ok=0, errors=10)
     assert criteria.criteria_check() == []  # a shard waiting for a worker: nothing judged meanwhile
+    # resumed at second 25: until a whole window after its gap has passed, the gap's windows are not judged
+    RunShard.objects.filter(run=run, shard_no=1).update(status=RunShard.Status.RUNNING)
+    for s in range(25, 27):
+        _second(run, 0, s, ok=10)
+        _second(run, 1, s, ok=10)
+    assert criteria.criteria_check() == []
     assert Run.objects.get(id=run.id).status == Run.Status.RUNNING
 
 
