@@ -103,7 +103,10 @@ class StopWindowSerializer(serializers.Serializer):
     errors = serializers.IntegerField()
     error_rate_pct = serializers.FloatField()
     pages_per_s = serializers.FloatField()
-    timed_pages = serializers.IntegerField(help_text="Successful pages, the ones durations are measured on")
+    timed_pages = serializers.IntegerField(
+        allow_null=True,
+        help_text="Successful pages, the ones durations are measured on (null: the rule read no durations)",
+    )
     apd_ms = serializers.FloatField(allow_null=True)
     p50_ms = serializers.FloatField(allow_null=True)
     p90_ms = serializers.FloatField(allow_null=True)

@@ -80,7 +80,13 @@ def run_criteria_check(run_id: int, *, start_at, rules, profile, now) -> bool:
     rule = first_broken(parsed, figures)
     if rule is None:
         return False
-    return run_stop(run_id, rule, figures[rule.window_s], now=now)
+    window = figures[rule.window_s]
+    if window["timed_pages"] is None:
+        # The stop's record shows the window's page durations too, whatever the rule: read them once, now.
+        window = window_figures(run_id, [rule], last=last, windows=windows, shards=shards, all_durations=True)[
+            rule.window_s
+        ]
+    return run_stop(run_id, rule, window, now=now)
 
 
 def last_complete_second(run_id: int, *, now, start_at) -> tuple[int | None, int]:
@@ -109,7 +115,9 @@ def _inside_measured(first: int, last: int, windows) -> bool:
     return any(first >= math.ceil(start - 1e-9) and last + 1 <= end + 1e-9 for start, end, _label in windows)
 
 
-def window_figures(run_id: int, rules: list[Rule], *, last: int, windows, shards: int) -> dict[int, dict]:
+def window_figures(
+    run_id: int, rules: list[Rule], *, last: int, windows, shards: int, all_durations: bool = False
+) -> dict[int, dict]:
     """{window_s: figures} of each rule's window ending at second ``last`` that lies inside a measured part.
 
     Reads the run's ShardInterval rows of the longest such window once (its seconds × shards rows):
@@ -125,21 +133,27 @@ def window_figures(run_id: int, rules: list[Rule], *, last: int, windows, shards
         .order_by("-second")
         .values_list("second", "pages", "errors", "hist_bin")
     )
+    # Page durations are merged only for the windows a duration rule reads (decoding histograms is the
+    # check's main cost); a pages/s or error-rate window needs only the counts.
+    timed = {r.window_s for r in rules if all_durations or r.metric not in ("error_rate_pct", "pages_per_s")}
     figures = {}
     for size in sizes:
         inside = [r for r in rows if r[0] > last - size]
         if len(inside) == size * shards:  # one row per shard and second: (run, second, shard) is unique
-            figures[size] = figures_of(inside, first=last + 1 - size, last=last)
+            figures[size] = figures_of(inside, first=last + 1 - size, last=last, durations=size in timed)
     return figures
 
 
-def figures_of(rows, *, first: int, last: int) -> dict:
-    """The figures of (second, pages, errors, hist_bin) rows covering seconds first..last, as the summary names them."""
+def figures_of(rows, *, first: int, last: int, durations: bool = True) -> dict:
+    """The figures of (second, pages, errors, hist_bin) rows covering seconds first..last, as the summary names them.
+
+    ``durations``: merge the page durations too (APD, percentiles); without, they are None.
+    """
     seconds = last - first + 1
     pages = sum(r[1] for r in rows)
     errors = sum(r[2] for r in rows)
     merged = Histogram()
-    for row in rows:
+    for row in rows if durations else ():
         if row[3]:
             merged.merge(Histogram.from_bytes(row[3]))
     figures = {
@@ -150,7 +164,7 @@ def figures_of(rows, *, first: int, last: int) -> dict:
         "errors": errors,
         "error_rate_pct": round(100.0 * errors / pages, 3) if pages else 0.0,
         "pages_per_s": round(pages / seconds, 3),
-        "timed_pages": merged.count,
+        "timed_pages": merged.count if durations else None,
     }
     for key, q in (("apd_ms", None), ("p50_ms", 50), ("p90_ms", 90), ("p95_ms", 95), ("p99_ms", 99)):
         if not merged.count:
