@@ -318,6 +318,13 @@ def test_the_plan_form_takes_rules_as_text_and_refuses_a_malformed_line(plan, pr
     assert saved.to_engine_dict()["stop_criteria"] == saved.stop_criteria
 
 
+def test_the_plan_page_and_its_form_show_the_rules(guarded, alice_client):
+    page = alice_client.get(guarded.get_absolute_url()).content.decode()
+    assert "<li>error rate &gt; 50 % over 10 s</li>" in page
+    form = alice_client.get(f"/plans/{guarded.code}/edit/").content.decode()
+    assert "error rate &gt; 50 % over 10 s</textarea>" in form
+
+
 def test_a_window_longer_than_the_hold_is_refused_and_nothing_changes(plan, project):
     with pytest.raises(Invalid) as exc:
         project_services.plan_save(
