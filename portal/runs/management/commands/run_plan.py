@@ -2,7 +2,7 @@
 
 Exit codes: 0 passed, 1 failed thresholds, 2 error / partial / cancelled, 3 timed out waiting,
 4 could not tell: the database stayed unreachable for longer than OUTAGE_LIMIT_S while waiting
-(the run may still be going; its page shows how it ended).
+(the run may still be going; its page shows how it ended), 8 incomplete, 9 stopped by its criteria.
 """
 
 import json
