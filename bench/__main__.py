@@ -4,7 +4,8 @@
 ``python -m bench runs-list [--sizes 1000,10000]`` the runs list (bench/run_list.py) and
 ``python -m bench drilldown [--lengths 3600,43200]`` the drill-down data (bench/drilldown.py) and
 ``python -m bench verdicts [--nights 400]`` the verdicts' false alarms and detection (bench/verdicts.py) and
-``python -m bench admission`` the admission scheduler (bench/admission.py).
+``python -m bench admission`` the admission scheduler (bench/admission.py) and
+``python -m bench stop-criteria [--lengths 600,36000]`` one stop-criteria check (bench/stop_criteria.py).
 
 Installs what is missing (Debian's nginx, echo module and wrk; Locust in
 bench/.venv-locust; tshark for ``--wire`` and ``phase``), starts one nginx on
@@ -106,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import store
 
         return store.main(given[1:])
+    if given[:1] == ["stop-criteria"]:  # one stop-criteria check at several run lengths (issue 24): PostgreSQL
+        from . import stop_criteria
+
+        return stop_criteria.main(given[1:])
     if given[:1] == ["runs-list"]:  # the runs list at 10,000 runs (issue 15): PostgreSQL, no load
         from . import run_list
 

@@ -114,6 +114,9 @@ class DemoState:
     traces: TraceLog = field(default_factory=TraceLog)
     knobs: KnobRegistry = None  # type: ignore[assignment]  # set in create_app
     knob_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # The ``errors_pct`` knob's running share: each page adds the knob's value, and a page that takes it
+    # to 100 or more is answered 503 (and 100 taken off), so the share of errors is exact, not random.
+    error_credit: int = 0
     tempdb: TempDb = field(init=False)
     token_cache: TokenCache = field(init=False)
     web_garden: WebGarden = field(init=False)
@@ -180,6 +183,10 @@ async def demo_middleware(request: web.Request, handler) -> web.StreamResponse:
         if delay := state.knobs["latency_ms"]:
             await asyncio.sleep(delay / 1000)
         try:
+            state.error_credit += state.knobs["errors_pct"]
+            if state.error_credit >= 100:
+                state.error_credit -= 100
+                raise web.HTTPServiceUnavailable(reason="Service Unavailable (the errors_pct knob)")
             response = await handler(request)
         except web.HTTPException as exc:
             response = _error_response(exc)

@@ -166,6 +166,14 @@ KNOBS = [
         "integer 0..60000",
     ),
     Knob(
+        "errors_pct",
+        int_range(0, 100),
+        0,
+        "Share of pages (not /_demo/, not /metrics) answered 503 Service Unavailable without being served, "
+        "spread evenly (at 25 every fourth page; at 100 every page): a target that breaks, for stop criteria.",
+        "integer 0..100",
+    ),
+    Knob(
         "tempdb.files",
         int_range(1, 16),
         1,

@@ -19,6 +19,7 @@ Exit codes (docs/ci.md):
   7  degradation found in the soak (with --fail-on degradation)
   8  incomplete: materially less load than planned, so the run was not judged (always; naming it in
      --fail-on is accepted)
+  9  stopped by its criteria: the target was plainly broken (a stop criterion of the plan broke), always
   130, 143  interrupted (SIGINT, SIGTERM): the client stopped the run it started
 When several apply, the first in this order wins: 2, 1, 6, 7, 8.
 """
@@ -35,7 +36,7 @@ import urllib.request
 from http.client import HTTPMessage
 
 PASSED, FAILED, ERROR, TIMED_OUT, COULD_NOT_TELL, REFUSED = 0, 1, 2, 3, 4, 5
-REGRESSION, DEGRADATION, INCOMPLETE = 6, 7, 8
+REGRESSION, DEGRADATION, INCOMPLETE, STOPPED = 6, 7, 8, 9
 FAIL_ON = {"regression": REGRESSION, "degradation": DEGRADATION, "incomplete": INCOMPLETE}
 # The server holds each call this long at most while the run goes on (its long-poll limit is 60 s).
 POLL_S = 30
@@ -254,6 +255,9 @@ def degraded(run: dict) -> bool:
 
 def outcome(run: dict, fail_on: set[str] = frozenset()) -> int:
     status, verdict = run["status"], run.get("baseline_verdict") or {}
+    if status == "stopped":
+        # A stop criterion broke: the target was plainly broken, so never passed (issue 24), whatever --fail-on says.
+        return STOPPED
     if status not in ("passed", "done", "finished", "failed", "incomplete"):
         return ERROR
     if status == "incomplete":
@@ -274,6 +278,8 @@ def summary_markdown(run: dict) -> str:
     lines = [f"### Plimsoll: run #{run['number']} of {run['plan_name']}: {run['status']}", ""]
     if labels := run.get("labels"):
         lines += [" · ".join(f"`{k}: {v}`" for k, v in labels.items()), ""]
+    if stopped := run.get("stopped_by"):
+        lines += [f"🛑 **Stopped by its criteria:** {stopped['sentence']}", ""]
     if verdict:
         mark = {"regressed": "🔴", "improved": "🟢"}.get(verdict["verdict"], "⚪")
         provisional = " (provisional)" if verdict.get("provisional") else ""
@@ -299,6 +305,8 @@ def summary_markdown(run: dict) -> str:
 
 
 def report(run: dict, args, token: str) -> None:
+    if stopped := run.get("stopped_by"):
+        _say(f"  STOPPED by its criteria: {stopped['text']} broke: {stopped['sentence']}")
     for t in run.get("thresholds") or []:
         mark = "ok  " if t["passed"] else "FAIL"
         actual = "nothing measured" if t["actual"] is None else f"{t['actual']:g} {t['unit']}"

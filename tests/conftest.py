@@ -66,6 +66,7 @@ SERIAL_MODULES = {
     "test_experiment_end_to_end.py",  # the same, before and after a change
     "test_profiles_end_to_end.py",  # iterations started at the rate asked
     "test_run_end_to_end.py",  # page durations, and Stop within two seconds
+    "test_stop_criteria_end_to_end.py",  # a run stopped by its criteria within the window and the check's period
     "test_distribution.py",  # two shards on two workers starting within 50 ms of each other
     "test_capacity.py",  # a freed slot admits the waiting run within 2 s, its shard less than 1 s late
     # Locust's own mean response time against the imported one (to 0.05 ms): it drifted under the

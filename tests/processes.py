@@ -175,3 +175,32 @@ class Worker:
     def close(self):
         stop(self.proc, timeout=15)
         self.log.close()
+
+
+class Beat:
+    """A real Celery beat process: the periodic ticks (watchdog, admission, stop criteria …) sent to the broker."""
+
+    def __init__(self, log_path: Path, env: dict):
+        self.log_path = log_path
+        self.log = open(log_path, "w")  # noqa: SIM115
+        schedule = log_path.with_suffix(".schedule")
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "celery", "-A", "workers.celery", "beat", "-s", str(schedule), "--loglevel", "INFO"],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self._ready, timeout=60, what="Celery beat")
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"beat exited with {self.proc.returncode}:\n{self.log_path.read_text()[-3000:]}")
+        return "Sending due task" in self.log_path.read_text()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+    def close(self):
+        stop(self.proc)
+        self.log.close()

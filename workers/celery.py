@@ -70,6 +70,12 @@ app.conf.update(
             "schedule": float(os.environ.get("PLIMSOLL_ADMISSION_TICK", "2")),
             "options": {"expires": 10.0},
         },
+        # Issue 24: running runs with stop criteria are checked over their sliding windows.
+        "stop-criteria": {
+            "task": "workers.tasks.stop_criteria_task",
+            "schedule": float(os.environ.get("PLIMSOLL_STOP_CHECK_S", "5")),
+            "options": {"expires": 10.0},
+        },
         # Issue 18: uploaded HAR files of abandoned import previews are deleted.
         "har-uploads-sweep": {
             "task": "workers.tasks.har_uploads_sweep_task",

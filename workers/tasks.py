@@ -34,6 +34,14 @@ def run_shard_task(self, run_id: int, shard_no: int) -> None:
     shard_execute(run_id, shard_no, worker_node=self.request.hostname or "")
 
 
+# i24: stop criteria, every PLIMSOLL_STOP_CHECK_S seconds on the bookkeeping queue; safe twice (a conditional UPDATE).
+@shared_task(ignore_result=True)
+def stop_criteria_task() -> None:
+    from portal.runs.services import criteria_check
+
+    criteria_check()
+
+
 # A finalize the watchdog retries (claimed there with a conditional UPDATE); safe twice.
 @shared_task(ignore_result=True)
 def finalize_retry_task(run_id: int) -> None:

@@ -310,6 +310,14 @@ def trialset_advance(trial_set_id: int) -> None:
         if last.status == Run.Status.CANCELLED:
             _trialset_end(trial_set.id, TrialSet.Status.STOPPED, f"Trial {len(runs)} (run #{last.number}) was stopped.")
             return
+        if last.status == Run.Status.STOPPED:
+            # The target broke: more trials would hammer it the same way.
+            _trialset_end(
+                trial_set.id,
+                TrialSet.Status.STOPPED,
+                f"Trial {len(runs)} (run #{last.number}) was stopped by its criteria: {last.stop_sentence}.",
+            )
+            return
     if len(runs) >= trial_set.size:
         _trialset_end(trial_set.id, TrialSet.Status.DONE)
         return

@@ -9,7 +9,7 @@ from portal.projects.models import Project
 class Event(models.TextChoices):
     RUN_FINISHED = "run_finished", "Run finished"
     THRESHOLDS_FAILED = "thresholds_failed", "Run failed its thresholds"
-    RUN_ERROR = "run_error", "Run ended in error or partial"
+    RUN_ERROR = "run_error", "Run ended in error, partial, incomplete or stopped by its criteria"
     REGRESSION = "regression", "Regression against the baseline"
     DEGRADATION = "degradation", "Degradation found"
     SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped or missed a fire"

@@ -169,7 +169,7 @@ def run_events(run, verdict=None) -> list[str]:
     events = [Event.RUN_FINISHED]
     if run.status == "failed":
         events.append(Event.THRESHOLDS_FAILED)
-    if run.status in ("error", "partial", "incomplete"):
+    if run.status in ("error", "partial", "incomplete", "stopped"):
         events.append(Event.RUN_ERROR)
     degradation = (run.summary or {}).get("degradation") or {}
     if degradation.get("onset_s") is not None:
@@ -203,6 +203,8 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
             "degradation": degradation.get("sentence") if degradation.get("degraded") else None,
             # Planned against achieved load ("ran 20 of 100 users for 30 s: …"), when it fell short (issue 25).
             "load": run.load_sentence if run.load and not run.load.get("complete") else None,
+            # A stop criterion that ended it (issue 24): the rule, its window's figures, the sentence.
+            "stopped_by": run.stopped_by,
         },
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,
@@ -225,6 +227,10 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
                 if r["page"] is None or r["verdict"] in ("regressed", "improved")
             ],
         }
+    if run.status == "stopped" and run.stopped_by:
+        # Whatever the verdict says, the first thing a reader learns is that the target broke and the run stopped.
+        stop = f"Run #{run.number} of {run.plan_name} was stopped by its criteria: {run.stop_sentence}."
+        payload["headline"] = stop if verdict is None else f"{stop} {verdict.headline}"
     if schedule_fire := getattr(run, "schedule_fire", None):
         payload["schedule"] = _schedule_dict(schedule_fire.schedule)
     return payload

@@ -15,6 +15,7 @@ from django.forms import BaseInlineFormSet, inlineformset_factory
 
 from portal.accounts.models import Team
 from workers.engine import variables
+from workers.engine.stop_criteria import CriteriaError, parse_text, rules_text
 
 from . import har, rules, services, wsactions
 from .models import (
@@ -864,6 +865,15 @@ class PlanForm(ProjectScopedForm):
     PROFILE_INPUTS = Plan.PROFILE_INPUTS
     LEVELS_NEED_FIXING = "Some levels of the profile need fixing (see below)."
 
+    stop_criteria = forms.CharField(
+        label="Stop criteria",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "error rate > 50 % over 60 s\npages/s < 1 over 30 s"}),
+        help_text="One rule a line; the run stops itself when one breaks over its sliding window of the measured part "
+        "(ramp-up excluded): error rate, APD, p50, p90, p95 or p99 above a limit, or pages/s below one. "
+        "Window 5 to 3600 s, 60 s if you leave it out.",
+    )
+
     class Meta:
         model = Plan
         fields = [
@@ -895,6 +905,7 @@ class PlanForm(ProjectScopedForm):
             "threshold_min_h2_share_pct",
             "capacity_search",
             *DEGRADATION_INPUTS,
+            "stop_criteria",
         ]
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
 
@@ -925,6 +936,15 @@ class PlanForm(ProjectScopedForm):
         for name in self.PROFILE_INPUTS:
             self.fields[name].required = False
         self.levels = self._level_formset()
+        if not self.is_bound:
+            self.initial["stop_criteria"] = rules_text(self.instance.stop_rules)
+
+    def clean_stop_criteria(self):
+        """The text's rules as the plan stores them; a malformed line is refused with its number and the reason."""
+        try:
+            return [rule.to_dict() for rule in parse_text(self.cleaned_data.get("stop_criteria") or "")]
+        except CriteriaError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
     def _level_formset(self) -> BaseLevelFormSet:
         if self.is_bound:

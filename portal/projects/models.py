@@ -648,6 +648,14 @@ class Plan(TimeStamped):
         validators=[MinValueValidator(0), MaxValueValidator(100)],
         help_text="of the hits whose protocol was recorded: catches a server that fell back to HTTP/1.1",
     )
+    # Stop criteria (issue 24): rules that end a run early when the target is plainly broken, e.g.
+    # [{"metric": "error_rate_pct", "above": 50, "window_s": 60}] (workers/engine/stop_criteria.py).
+    stop_criteria = models.JSONField(
+        "stop criteria",
+        default=list,
+        blank=True,
+        help_text="Rules that stop a run when the target is plainly broken, evaluated over a sliding window",
+    )
     # A steps plan run to find where the system breaks: its run ends "done" with the capacity found,
     # and fails only when even its first level breaks the thresholds.
     capacity_search = models.BooleanField(
@@ -841,12 +849,23 @@ class Plan(TimeStamped):
                 if self.environment.otlp_endpoint and self.trace_context
                 else {}
             ),
+            **({"stop_criteria": list(self.stop_criteria)} if self.stop_criteria else {}),
         }
 
     @property
     def effective_protocol(self) -> str:
         """The plan's own protocol, else its environment's."""
         return self.protocol or self.environment.protocol or self.Protocol.AUTO
+
+    @property
+    def stop_rules(self) -> list:
+        """The stop criteria as rules (workers/engine/stop_criteria.py); a malformed stored one is left out."""
+        from workers.engine.stop_criteria import CriteriaError, parse_rules
+
+        try:
+            return parse_rules(self.stop_criteria or [])
+        except CriteriaError:
+            return []
 
     def analysis_settings(self) -> dict:
         """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""

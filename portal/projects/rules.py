@@ -15,6 +15,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from portal.common import human_duration
+from workers.engine.stop_criteria import CriteriaError, parse_rules
 from workers.engine.targets import BadTargetURL, parse_target_url
 
 # A page slower than the longest request timeout (600 s) cannot be measured; no system we load
@@ -182,6 +183,26 @@ def threshold_errors(values: dict) -> dict[str, list[str]]:
         if value is not None and value > most:
             errors[name] = [f"Ensure this value is less than or equal to {most}."]
     return errors
+
+
+def stop_criteria_errors(value, *, longest_hold: float | None) -> list[str]:
+    """Why a plan's stop criteria (a list of rules, docs/plan-format.md) cannot be kept; empty when they can.
+
+    A rule whose window is longer than every measured part of the profile would never be evaluated:
+    refused, rather than giving a soak a guard that never watches.
+    """
+    try:
+        rules = parse_rules(value)
+    except CriteriaError as exc:
+        return [str(exc)]
+    if longest_hold is not None:
+        for i, rule in enumerate(rules):
+            if rule.window_s > longest_hold:
+                return [
+                    f"Rule {i + 1} (“{rule.text}”): its window is longer than the measured part of the profile "
+                    f"({human_duration(longest_hold)}), so it would never be evaluated"
+                ]
+    return []
 
 
 def profile_duration_error(kind: str, values: dict) -> str | None:

@@ -342,6 +342,7 @@ PLAN_VALUES = (
     "threshold_min_h2_share_pct",
     "capacity_search",
     *Plan.DEGRADATION_INPUTS,
+    "stop_criteria",
 )
 PLAN_NAME_TAKEN = "This project already has a plan called “{name}”."
 
@@ -437,6 +438,15 @@ def plan_save(
             errors["levels"] = [message]
     elif "hold" not in errors and (message := rules.profile_duration_error(kind, {f: getattr(p, f) for f in used})):
         errors["hold"] = [message]
+    if "stop_criteria" in values:
+        p.stop_criteria = values["stop_criteria"] if values["stop_criteria"] is not None else []
+    if "stop_criteria" not in errors and (
+        messages := rules.stop_criteria_errors(p.stop_criteria, longest_hold=_longest_hold(p, kind, rows))
+    ):
+        errors["stop_criteria"] = messages
+    elif "stop_criteria" not in errors:
+        # Stored as the plan document writes them (defaults filled in: window_s), so every reader sees one form.
+        p.stop_criteria = [r.to_dict() for r in p.stop_rules]
     entries = None
     if mix is not None:
         by_code = {str(tc.code): tc for tc in project.test_cases.all()}
@@ -470,6 +480,15 @@ def plan_save(
         MixEntry.objects.bulk_create(entries)
     p._levels = None  # read them again from the database
     return p
+
+
+def _longest_hold(p: Plan, kind: str, rows) -> float | None:
+    """The longest measured part of the profile (its hold; the longest level's for steps), None if unknown."""
+    if kind == Plan.ProfileKind.STEPS:
+        levels = rows if rows is not None else p.get_levels()
+        holds = [lv.hold for lv in levels if lv.hold is not None]
+        return max(holds) if holds else None
+    return p.hold if isinstance(p.hold, int | float) else None
 
 
 @transaction.atomic

@@ -35,6 +35,9 @@ class Run(TimeStamped):
         # Achieved materially less load than planned (a shard late, never started or lost):
         # never judged on its thresholds (portal.runs.services.load states the rule).
         INCOMPLETE = "incomplete", "Incomplete"
+        # Ended early by one of its plan's stop criteria: the target was plainly broken (issue 24). Never
+        # passed, never judged against its thresholds or baseline; ``stopped_by`` holds the rule and its window.
+        STOPPED = "stopped", "Stopped by its criteria"
         ERROR = "error", "Error"
 
     ACTIVE = (Status.QUEUED, Status.STARTING, Status.RUNNING, Status.CANCELLING, Status.FINISHING)
@@ -46,6 +49,7 @@ class Run(TimeStamped):
         Status.CANCELLED,
         Status.PARTIAL,
         Status.INCOMPLETE,
+        Status.STOPPED,
         Status.ERROR,
     )
 
@@ -70,6 +74,9 @@ class Run(TimeStamped):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     error_message = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # A stop criterion that ended the run (portal.runs.services.criteria): {"rule", "text", "window": the
+    # figures of the window that broke it, "sentence", "at"}; set with cancel_requested, in one UPDATE.
+    stopped_by = models.JSONField(null=True, blank=True)
     shard_count = models.PositiveIntegerField(default=0)
     # Wall-clock instant all shards start from; interval rows count seconds from it.
     start_at = models.DateTimeField(null=True, blank=True)
@@ -227,6 +234,8 @@ class Run(TimeStamped):
                 reasons.append("a shard was lost")
         elif self.status == self.Status.INCOMPLETE:
             reasons.append(f"it is incomplete: it {self.load_sentence or 'ran less load than planned'}")
+        elif self.status == self.Status.STOPPED:
+            reasons.append(f"it was stopped by its criteria ({self.stop_sentence or 'a stop criterion broke'})")
         elif self.status == self.Status.ERROR:
             reasons.append("it ended in error")
         saturated = ((self.summary or {}).get("generator") or {}).get("saturated")
@@ -235,6 +244,13 @@ class Run(TimeStamped):
         if not self.summary and self.status != self.Status.ERROR:
             reasons.append("it has no summary")
         return reasons
+
+    @property
+    def stop_sentence(self) -> str:
+        """``error rate 100 % > 50 % over the last 60 s (seconds 40–100: …)``: why its criteria stopped it, or ""."""
+        if "stopped_by" in self.get_deferred_fields():
+            return ""
+        return (self.stopped_by or {}).get("sentence", "")
 
     @property
     def load_sentence(self) -> str:

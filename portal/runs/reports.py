@@ -90,6 +90,7 @@ def junit_xml(run: Run) -> str:
         for k in totals:
             totals[k] += counts[k]
     _baseline_suite(root, run, totals)
+    _stop_criteria_suite(root, run, totals)
     outcome = None
     if run.status in (Run.Status.ERROR, Run.Status.PARTIAL, Run.Status.CANCELLED) or run.is_active:
         outcome = run.error_message or f"The run ended {run.get_status_display().lower()}."
@@ -109,6 +110,39 @@ def junit_xml(run: Run) -> str:
     root.attrib.update({k: str(v) for k, v in totals.items()})
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _stop_criteria_suite(root, run: Run, totals: dict) -> None:
+    """A run stopped by its criteria: a test case per rule of its plan, the one that stopped it failing."""
+    if run.status != Run.Status.STOPPED or not run.stopped_by:
+        return
+    suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: stop criteria")
+    counts = {"tests": 0, "failures": 0, "errors": 0}
+    broken = run.stopped_by.get("text")
+    texts = [r.text for r in _snapshot_rules(run)] or [broken]
+    for text in texts:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"plimsoll.{run.plan_name}.stop", name=f"stop criteria: {text}"
+        )
+        counts["tests"] += 1
+        if text == broken:
+            counts["failures"] += 1
+            failure = ET.SubElement(
+                case, "failure", type="stop_criteria", message=f"stopped by its criteria: {run.stopped_by['sentence']}"
+            )
+            failure.text = " ".join(f"{k}={_number(v)}" for k, v in run.stopped_by["window"].items() if v is not None)
+    suite.attrib.update({k: str(v) for k, v in counts.items()})
+    for k in totals:
+        totals[k] += counts[k]
+
+
+def _snapshot_rules(run: Run) -> list:
+    from workers.engine.stop_criteria import CriteriaError, parse_rules
+
+    try:
+        return parse_rules((run.plan_snapshot or {}).get("stop_criteria") or [])
+    except CriteriaError:
+        return []
 
 
 def _baseline_suite(root, run: Run, totals: dict) -> None:
@@ -220,6 +254,7 @@ def summary_json(run: Run) -> str:
             "started_by": run.started_by,
             "labels": run.labels,
             "note": run.note,
+            "stopped_by": run.stopped_by,
             "baseline_verdict": _baseline_verdict(run),
             "summary": run.summary,
         },

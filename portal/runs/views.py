@@ -124,6 +124,8 @@ def run_detail(request, code):
         "shards": selectors.run_shards(run),
         "handoffs": selectors.run_handoffs(run),
         "queue": services.run_queue(run),
+        # Its stop criteria as they stand now (each rule's window figure), while it runs.
+        "criteria": services.criteria_state(run) if run.status == Run.Status.RUNNING else [],
     }
     if request.htmx and not request.htmx.boosted:
         response = render(request, "runs/detail.html#live", context)

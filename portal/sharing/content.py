@@ -89,6 +89,8 @@ def run_headline(run: Run) -> str:
         sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."
     elif run.status == Run.Status.CANCELLED:
         sentence += ": it was cancelled before its end, so its thresholds were not judged."
+    elif run.status == Run.Status.STOPPED:
+        sentence += f": it was stopped by its criteria ({run.stop_sentence}), so its thresholds were not judged."
     else:
         sentence += "."
     capacity = s.get("capacity") or {}

@@ -269,6 +269,7 @@ def test_knobs_get_post_and_schema(base):
                 "search.index": "off",
                 "compression": "off",
                 "latency_ms": 0,
+                "errors_pct": 0,
                 "tempdb.files": 1,
                 "token_cache.cap": 0,
                 "token_cache.pressure": 100_000,
@@ -284,6 +285,7 @@ def test_knobs_get_post_and_schema(base):
                 "search.index",
                 "compression",
                 "latency_ms",
+                "errors_pct",
                 "tempdb.files",
                 "token_cache.cap",
                 "token_cache.pressure",
@@ -317,6 +319,31 @@ def test_latency_knob_delays_pages_not_admin(base):
             assert loop.time() - t0 < 0.1
             counters = await get_json(s, f"{base}/_demo/counters")
             assert counters["service_time_ms_mean"] >= 120
+
+    asyncio.run(scenario())
+
+
+def test_errors_knob_answers_that_exact_share_of_pages_503_and_not_admin(base):
+    async def scenario():
+        async with client() as s:
+            await set_knobs(s, base, errors_pct=25)
+            statuses = []
+            for _ in range(20):
+                async with s.get(f"{base}/") as r:
+                    statuses.append(r.status)
+                    assert "Service Unavailable" in await r.text() if r.status == 503 else True
+            assert statuses == [200, 200, 200, 503] * 5
+            async with s.get(f"{base}/_demo/counters") as r:  # admin paths are never refused
+                assert r.status == 200
+                counters = await r.json()
+            assert counters["by_status"] == {"200": 15, "503": 5}
+            await set_knobs(s, base, errors_pct=100)
+            for _ in range(3):
+                async with s.get(f"{base}/search?q=x") as r:
+                    assert r.status == 503
+            await set_knobs(s, base, errors_pct=0)
+            async with s.get(f"{base}/") as r:
+                assert r.status == 200
 
     asyncio.run(scenario())
 

@@ -20,6 +20,9 @@ from urllib.parse import urlsplit
 
 from . import variables
 from .otlp import traces_url
+from .stop_criteria import CriteriaError
+from .stop_criteria import Rule as StopRule
+from .stop_criteria import parse_rules as parse_stop_criteria
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 THINK_TIME_MODES = ("fixed", "uniform", "exponential")
@@ -312,6 +315,9 @@ class Plan:
     trace_context: bool = True  # a W3C traceparent on every request (tracecontext.py)
     trace_sample_rate: float = 1.0  # the share of requests flagged sampled (0..1)
     otlp_endpoint: str = ""  # an OTLP/HTTP receiver: sampled requests' spans exported there (otlp.py)
+    # Rules that end the run early when the target is plainly broken; carried for the portal, which
+    # evaluates them (stop_criteria.py). The engine ignores them, as it does thresholds.
+    stop_criteria: tuple[StopRule, ...] = ()
 
     def url_for(self, step: Step) -> str:
         if step.websocket is not None and _is_ws_url(step.path):
@@ -348,6 +354,7 @@ class Plan:
             **({} if self.trace_context else {"trace_context": False}),
             **({} if self.trace_sample_rate == 1.0 else {"trace_sample_rate": self.trace_sample_rate}),
             **({"otlp_endpoint": self.otlp_endpoint} if self.otlp_endpoint else {}),
+            **({"stop_criteria": [r.to_dict() for r in self.stop_criteria]} if self.stop_criteria else {}),
         }
 
     @classmethod
@@ -393,6 +400,10 @@ class Plan:
                 traces_url(otlp_endpoint)
             except ValueError as exc:
                 raise PlanError(str(exc)) from None
+        try:
+            stop_criteria = tuple(parse_stop_criteria(d.get("stop_criteria", [])))
+        except CriteriaError as exc:
+            raise PlanError(str(exc)) from None
         return cls(
             base_url=base_url,
             test_cases=test_cases,
@@ -406,6 +417,7 @@ class Plan:
             trace_context=trace_context,
             trace_sample_rate=float(sample_rate),
             otlp_endpoint=otlp_endpoint.strip(),
+            stop_criteria=stop_criteria,
         )
 
     @classmethod
@@ -467,6 +479,7 @@ _PLAN_OPTIONAL = (
     "trace_context",
     "trace_sample_rate",
     "otlp_endpoint",
+    "stop_criteria",
 )
 _CASE_OPTIONAL = ("weight", "data_set")
 _STEP_OPTIONAL = (
@@ -907,3 +920,8 @@ def _thresholds(d: Any, path: str) -> Thresholds:
     _obj(d, path, required=(), optional=("apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s", *PROTOCOL_THRESHOLDS))
     values = {key: None if d.get(key) is None else _number(d[key], f"{path}.{key}") for key in d}
     return Thresholds(**values)
+
+
+def profile_from_dict(d: Any) -> Profile:
+    """A load profile alone (a plan's ``profile``), validated as in a plan: for readers of a run's timing."""
+    return _profile(d, "profile")

@@ -254,6 +254,7 @@ PLAN_FIELDS = (
     "degradation_rise_pct",
     "degradation_sustain_s",
     "degradation_steady_s",
+    "stop_criteria",
 )
 
 
@@ -312,6 +313,15 @@ class PlanSerializer(StrictSerializer):
     degradation_rise_pct = serializers.FloatField(required=False, allow_null=True)
     degradation_sustain_s = serializers.IntegerField(required=False, allow_null=True)
     degradation_steady_s = serializers.IntegerField(required=False, allow_null=True)
+    stop_criteria = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        allow_null=True,
+        max_length=10,
+        help_text="Rules that stop a run when the target is plainly broken, over a sliding window of the measured "
+        'part: {"metric": "error_rate_pct", "above": 50, "window_s": 60}; metrics error_rate_pct, apd_ms, p50_ms, '
+        "p90_ms, p95_ms, p99_ms (above) and pages_per_s (below); window_s 5..3600, default 60 (docs/plan-format.md)",
+    )
     levels = LevelSerializer(many=True, required=False, default=list, help_text="The steps profile's levels")
     mix = MixItemSerializer(many=True, help_text="Test cases and their weights, in order")
     duration_s = serializers.FloatField(read_only=True, source="duration")

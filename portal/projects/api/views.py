@@ -141,6 +141,10 @@ PLAN_EXAMPLE = OpenApiExample(
         "threshold_apd_ms": 1000,
         "threshold_p95_ms": 3000,
         "threshold_error_rate_pct": 0.1,
+        "stop_criteria": [
+            {"metric": "error_rate_pct", "above": 50, "window_s": 60},
+            {"metric": "pages_per_s", "below": 1, "window_s": 30},
+        ],
         "mix": [{"test_case": "a1b2c3d4-0000-4000-8000-000000000004", "weight": 1}],
     },
 )

@@ -96,6 +96,38 @@ class RunQueueSerializer(serializers.Serializer):
     slots = serializers.IntegerField(help_text="All slots of its pool (live workers)")
 
 
+class StopWindowSerializer(serializers.Serializer):
+    from_s = serializers.IntegerField(help_text="First second of the window (since the run's start)")
+    to_s = serializers.IntegerField(help_text="The second the window ends at (exclusive)")
+    seconds = serializers.IntegerField()
+    pages = serializers.IntegerField(help_text="Pages in the window, all shards")
+    errors = serializers.IntegerField()
+    error_rate_pct = serializers.FloatField()
+    pages_per_s = serializers.FloatField()
+    timed_pages = serializers.IntegerField(
+        allow_null=True,
+        help_text="Successful pages, the ones durations are measured on (null: the rule read no durations)",
+    )
+    apd_ms = serializers.FloatField(allow_null=True)
+    p50_ms = serializers.FloatField(allow_null=True)
+    p90_ms = serializers.FloatField(allow_null=True)
+    p95_ms = serializers.FloatField(allow_null=True)
+    p99_ms = serializers.FloatField(allow_null=True)
+
+
+class StoppedBySerializer(serializers.Serializer):
+    """The stop criterion that ended the run (issue 24), with the figures of the window that broke it."""
+
+    rule = serializers.DictField(
+        help_text='As the plan has it: {"metric": "error_rate_pct", "above": 50, "window_s": 60}'
+    )
+    text = serializers.CharField(help_text="The rule in words: error rate > 50 % over 60 s")
+    value = serializers.FloatField(allow_null=True, help_text="The rule's figure over the window")
+    window = StopWindowSerializer()
+    sentence = serializers.CharField(help_text="The rule and the window's figures in one sentence")
+    at = serializers.DateTimeField(help_text="When the evaluator saw it broken and stopped the run")
+
+
 class RunSerializer(AbsoluteUrls, serializers.ModelSerializer):
     url = serializers.SerializerMethodField(help_text="This run in the API")
     web_url = serializers.SerializerMethodField(help_text="This run's page in the browser")
@@ -104,7 +136,7 @@ class RunSerializer(AbsoluteUrls, serializers.ModelSerializer):
     verdict = serializers.CharField(
         read_only=True,
         allow_null=True,
-        help_text="passed, failed, or null: no threshold judged (a finished run) or the run was cancelled",
+        help_text="passed, failed, or null: no threshold judged (a finished run), or the run was cancelled or stopped",
     )
     created_by = serializers.CharField(source="created_by.get_username", read_only=True, allow_null=True, default=None)
     is_active = serializers.BooleanField(read_only=True)
@@ -124,6 +156,12 @@ class RunSerializer(AbsoluteUrls, serializers.ModelSerializer):
         child=serializers.CharField(), read_only=True, help_text="What the starter said about it: build, branch …"
     )
     note = serializers.CharField(read_only=True)
+    stopped_by = StoppedBySerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="Set when one of the plan's stop criteria stopped the run (status cancelling, then stopped); "
+        "null otherwise",
+    )
     baseline_verdict = BaselineVerdictSerializer(
         read_only=True,
         allow_null=True,
@@ -152,6 +190,7 @@ class RunSerializer(AbsoluteUrls, serializers.ModelSerializer):
             "schedule",
             "labels",
             "note",
+            "stopped_by",
             "baseline_verdict",
             "created_at",
             "start_at",

@@ -9,10 +9,12 @@
 - ``admission``: generator slots, the workers' registry, the fair queue of waiting runs, team limits;
 - ``load``: planned against achieved load, and the rule that makes a run incomplete;
 - ``imports``: result files of other tools (k6, JMeter, Locust, Gatling) as runs;
-- ``labels``: what a run's starter says about it (build, commit, branch) and a note.
+- ``labels``: what a run's starter says about it (build, commit, branch) and a note;
+- ``criteria``: stop criteria, a running run that stops itself when its target is plainly broken.
 """
 
 from .admission import admit, admit_soon, pool_overview, run_queue, worker_gone, worker_heartbeat
+from .criteria import criteria_check, criteria_state
 from .imports import result_import_create, result_import_process, result_imports_sweep, result_upload_path, run_import
 from .labels import label_filter_clean, labels_clean, run_label
 from .lifecycle import (
@@ -42,6 +44,8 @@ from .targets import (
 from .watchdog import watchdog
 
 __all__ = [
+    "criteria_check",
+    "criteria_state",
     "label_filter_clean",
     "labels_clean",
     "run_label",

@@ -265,10 +265,13 @@ def _finalize_compute(run_id: int) -> None:
     has_data = summary["whole_run"]["pages"] > 0
     load = run_load(run, shards)
     if run.cancel_requested:
-        status = Status.CANCELLED
+        # Stopped by its criteria (the target was plainly broken: services.criteria), or by a person.
+        status = Status.STOPPED if run.stopped_by else Status.CANCELLED
         # Stopped before its window ended: the thresholds were measured over the part that ran, and the
         # run claims no verdict from them (no "thresholds held" on a cancelled run).
         summary["verdict"] = None
+        if run.stopped_by:
+            summary["stopped_by"] = run.stopped_by
     elif lost and not has_data:
         status = Status.ERROR
     elif lost:

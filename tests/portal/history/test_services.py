@@ -191,6 +191,33 @@ def test_a_trial_that_ends_in_error_stops_the_set_with_the_reason(plan, alice, e
     assert trial_set.runs.count() == 1
 
 
+def test_a_trial_stopped_by_its_criteria_stops_the_set_with_the_rule(plan, alice, enqueued, committed):
+    from portal.runs.services.criteria import run_stop
+    from workers.engine.stop_criteria import Rule
+
+    with committed():
+        trial_set = services.trialset_start(plan=plan, size=3, user=alice)
+    trial = active_trial(trial_set)
+    Run.objects.filter(id=trial.id).update(status=Run.Status.RUNNING, start_at=timezone.now(), shard_count=1)
+    RunShard.objects.create(run=trial, shard_no=0, user_count=5, status=RunShard.Status.DONE)
+    for second in range(7):
+        add_second(trial, second, labels={"Browse: Home": ([20.0], {"http_status": 9})})
+    window = {"from_s": 1, "to_s": 6, "pages": 50, "errors": 45, "error_rate_pct": 90.0, "pages_per_s": 10.0}
+    assert run_stop(trial.id, Rule("error_rate_pct", 50.0, 5), window, now=timezone.now())
+
+    with committed():
+        run_services.run_finalize(trial.id)
+
+    trial_set.refresh_from_db()
+    assert Run.objects.get(id=trial.id).status == Run.Status.STOPPED
+    assert trial_set.status == TrialSet.Status.STOPPED
+    assert trial_set.error_message == (
+        "Trial 1 (run #1) was stopped by its criteria: error rate 90 % > 50 % over the last 5 s "
+        "(seconds 1–6: 50 pages, 45 errors, 10 pages/s)."
+    )
+    assert trial_set.runs.count() == 1
+
+
 def test_a_trial_cancelled_on_its_run_page_stops_the_set(plan, alice, enqueued, committed):
     with committed():
         trial_set = services.trialset_start(plan=plan, size=3, user=alice)

@@ -221,6 +221,8 @@ class Command(BaseCommand):
                 "threshold_error_rate_pct": 1.0,
                 "degradation_steady_s": 120,
                 "degradation_sustain_s": 30,
+                # Unattended at night: a dead target stops the run (the stall slows pages, it does not fail them).
+                "stop_criteria": [{"metric": "error_rate_pct", "above": 50, "window_s": 60}],
             },
         )
         if created:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 passed, 1 failed thresholds, 2 error / partial / cancelled, 3 timed out waiting,
 4 could not tell: the database stayed unreachable for longer than OUTAGE_LIMIT_S while waiting
-(the run may still be going; its page shows how it ended).
+(the run may still be going; its page shows how it ended), 8 incomplete, 9 stopped by its criteria.
 """
 
 import json
@@ -98,4 +98,4 @@ class Command(BaseCommand):
         )
         if run.status not in (Run.Status.PASSED, Run.Status.DONE, Run.Status.FINISHED):
             # 8: incomplete, as portal/client.py (the run achieved materially less load than planned).
-            raise SystemExit({Run.Status.FAILED: 1, Run.Status.INCOMPLETE: 8}.get(run.status, 2))
+            raise SystemExit({Run.Status.FAILED: 1, Run.Status.INCOMPLETE: 8, Run.Status.STOPPED: 9}.get(run.status, 2))
