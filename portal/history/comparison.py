@@ -43,7 +43,8 @@ from django.utils import timezone
 
 from portal import formatting
 from portal.runs.analysis import scalability_model
-from portal.runs.batches import (  # noqa: F401  (comparisons, tests and bench read them here too)
+from portal.runs.models import Run
+from portal.runs.results.batches import (  # noqa: F401  (comparisons, tests and bench read them here too)
     BATCH_FIGURES,
     BATCHES,
     WINDOW,
@@ -52,7 +53,6 @@ from portal.runs.batches import (  # noqa: F401  (comparisons, tests and bench r
     compute_batches,
     run_batches,
 )
-from portal.runs.models import Run
 from portal.stats import analysis, scalability
 from workers.engine.histogram import Histogram
 

@@ -28,8 +28,8 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from . import columns, storage
 from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
+from .results import columns, storage
 
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.

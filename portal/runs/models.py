@@ -468,7 +468,7 @@ class PageInterval(models.Model):
     bytes_out = models.BigIntegerField(default=0)
     # Rows written before issue 9 hold JSON histograms (hist, connect_hist, ttfb_hist); newer rows
     # the compact binary form (Histogram.to_bytes) and connect times as count and sum, the only
-    # figure read from them (their mean). Readers take either: portal/runs/storage.py.
+    # figure read from them (their mean). Readers take either: portal/runs/results/storage.py.
     hist = models.JSONField(default=dict)
     connect_hist = models.JSONField(default=dict)
     ttfb_hist = models.JSONField(default=dict)

@@ -12,6 +12,8 @@
 - ``labels``: what a run's starter says about it (build, commit, branch) and a note.
 """
 
+from ..results.rollup import rollup_due, run_figures_store, run_rollup
+from ..results.sink import ShardSink, interval_write
 from .admission import admit, admit_soon, pool_overview, run_queue, worker_gone, worker_heartbeat
 from .imports import result_import_create, result_import_process, result_imports_sweep, result_upload_path, run_import
 from .labels import label_filter_clean, labels_clean, run_label
@@ -26,9 +28,7 @@ from .lifecycle import (
     run_start,
     token_label,
 )
-from .rollup import rollup_due, run_figures_store, run_rollup
 from .shards import shard_execute, shards_hand_off
-from .sink import ShardSink, interval_write
 from .targets import (
     EnvironmentBusy,
     RunError,

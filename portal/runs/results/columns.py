@@ -25,8 +25,8 @@ from django.db.models import Case, F, JSONField, Max, Min, Q, When
 
 from workers.engine.histogram import _BINARY_FORMAT, MAX_US, Histogram, bucket_index
 
+from ..models import PageInterval, ShardInterval
 from . import storage
-from .models import PageInterval, ShardInterval
 
 # Bucket indexes a histogram can use (values are clamped to MAX_US).
 NB = bucket_index(MAX_US) + 1

@@ -11,8 +11,7 @@ from django.utils import timezone
 
 from workers.engine.histogram import Histogram
 
-from .. import analysis, columns, storage
-from ..batches import BatchSampler
+from .. import analysis
 from ..models import (
     PageInterval,
     PageRollup,
@@ -21,6 +20,8 @@ from ..models import (
     ShardInterval,
     SlowTrace,
 )
+from . import columns, storage
+from .batches import BatchSampler
 from .sink import PAGE_INTERVAL_FIELDS
 
 log = logging.getLogger(__name__)
