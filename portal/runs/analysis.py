@@ -11,6 +11,7 @@ away from the steady state after ramp-up, and when). The statistics themselves l
 ``portal.stats.analysis``; this module feeds them a run's figures and words their answers.
 """
 
+import itertools
 import math
 import statistics
 from collections import defaultdict, namedtuple
@@ -28,7 +29,7 @@ from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
+from .models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
 from .results import columns, storage
 
 PERCENTILES = (50, 90, 95, 99)
@@ -452,7 +453,13 @@ def _errors(run: Run, windows: list[dict]) -> dict[str, dict]:
         .order_by("second", "shard_no", "label")
         .values_list("label", "errors_by_kind", "error_samples")
     )
-    for label, by_kind, samples in rows.iterator(chunk_size=2000):
+    # Spans rolled up while the run was live (earlier than every per-second row left), first.
+    rolled = (
+        PageRollup.objects.filter(in_windows, run=run, errors__gt=0, seconds_bin__isnull=False)
+        .order_by("second", "label")
+        .values_list("label", "errors_by_kind", "error_samples")
+    )
+    for label, by_kind, samples in itertools.chain(rolled.iterator(chunk_size=2000), rows.iterator(chunk_size=2000)):
         for kind, n in (by_kind or {}).items():
             e = errors.setdefault(
                 kind, {"kind": kind, "count": 0, "sample": (samples or {}).get(kind, ""), "pages": set()}
@@ -493,7 +500,7 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
     names: list[str] = []
     cuts = [w[k] for w in windows for k in ("start", "end")] + (sampler.cuts() if sampler else [])
     hists, ttfbs, buckets = columns.Groups(), columns.Groups(), columns.Groups()
-    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts):
+    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts, rolled=True):
         if not c.size:
             continue
         names.extend(list(labels)[len(names) :])

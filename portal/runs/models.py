@@ -532,7 +532,7 @@ class RunFigures(models.Model):
 
 
 class PageRollup(models.Model):
-    """One page's (label's) measurements over ROLLUP_S seconds of a finished run, all shards merged.
+    """One page's (label's) measurements over ROLLUP_S seconds (or less) of a run, all shards merged.
 
     PLIMSOLL_ROLLUP_AFTER seconds after a run ended (its figures are stored in Run.summary and
     RunFigures), its per-second PageInterval rows are rolled up into these and deleted
@@ -558,6 +558,10 @@ class PageRollup(models.Model):
     ttfb_bin = models.BinaryField(null=True)
     connect_count = models.PositiveIntegerField(default=0)
     connect_sum_us = models.BigIntegerField(default=0)
+    # Rolled up while the run was live (results.rollup.live_rollup): each second's pages, page
+    # durations' count and sum (``rollup.pack_seconds``), so that the finalize reads the span as
+    # its seconds and computes the same figures as from the per-second rows. Null after the run.
+    seconds_bin = models.BinaryField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "second", "label"], name="pagerollup_unique")]
