@@ -711,6 +711,8 @@ def render(rows: list[dict], command: str) -> str:
         "| report | series.json (new / old) | comparison (new / old) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if not any("seconds" in r for r in rows):
+        lines = [f"Command: `{command}`."]  # --live-size alone: only its table
     for r in (r for r in rows if "seconds" in r):
         old_fig = f"{r['old_finalize_s']} s / {r['old_finalize_mb']}" if "old_finalize_s" in r else "—"
         old_series = f" / {r['old_series_ms']} ms" if "old_series_ms" in r else ""

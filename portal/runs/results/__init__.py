@@ -9,7 +9,8 @@ One module per step of a result's life (``docs/development/architecture.md``, *T
 - ``batches``: the comparison batches, fed from the same read;
 - ``rollup``: per-second label rows merged into coarser spans (``PageRollup``), after the run and while it
   is live (``live_rollup``);
-- ``drilldown``: a range of a run's rows for one page (the drill-down and zoom).
+- ``drilldown``: a range of a run's rows for one page (the drill-down and zoom);
+- ``read``: whole-run figures per second for other apps (from the shards' rows, which no roll-up takes).
 
 Models stay in ``portal.runs.models`` (their migrations are the runs app's); the analysis
 (``portal.runs.analysis``) computes figures from what this package reads.

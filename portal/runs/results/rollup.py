@@ -329,15 +329,19 @@ def live_cuts(run: Run) -> list[int]:
 LIVE_SLACK_S = 2
 
 
-def live_rollup(run_id: int, *, limit_s: int = 3600) -> int:
+def live_rollup(run_id: int, *, limit_s: int = 600) -> int:
     """Rolls up a live run's per-second label rows older than PLIMSOLL_LIVE_ROLLUP_AFTER seconds
     before its shards' last second, up to ``limit_s`` seconds of them; returns the rows rolled up.
+
+    The watchdog calls it every tick (10 s): a run needs a minute of roll-up a minute, so ten minutes
+    a tick catch up a backlog (after an upgrade) within minutes and keep each tick short.
 
     The live pages read only the last minutes per second (the chart's first load its last 2
     minutes, a poll what is new, the exporter its last seconds); the rest is rolled up into
     PageRollup spans that keep each second's pages and page durations (``_rollup_columns`` with
     ``live_cuts``), which the finalize reads as those seconds (``columns.chunks``). The shards'
-    merged page durations of those seconds, which only a live chart reads, are cleared too.
+    merged page durations of those seconds, which only a live chart reads, are cleared too, and
+    their slow requests' trace ids thinned as after the run (``_thin_traces``).
     Idempotent: each span is written and its per-second rows deleted in one transaction.
     """
     run = Run.objects.filter(id=run_id, status__in=[Status.RUNNING, Status.CANCELLING]).first()
@@ -362,6 +366,7 @@ def live_rollup(run_id: int, *, limit_s: int = 3600) -> int:
             rolled += _rollup_columns(run, start, end, cuts)
             PageInterval.objects.filter(run=run, second__gte=start, second__lt=end).delete()
             _drop_merged(run.id, start, end)
+            _thin_traces(run.id, start, end)
     return rolled
 
 

@@ -11,7 +11,7 @@ import pytest
 from portal.history.comparison import compute_batches
 from portal.runs import analysis
 from portal.runs.models import PageInterval, PageRollup, RunFigures, ShardInterval
-from portal.runs.results import rollup
+from portal.runs.results import read, rollup
 from tests.portal.runs import reference_analysis
 from tests.portal.runs.test_store import _finish, _json, _record
 
@@ -42,6 +42,9 @@ def test_a_run_rolled_up_while_live_finalizes_to_the_figures_of_its_raw_rows(run
     expected_summary = _json(reference_analysis.summarize(run))
     expected_series = _json(reference_analysis.series(run))
     expected_batches = _json(list(compute_batches(run).items()))
+    expected_pages = {}
+    for second, pages in PageInterval.objects.filter(run=run).values_list("second", "pages"):
+        expected_pages[second] = expected_pages.get(second, 0) + pages
     last = max(ShardInterval.objects.filter(run=run).values_list("second", flat=True))
 
     assert rollup.live_rollup(run.id, limit_s=600) > 0  # a tick rolls up at most limit_s seconds
@@ -63,15 +66,24 @@ def test_a_run_rolled_up_while_live_finalizes_to_the_figures_of_its_raw_rows(run
     assert run.summary == expected_summary
     assert {k: v for k, v in analysis.series(run).items() if k != "since"} == expected_series
     assert RunFigures.objects.get(run=run).batches == expected_batches
+    # What other apps read per second (the server metrics' hints) comes from the shards' rows, whole.
+    assert read.pages_per_second(run) == expected_pages
 
 
-def test_the_live_roll_up_leaves_a_run_that_is_not_running_alone(run, settings):
+def test_the_watchdogs_live_roll_up_takes_running_runs_only(run, settings):
     settings.PLIMSOLL_LIVE_ROLLUP_AFTER = 60
     run = _record(run, {"kind": "constant", "users": 4, "hold": 300}, shards=1)
     run.status = run.Status.FINISHING
     run.save(update_fields=["status"])
+    rollup.live_rollup_due()
     assert rollup.live_rollup(run.id) == 0
     assert PageInterval.objects.filter(run=run, second__lt=60).exists()
+
+    run.status = run.Status.RUNNING
+    run.save(update_fields=["status"])
+    rollup.live_rollup_due()  # what the watchdog's tick calls
+    assert not PageInterval.objects.filter(run=run, second__lt=240).exists()
+    assert PageInterval.objects.filter(run=run, second__gte=240).count() == 60 * 4
 
 
 def test_live_spans_are_cut_where_the_finalize_groups_begin(run):
