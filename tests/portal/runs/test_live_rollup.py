@@ -93,3 +93,41 @@ def test_live_spans_are_cut_where_the_finalize_groups_begin(run):
     windows = analysis.cut_windows(run, last)
     assert {w["start"] for w in windows} | {w["end"] for w in windows} <= cuts
     assert set(range(0, last + 1, analysis.chart_bucket(last))) <= cuts
+
+
+def test_a_run_that_ends_before_its_plan_still_finalizes_after_a_live_roll_up(run, settings):
+    """Spans were cut for 1,500 s; the run stops at 1,000 s, so its chart points (2 s) and batches
+    (100 s) begin elsewhere: the finalize completes, the summary of its one window is that of the raw
+    rows, and so is what the spans keep per second (a chart point's pages and APD, its worst second)."""
+    import random
+
+    from django.utils import timezone
+
+    from portal.runs import services
+    from portal.runs.models import Run, RunShard
+    from tests.portal.runs.test_store import DEGRADATION, _report
+
+    settings.PLIMSOLL_LIVE_ROLLUP_AFTER = 60
+    run.plan_snapshot["profile"] = {"kind": "constant", "users": 4, "hold": 1500}
+    run.analysis_settings = {"degradation": DEGRADATION}
+    run.status, run.start_at, run.shard_count = Run.Status.RUNNING, timezone.now(), 1
+    run.save()
+    RunShard.objects.create(run=run, shard_no=0, user_count=2, status=RunShard.Status.RUNNING)
+    sink, rng = services.ShardSink(run.id, 0), random.Random(3)
+    for second in range(1000):
+        sink(_report(rng, second))
+    expected_summary = _json(reference_analysis.summarize(run))
+    expected_series = _json(reference_analysis.series(run))
+
+    while rollup.live_rollup(run.id):
+        pass
+    assert max(PageRollup.objects.filter(run=run).values_list("span_s", flat=True)) == 3  # cut for 1,500 s
+
+    run = _finish(run)
+
+    assert run.status == Run.Status.INCOMPLETE  # finalized (not left finishing, nor in error): it ended early
+    assert run.summary == expected_summary
+    series = analysis.series(run)
+    # Per second exact (pages, durations' count and sum): a point's pages and APD, its worst second.
+    for key in ("t", "users", "pages_per_s", "apd_ms", "apd_max_ms", "pages_per_s_min"):
+        assert series[key] == expected_series[key]
