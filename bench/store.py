@@ -507,6 +507,81 @@ def measure(
     return out
 
 
+LIVE_SIZE_SAMPLE_S = 1800  # seconds written through the real sink, then repeated to each length
+
+
+def _fill(src, dst, seconds: int, sample: int) -> None:
+    """``dst`` gets ``seconds`` of rows: ``src``'s ``sample`` seconds repeated, shifted in time, in SQL."""
+    from django.db import connection
+
+    cols = (
+        "shard_no, label, pages, hits, errors, errors_by_kind, error_samples, bytes_in, bytes_out, "
+        "hist, connect_hist, ttfb_hist, hist_bin, ttfb_bin, connect_count, connect_sum_us"
+    )
+    scols = (
+        "shard_no, active_users, iterations_started, iterations_completed, iterations_dropped, "
+        "loop_lag_p99_ms, loop_lag_max_ms, cpu_pct, pages, errors, latency_sum_us, latency_count, "
+        "pages_total, errors_total, hits, bytes_in, hist_bin, latency_sum_total, latency_count_total, dropped_total"
+    )
+    blocks = -(-seconds // sample)
+    with connection.cursor() as c:
+        for table, columns in (("runs_pageinterval", cols), ("runs_shardinterval", scols)):
+            c.execute(
+                f"INSERT INTO {table} (run_id, second, {columns}) "
+                f"SELECT %s, second + k * %s, {columns} FROM {table}, generate_series(0, %s) k "
+                "WHERE run_id = %s AND second + k * %s < %s",
+                [dst.id, sample, blocks - 1, src.id, sample, seconds],
+            )
+
+
+def live_size(backend: str, pg_url: str, lengths: list[int], sample: int = LIVE_SIZE_SAMPLE_S) -> list[dict]:
+    """The interval tables' size while a 20-page run is live, previous design against this one.
+
+    ``sample`` seconds are written through the real sink, then repeated (in SQL) to each length, as
+    a run planned for that length holds them at its last second. *Previous*: every per-second row,
+    as before issue 27 (the roll-up came only after the run). *Now*: after the live roll-up has taken
+    all it may (``live_rollup``, what the watchdog's ticks do as the run goes): per-second rows for the
+    last PLIMSOLL_LIVE_ROLLUP_AFTER seconds only, spans before them.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    from portal.runs.results import rollup
+
+    user, project, plan = _fixtures()
+    src = _new_run(project, plan, user, sample, 1)
+    written = _write(backend, pg_url, src, sample, browsers=0)
+    out = []
+    for number, seconds in enumerate(lengths, start=10):
+        _settle(backend)
+        base = _storage_bytes(backend)
+        run = _new_run(project, plan, user, seconds, number)
+        _fill(src, run, seconds, sample)
+        previous = _storage_bytes(backend) - base
+        t = time.perf_counter()
+        rolled = rollup.live_rollup(run.id, limit_s=seconds)
+        rollup_s = time.perf_counter() - t
+        _settle(backend)
+        now = _storage_bytes(backend) - base
+        row = _Progress(
+            backend=backend,
+            live_size_s=seconds,
+            sample_s=sample,
+            sink_mean_ms=written.get("sink_mean_ms"),
+            live_rollup_after_s=settings.PLIMSOLL_LIVE_ROLLUP_AFTER,
+            previous_bytes=previous,
+            now_bytes=now,
+            rows_rolled=rolled,
+            live_rollup_s=round(rollup_s, 1),
+        )
+        out.append(dict(row))
+        with connection.cursor() as c:
+            for table in ("runs_pageinterval", "runs_shardinterval", "runs_pagerollup"):
+                c.execute(f"DELETE FROM {table} WHERE run_id = %s", [run.id])
+        run.delete()
+    return out
+
+
 def many(journey_runs: int = 2000, list_runs: int = 10000) -> dict:
     """Many runs: a plan's journey with ``journey_runs`` finished runs and the runs list at ``list_runs``.
 
@@ -587,8 +662,15 @@ def child(argv: list[str]) -> int:
     p.add_argument("--real-time", type=int, default=0)
     p.add_argument("--no-stress", action="store_true")
     p.add_argument("--planned", type=int, default=0)
+    p.add_argument("--live-size", default="")
+    p.add_argument("--sample", type=int, default=LIVE_SIZE_SAMPLE_S)
     args = p.parse_args(argv)
     _setup(args.backend, args.pg_url, fresh=not (args.backend == "sqlite" and args.reuse))
+    if args.live_size:
+        lengths = [int(s) for s in args.live_size.split(",") if s]
+        for row in live_size(args.backend, args.pg_url, lengths, args.sample):
+            print(json.dumps(row), flush=True)
+        return 0
     for seconds in (int(s) for s in args.lengths.split(",") if s):
         row = measure(
             args.backend,
@@ -629,6 +711,8 @@ def render(rows: list[dict], command: str) -> str:
         "| report | series.json (new / old) | comparison (new / old) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if not any("seconds" in r for r in rows):
+        lines = [f"Command: `{command}`."]  # --live-size alone: only its table
     for r in (r for r in rows if "seconds" in r):
         old_fig = f"{r['old_finalize_s']} s / {r['old_finalize_mb']}" if "old_finalize_s" in r else "—"
         old_series = f" / {r['old_series_ms']} ms" if "old_series_ms" in r else ""
@@ -662,6 +746,27 @@ def render(rows: list[dict], command: str) -> str:
                 f"{r.get('rt_sink_polled_mean_ms', '—')} / {r.get('rt_sink_polled_p99_ms', '—')} / "
                 f"{r.get('rt_sink_polled_max_ms', '—')} ms | {r.get('rt_poll_median_ms', '—')} / "
                 f"{r.get('rt_poll_p99_ms', '—')} ms |"
+            )
+    sized = [r for r in rows if "live_size_s" in r]
+    if sized:
+        r0 = sized[0]
+        lines += [
+            "",
+            f"Live size (`--live-size`): the interval tables while a run of {LABELS} pages (~{PAGES_PER_S:,} pages/s)"
+            f" is live, at its last second; {r0['sample_s']} s written through the real sink (mean "
+            f"{r0['sink_mean_ms']} ms a second), repeated in SQL to each length. *Previous*: every per-second row "
+            "(the roll-up came after the run). *Now*: after the live roll-up (per-second rows for the last "
+            f"{r0['live_rollup_after_s']} s, spans before them that keep each second's pages and durations).",
+            "",
+            "| backend | run | previous design | now (live roll-up) | now, B/label-s | live roll-up of it all |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in sized:
+            lines.append(
+                f"| {r['backend']} | {_hours(r['live_size_s'])} | {r['previous_bytes'] / 1e9:.3f} GB "
+                f"({r['previous_bytes'] / (r['live_size_s'] * LABELS):.0f} B/label-s) | "
+                f"{r['now_bytes'] / 1e9:.3f} GB | "
+                f"{r['now_bytes'] / (r['live_size_s'] * LABELS):.0f} | {r['live_rollup_s']} s |"
             )
     for r in (r for r in rows if "many" in r):
         m = r["many"]
@@ -717,6 +822,19 @@ def main(argv: list[str]) -> int:
         help="plan each run for SECONDS (written only for its --lengths): a live chart's buckets, and so "
         "the rows a poll reads, are those of the planned length (a 48 h plan: 241 s)",
     )
+    p.add_argument(
+        "--live-size",
+        default="",
+        metavar="SECONDS,…",
+        help="instead: the interval tables' size while a run of each length is live, previous design and "
+        "now side by side (e.g. 3600,43200,172800: 1 h, 12 h, a 48 h soak)",
+    )
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=LIVE_SIZE_SAMPLE_S,
+        help=f"with --live-size: seconds written through the sink, then repeated (default {LIVE_SIZE_SAMPLE_S})",
+    )
     args = p.parse_args(argv)
     if args.real_time and args.real_time < 4 * POLL_BLOCK_S:
         p.error(f"--real-time needs at least {4 * POLL_BLOCK_S} seconds (two blocks with browsers, two without)")
@@ -747,6 +865,7 @@ def main(argv: list[str]) -> int:
             *(["--no-stress"] if args.no_stress else []),
             "--planned",
             str(args.planned),
+            *(["--live-size", args.live_size, "--sample", str(args.sample)] if args.live_size else []),
         ]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         if proc.returncode:

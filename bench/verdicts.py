@@ -6,7 +6,7 @@ Each night is one synthetic run of a plan with five pages of very different samp
 down to 46 admin pages in a 300 s window). A page's durations are log-normal (σ 0.5) around its median,
 times the night's drift: a factor common to all pages, uniform in ±5 %, and one per page, uniform in ±2 %
 (a cache, a query plan). Errors are rare (0.1 %). Each run is cut into 10 batches, as a real run is
-(``portal.runs.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total.
+(``portal.runs.results.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total.
 
 The same nights are judged by both rules, through the code the portal runs:
 

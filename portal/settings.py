@@ -451,6 +451,9 @@ PLIMSOLL_FINALIZE_TIMEOUT = envint("PLIMSOLL_FINALIZE_TIMEOUT", "600", minimum=1
 PLIMSOLL_FINALIZE_ATTEMPTS = envint("PLIMSOLL_FINALIZE_ATTEMPTS", "3", minimum=1)
 # Per-second label rows of a finished run are rolled up into per-minute rows this long after it ended.
 PLIMSOLL_ROLLUP_AFTER = envint("PLIMSOLL_ROLLUP_AFTER", str(24 * 3600), minimum=0)
+# While a run is live, its per-second label rows older than this (before its last second) are rolled
+# up as it goes (results.rollup.live_rollup): the live pages read only the last minutes per second.
+PLIMSOLL_LIVE_ROLLUP_AFTER = envint("PLIMSOLL_LIVE_ROLLUP_AFTER", "900", minimum=300)
 
 # --- E-mail, sign-up and share links (issue 13) ---
 # SMTP when EMAIL_HOST is set; otherwise every mail is written as a file under var/mail/, so a

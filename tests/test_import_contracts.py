@@ -27,7 +27,7 @@ def test_the_layers_contract_catches_an_upward_import(tmp_path):
     shutil.copytree(ROOT / "workers", copy / "workers", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "demo", copy / "demo", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
-    storage = copy / "portal" / "runs" / "storage.py"
+    storage = copy / "portal" / "runs" / "results" / "storage.py"
     storage.write_text(storage.read_text() + "\nfrom portal.history import services  # noqa: E402,F401\n")
     lint_imports = Path(sys.executable).parent / "lint-imports"
     result = subprocess.run([str(lint_imports), "--no-cache"], cwd=copy, capture_output=True, text=True, timeout=300)

@@ -3,7 +3,7 @@
 For every run that counts on a side: its page duration (APD, p95) and throughput over its
 measurement window, with the time axis starting at the window's start (so runs with a
 different ramp-up line up); its latency distribution over the window (the merged histogram
-as a percentile curve, ``portal.runs.drilldown``); and, for a steps run, pages/s and APD
+as a percentile curve, ``portal.runs.results.drilldown``); and, for a steps run, pages/s and APD
 against users, one point per level. The series are the runs' own (``selectors.run_series``,
 what each run's page charts), cut to the window, never resampled, so a comparison's curve
 is exactly the run's.
@@ -11,8 +11,9 @@ is exactly the run's.
 
 from __future__ import annotations
 
-from portal.runs import drilldown, selectors
+from portal.runs import selectors
 from portal.runs.models import Run
+from portal.runs.results import drilldown
 
 from .comparison import Side
 

@@ -6,9 +6,8 @@ import math
 import statistics
 from collections import defaultdict
 
-from django.db.models import Sum
-
-from portal.runs.models import PageInterval, Run
+from portal.runs.models import Run
+from portal.runs.results import read
 from portal.telemetry.countersets import COUNTER_SETS
 from portal.telemetry.exposition import figures
 
@@ -141,8 +140,7 @@ def run_servers(run: Run) -> dict | None:
 
 
 def _pages_per_second(run: Run) -> dict[int, int]:
-    rows = PageInterval.objects.filter(run=run).values("second").annotate(p=Sum("pages"))
-    return {r["second"]: r["p"] for r in rows}
+    return read.pages_per_second(run)
 
 
 def run_hints(run: Run, servers: list[dict], windows: list[dict]) -> list:

@@ -282,7 +282,7 @@ def notify_fire(*, fire_id: int) -> list[Delivery]:
 
 def experiment_payload(experiment) -> dict:
     """What an experiment's end says: the comparison's headline and its verdict per figure, in total."""
-    from portal.history.comparison import experiment_report
+    from portal.history.choices import experiment_report
 
     report = experiment_report(experiment) if experiment.status == "done" else None
     status = experiment.get_status_display().lower()

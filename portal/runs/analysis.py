@@ -9,27 +9,30 @@ knee: the last level after which throughput grows less than half as fast as the 
 a single-window run gets a degradation analysis (did throughput fall or APD rise well
 away from the steady state after ramp-up, and when). The statistics themselves live in
 ``portal.stats.analysis``; this module feeds them a run's figures and words their answers.
+
+By concern: the capacity of a steps run in ``capacity.py``, the degradation of a single-window run
+in ``degradation.py``, handoffs in ``handoffs.py``; the rows are read through the results store
+(``portal.runs.results``).
 """
 
+import itertools
 import math
-import statistics
 from collections import defaultdict, namedtuple
 
 import numpy as np
 from django.db import connection
 from django.db.models import Max, Q
 
-from portal import formatting
-from portal.common import human_duration
-from portal.projects.models import Plan
-from portal.stats import analysis as history_analysis
-from portal.stats import changepoint, scalability
 from workers.engine import health
 from workers.engine.histogram import Histogram
 from workers.engine.schedule import whole_seconds
 
-from . import columns, protocols, storage
-from .models import PageInterval, Run, RunFigures, RunShard, ShardInterval
+# Re-exported: callers, tests and the reference analysis read them here.
+from .capacity import _breaks, _fmt_ms, _search_answer, capacity_of, scalability_model  # noqa: F401
+from .degradation import began_of, degradation_defaults, degradation_of  # noqa: F401
+from .handoffs import handoff_seconds, handoff_timeline  # noqa: F401
+from .models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
+from .results import columns, protocols, storage
 
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.
@@ -452,7 +455,13 @@ def _errors(run: Run, windows: list[dict]) -> dict[str, dict]:
         .order_by("second", "shard_no", "label")
         .values_list("label", "errors_by_kind", "error_samples")
     )
-    for label, by_kind, samples in rows.iterator(chunk_size=2000):
+    # Spans rolled up while the run was live (earlier than every per-second row left), first.
+    rolled = (
+        PageRollup.objects.filter(in_windows, run=run, errors__gt=0, seconds_bin__isnull=False)
+        .order_by("second", "label")
+        .values_list("label", "errors_by_kind", "error_samples")
+    )
+    for label, by_kind, samples in itertools.chain(rolled.iterator(chunk_size=2000), rows.iterator(chunk_size=2000)):
         for kind, n in (by_kind or {}).items():
             e = errors.setdefault(
                 kind, {"kind": kind, "count": 0, "sample": (samples or {}).get(kind, ""), "pages": set()}
@@ -493,7 +502,7 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
     names: list[str] = []
     cuts = [w[k] for w in windows for k in ("start", "end")] + (sampler.cuts() if sampler else [])
     hists, ttfbs, buckets = columns.Groups(), columns.Groups(), columns.Groups()
-    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts):
+    for lo, hi, c in columns.chunks(run, labels, align=bucket, cuts=cuts, rolled=True):
         if not c.size:
             continue
         names.extend(list(labels)[len(names) :])
@@ -701,25 +710,9 @@ def _combined(verdicts: list[str | None]) -> str | None:
 # Capacity (steps runs) and degradation (single-window runs)
 # --------------------------------------------------------------------------------------
 
+
 # The plan's threshold keys (as in the snapshot) → portal.stats.analysis.Thresholds, and
 # the names the report gives them (the same as judge's).
-CAPACITY_THRESHOLDS = {
-    "apd_ms": ("max_apd_ms", "APD"),
-    "p95_ms": ("max_p95_ms", "p95"),
-    "error_rate_pct": ("max_error_rate_pct", "Error rate"),
-    "min_pages_per_s": ("min_pages_per_s", "Pages/s"),
-}
-_THRESHOLD_NAME = {attr: name for attr, name in CAPACITY_THRESHOLDS.values()}
-_THRESHOLD_KEY = {attr: key for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
-
-DEGRADATION_SETTINGS = ("drop_pct", "rise_pct", "sustain_s", "steady_s")
-
-
-def degradation_defaults() -> dict:
-    """The plan's defaults, for runs whose analysis settings predate them (or were never copied)."""
-    return {name: Plan._meta.get_field(f"degradation_{name}").default for name in DEGRADATION_SETTINGS}
-
-
 def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, shard_rows: ShardSeconds) -> dict:
     """A steps run with several measured levels gets its capacity; a single-window run its degradation."""
     if len(windows) > 1:
@@ -735,484 +728,6 @@ def _capacity_or_degradation(run: Run, windows: list[dict], limits: dict, rows, 
             return {}
         return {"degradation": degradation_of(run, window, rows, shard_rows)}
     return {}
-
-
-def _fmt_ms(value: float) -> str:
-    """412 ms, 1.00 s, 1.42 s: as every page writes a duration (portal.formatting)."""
-    return formatting.duration_ms(value)
-
-
-def _fmt_rate(value: float) -> str:
-    return formatting.rate(value)
-
-
-def _fmt_limit(key: str, value: float) -> str:
-    if key in ("apd_ms", "p95_ms"):
-        return _fmt_ms(value)
-    if key == "error_rate_pct":
-        return formatting.percent(value)
-    return f"{_fmt_rate(value)} pages/s"
-
-
-def _breaks(level: dict, limits: dict) -> str:
-    """ "APD breaks 1 s (1.42 s) and the error rate breaks 0.1 % (2.3 %)" for one failing level."""
-    parts = []
-    for attr in level["broken_fields"]:
-        key = _THRESHOLD_KEY[attr]
-        limit = _fmt_limit(key, limits[key])
-        actual = level.get(key if key != "min_pages_per_s" else "pages_per_s")
-        measured = "no successful page" if actual is None else _fmt_limit(key, actual)
-        if key == "min_pages_per_s":
-            parts.append(f"pages/s fall below {limit} ({measured})")
-        elif key == "error_rate_pct":
-            parts.append(f"the error rate breaks {limit} ({measured})")
-        else:
-            parts.append(f"{_THRESHOLD_NAME[attr]} breaks {limit} ({measured})")
-    return " and ".join(parts)
-
-
-def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
-    """The capacity and knee of a steps run, from each level's measured window.
-
-    A level's users are the plan's (what the level asked for), not the active users
-    counted, so a level reads as "40 users" even if a shard was lost. Levels whose
-    window was cut short still count: they are what the run measured, and the table
-    shows their note. With two levels of the same users the capacity is not defined
-    (which one would hold?), so the report says so instead.
-    """
-    planned = [lv.users for lv in getattr(run.engine_profile, "levels", None) or []]
-    rows = []
-    for w in windows:
-        t = w["totals"]
-        index = w.get("index")
-        users = planned[index] if index is not None and index < len(planned) else t["users"]
-        rows.append(
-            {
-                "label": w["label"],
-                "users": users,
-                "start": w["start"],
-                "end": w["end"],
-                "note": w["note"],
-                "apd_ms": t["apd_ms"],
-                "p95_ms": t["p95_ms"],
-                "pages_per_s": t["pages_per_s"],
-                "error_rate_pct": t["error_rate_pct"],
-            }
-        )
-    users = [r["users"] for r in rows]
-    if len(set(users)) != len(users) or min(users) <= 0:
-        return {
-            "analysed": False,
-            "reason": "Two levels have the same number of users, so the highest level that holds is not defined.",
-            "levels": rows,
-        }
-
-    thresholds = history_analysis.Thresholds(
-        **{attr: limits.get(key) for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
-    )
-    levels = [
-        history_analysis.Level(
-            users=r["users"],
-            # No successful page: no latency, and a latency threshold cannot hold on nothing (as judge).
-            apd_ms=math.inf if r["apd_ms"] is None else r["apd_ms"],
-            p95_ms=math.inf if r["p95_ms"] is None else r["p95_ms"],
-            pages_per_s=r["pages_per_s"],
-            error_rate_pct=r["error_rate_pct"],
-        )
-        for r in rows
-    ]
-    result = history_analysis.capacity(levels, thresholds)
-    for r in rows:
-        r["broken_fields"] = result.broken.get(r["users"], [])
-        r["broken"] = [_THRESHOLD_NAME[f] for f in r["broken_fields"]]
-        r["held"] = not r["broken"]
-        r["capacity"] = r["users"] == result.capacity_users
-        r["knee"] = r["users"] == result.knee_users
-    rows.sort(key=lambda r: r["users"])
-    held_level = next((r for r in rows if r["capacity"]), None)
-    failed_level = next((r for r in rows if r["users"] == result.first_failure_users), None)
-    out = {
-        "analysed": True,
-        # A capacity search ends "done" with this answer (run_finalize); later comparisons read a
-        # lower capacity than the baseline's as a regression, so the figures are kept with it.
-        "search": bool((run.analysis_settings or {}).get("capacity_search")),
-        "capacity_users": result.capacity_users,
-        "capacity_pages_per_s": held_level["pages_per_s"] if held_level else None,
-        "capacity_apd_ms": held_level["apd_ms"] if held_level else None,
-        "next_level_broke": _breaks(failed_level, limits) if failed_level else None,
-        "first_failure_users": result.first_failure_users,
-        "knee_users": result.knee_users,
-        "broken": {str(u): [_THRESHOLD_NAME[a] for a in attrs] for u, attrs in result.broken.items()},
-        "thresholds_set": any(limits.get(key) is not None for key in CAPACITY_THRESHOLDS),
-        "levels": rows,
-    }
-    out["sentence"] = _capacity_sentence(out, limits)
-    out["model"] = scalability_model(rows, open_model=getattr(run.engine_profile, "open_model", False))
-    for r, predicted in zip(rows, out["model"].get("predicted_pages_per_s") or [], strict=False):
-        r["predicted_pages_per_s"] = predicted
-    if out["search"]:
-        out["answer"] = _search_answer(out)
-    for r in rows:
-        del r["broken_fields"]
-    return out
-
-
-def scalability_model(levels: list[dict], *, open_model: bool = False) -> dict:
-    """The Universal Scalability Law fitted to a steps run's levels, as the summary keeps it.
-
-    Closed model (users loop iterations): N is each level's users. Open model (arrivals):
-    N is the concurrency by Little's law, pages/s × APD. Keys ``lambda``, ``sigma``,
-    ``kappa``, ``peak_users``, ``peak_pages_per_s`` and ``r2`` are None when there is no
-    model; ``reason`` then says why in words.
-    """
-    measured = [lv for lv in levels if lv["pages_per_s"] is not None]
-    if open_model:
-        n = [scalability.littles_law(lv["pages_per_s"], (lv["apd_ms"] or 0) / 1000) for lv in measured]
-    else:
-        n = [float(lv["users"]) for lv in measured]
-    x = [lv["pages_per_s"] for lv in measured]
-    m = scalability.fit(n, x)
-    top = max(n, default=0.0)
-
-    def r(value, digits=4):
-        return None if value is None else round(value, digits)
-
-    out = {
-        "fitted": m.fitted,
-        # Levels that never saturated: no σ, κ or peak to print, but a comparison may say "σ fell to about 0".
-        "linear": not m.fitted and m.lam is not None and m.r2 is not None and m.r2 >= scalability.MIN_R2,
-        "reason": m.reason,
-        "concurrency": "Little's law (pages/s × APD)" if open_model else "users",
-        "lambda": r(m.lam) if m.fitted else None,
-        "sigma": r(m.sigma, 5) if m.fitted else None,
-        "kappa": r(m.kappa, 7) if m.fitted else None,
-        "lambda_ci": [r(v) for v in m.lam_ci] if m.fitted else None,
-        "sigma_ci": [r(v, 5) for v in m.sigma_ci] if m.fitted else None,
-        "kappa_ci": [r(v, 7) for v in m.kappa_ci] if m.fitted else None,
-        "peak_users": r(m.peak_users, 1),
-        "peak_pages_per_s": r(m.peak_throughput, 2),
-        "r2": r(m.r2),
-        "levels": [
-            {"n": round(ni, 2), "measured_pages_per_s": xi, "predicted_pages_per_s": round(pi, 2)}
-            for ni, xi, pi in zip(n, x, m.predicted, strict=False)
-        ],
-        "predicted_pages_per_s": [round(p, 2) for p in m.predicted] if m.fitted else [],
-        "curve": scalability.curve(m, top),
-        "last_level": top,
-        "sentence": scalability.interpretation(m, top),
-    }
-    return out
-
-
-def _search_answer(cap: dict) -> str:
-    """A capacity search's answer: "Capacity: 40 users, 190 pages/s; at 60 users APD breaks 1 s (1.5 s)"."""
-    if cap["capacity_users"] is None:
-        return f"No capacity found: even the first level, {cap['first_failure_users']} users, broke its thresholds."
-    words = f"Capacity: {cap['capacity_users']} users, {_fmt_rate(cap['capacity_pages_per_s'])} pages/s"
-    if cap["first_failure_users"] is None:
-        top = cap["levels"][-1]["users"]
-        return words + f"; every level held, so the capacity is at least {top} users: add higher levels to find it."
-    return words + f"; at {cap['first_failure_users']} users {cap['next_level_broke']}."
-
-
-def _capacity_sentence(cap: dict, limits: dict) -> str:
-    levels = cap["levels"]
-    top = levels[-1]["users"]
-    by_users = {r["users"]: r for r in levels}
-    if not cap["thresholds_set"]:
-        words = (
-            f"The plan sets no thresholds, so every level counts as held, up to {top} users; "
-            "set thresholds on the plan to find the capacity."
-        )
-    elif cap["capacity_users"] is None:
-        first = by_users[cap["first_failure_users"]]
-        words = f"Even the lowest level, {first['users']} users, breaks its thresholds: {_breaks(first, limits)}."
-    elif cap["first_failure_users"] is None:
-        words = f"Holds every level within its thresholds, up to {top} users."
-    else:
-        first = by_users[cap["first_failure_users"]]
-        words = (
-            f"Holds {cap['capacity_users']} users within its thresholds; "
-            f"at {first['users']} users {_breaks(first, limits)}."
-        )
-    knee = history_analysis.knee_sentence([(r["users"], r["pages_per_s"] or 0.0) for r in levels], cap["knee_users"])
-    return f"{words} {knee}"
-
-
-def _handoffs(run: Run) -> list[dict]:
-    return [
-        {**h, "shard": shard_no}
-        for shard_no, handoffs in RunShard.objects.filter(run=run).values_list("shard_no", "handoffs")
-        for h in handoffs or []
-    ]
-
-
-def _gap(h: dict) -> range:
-    """The seconds a handoff left with reduced load: from the stopping worker's last (partial)
-    second to the resuming worker's first (partial) one; to the run's end if nobody resumed."""
-    end = h.get("resumed_at_s")
-    return range(max(0, h["stopped_at_s"] - 1), (end + 1) if end is not None else 10**9)
-
-
-def handoff_seconds(run: Run) -> set[int]:
-    """Every second some shard was handing off (stopping, waiting for a worker, resuming)."""
-    out: set[int] = set()
-    for h in _handoffs(run):
-        gap = _gap(h)
-        out.update(range(gap.start, min(gap.stop, gap.start + 100_000)))
-    return out
-
-
-def handoff_timeline(run: Run, windows: list[dict]) -> list[dict]:
-    """Each handoff for the timeline, with the measured window it fell in; the windows count them.
-
-    A window that had a handoff says so in its note, with its seconds of reduced load, so that
-    they are not silently averaged into its figures. The seconds from the one the stopping (or
-    crashed) worker did not flush to the one the next worker resumed at have no rows of that shard:
-    they are counted as missing (``missing_s``; a window's ``missing_seconds``), not as zero.
-    """
-    out = []
-    for w in windows:
-        w.setdefault("handoffs", 0)
-        w.setdefault("reduced_seconds", 0)
-        w.setdefault("missing_seconds", 0)
-    for h in sorted(_handoffs(run), key=lambda h: h["stopped_at_s"]):
-        gap = _gap(h)
-        window = next((w for w in windows if w["start"] <= h["stopped_at_s"] < w["end"]), None)
-        resumed = h.get("resumed_on")
-        missing = range(h["stopped_at_s"], h["resumed_at_s"]) if resumed else range(0)
-        what = "stopped" if h["kind"] == "stopped" else "went silent"
-        text = f"worker {h.get('worker', '?')} {what} at {h['stopped_at_s']} s; " + (
-            f"shard {h['shard']} resumed on {resumed} after {h.get('gap_s')} s"
-            + (f" ({len(missing)} s missing)" if len(missing) else "")
-            if resumed
-            else f"no worker took shard {h['shard']} over"
-        )
-        out.append(
-            {
-                **h,
-                "text": text,
-                "window": window["label"] if window else None,
-                "missing_s": len(missing) if resumed else None,
-            }
-        )
-        for w in windows:
-            reduced = len(range(max(gap.start, w["start"]), min(gap.stop, w["end"])))
-            if reduced > 0:
-                w["handoffs"] += 1
-                w["reduced_seconds"] += reduced
-                w["missing_seconds"] += len(range(max(missing.start, w["start"]), min(missing.stop, w["end"])))
-                w["note"] = (w["note"] + " " if w["note"] else "") + (
-                    f"A handoff ({text}) reduced the load for {reduced} s of this window."
-                )
-    return out
-
-
-def per_second(rows: _PerSecond, shard_rows: ShardSeconds, end: int) -> tuple[list[float | None], list[float | None]]:
-    """Pages/s and APD (ms) for each second in [0, end), shards and pages added up.
-
-    A second some shard reported with no page in it is 0 pages/s, a real stall; a second
-    nobody reported is None (no data). APD is None where no page succeeded.
-    """
-    reported = np.zeros(end, bool)
-    reported[: len(rows.reported)] = rows.reported[:end]
-    sec = shard_rows.c["second"]
-    reported[sec[(sec >= 0) & (sec < end)]] = True
-    pages = np.zeros(end, np.int64)
-    pages[: len(rows.pages)] = rows.pages[:end]
-    throughput = [float(p) if r else None for p, r in zip(pages.tolist(), reported.tolist(), strict=True)]
-    total_us, count = np.zeros(end, np.int64), np.zeros(end, np.int64)
-    total_us[: len(rows.total_us)], count[: len(rows.count)] = rows.total_us[:end], rows.count[:end]
-    apd = [round(us / n / 1000, 3) if n else None for us, n in zip(total_us.tolist(), count.tolist(), strict=True)]
-    return throughput, apd
-
-
-def _median_from(values: list[float | None], lo: int, hi: int) -> float | None:
-    part = [v for v in values[lo:hi] if v is not None]
-    return statistics.median(part) if part else None
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def degradation_of(run: Run, window: dict, rows: _PerSecond, shard_rows: ShardSeconds) -> dict:
-    """Did the run leave its steady state during its measurement window, and when?
-
-    Only the window is analysed: ramp-up is not steady yet, and a ramp-down is a drop
-    by design. A window shorter than the steady state plus the sustain time cannot say
-    anything (there would be no seconds left to see a sustained change), so it is
-    reported as not analysed, with the reason.
-    """
-    settings = {**degradation_defaults(), **((run.analysis_settings or {}).get("degradation") or {})}
-    start, end = window["start"], window["end"]
-    needed = settings["steady_s"] + settings["sustain_s"]
-    base = {"settings": settings, "window": [start, end]}
-    if window.get("index") is None:  # cut_windows' stand-in for a run that never reached its window
-        return {**base, "analysed": False, "reason": "The run ended before its measurement window began."}
-    if end - start < needed:
-        return {
-            **base,
-            "analysed": False,
-            "reason": (
-                f"The measurement window ({human_duration(end - start)}) is too short to look for degradation: "
-                f"it takes the steady state ({human_duration(settings['steady_s'])}) plus a sustained change "
-                f"({human_duration(settings['sustain_s'])}). Hold longer, or shorten these on the plan."
-            ),
-        }
-    throughput, apd = per_second(rows, shard_rows, end)
-    for second in handoff_seconds(run):  # a handoff's gap is reduced load by design, not degradation
-        if second < end:
-            throughput[second] = apd[second] = None
-    d = history_analysis.degradation(
-        throughput,
-        apd,
-        start=start,
-        drop_pct=settings["drop_pct"],
-        rise_pct=settings["rise_pct"],
-        sustain_s=settings["sustain_s"],
-        steady_s=settings["steady_s"],
-    )
-    out = {
-        **base,
-        "analysed": True,
-        "degraded": d.degraded,
-        "kind": d.kind,
-        "onset_s": d.onset_s,
-        "time_to_degradation_s": None if d.onset_s is None else d.onset_s - start,
-        "throughput_onset_s": d.throughput_onset_s,
-        "apd_onset_s": d.apd_onset_s,
-        "steady_pages_per_s": _round(d.steady_throughput),
-        "steady_apd_ms": _round(d.steady_apd_ms),
-        "steady_window": list(d.steady_window),
-        # What the figures became: the median from the onset to the window's end.
-        "degraded_pages_per_s": _round(
-            None if d.throughput_onset_s is None else _median_from(throughput, d.throughput_onset_s, end)
-        ),
-        "degraded_apd_ms": _round(None if d.apd_onset_s is None else _median_from(apd, d.apd_onset_s, end)),
-        "oscillation": d.oscillation,
-        "excursions": d.excursions,
-        "excursions_per_10_min": _round(d.excursions_per_10_min),
-        "drift_ms_per_hour": _round(d.drift_ms_per_hour, 1),
-        # The same least-squares slope over the window's throughput: a soak judged against its
-        # baseline compares both drifts (portal/schedules/soak.py).
-        "pages_per_s_drift_per_hour": _round(history_analysis.drift_per_hour(throughput[:end], start), 3),
-        # Their standard errors: how sure each slope is (a short window's slope is not).
-        "drift_ms_per_hour_se": _round(history_analysis.drift_error_per_hour(apd[:end], start), 2),
-        "pages_per_s_drift_per_hour_se": _round(history_analysis.drift_error_per_hour(throughput[:end], start), 3),
-    }
-    if d.throughput_onset_s is not None and d.throughput_onset_s == d.apd_onset_s:
-        out["kind"] = "throughput drop and APD rise"  # both at once: naming one would hide the other
-    out["sentence"] = _degradation_sentence(out)
-    out.update(began_of(out, throughput, apd, start=start, end=end, sustain_s=settings["sustain_s"]))
-    return out
-
-
-def began_of(d: dict, throughput: list, apd: list, *, start: int, end: int, sustain_s: int) -> dict:
-    """When each drift that crossed its limit began (portal.stats.changepoint), from the per-second series.
-
-    The search looks from the window's start up to the second the drift crossed (it began
-    by then at the latest), over the seconds up to as long again after it, so the fit sees
-    the new level or slope but not what the run did much later. ``began_s``,
-    ``began_interval_s`` and ``crossed_s`` describe the earliest drift (``onset_s``).
-    """
-    found = {}
-    for key, series, crossed in (
-        ("throughput", throughput, d["throughput_onset_s"]),
-        ("apd", apd, d["apd_onset_s"]),
-    ):
-        if crossed is None:
-            continue
-        stop = min(end, crossed + max(sustain_s, crossed - start))
-        cp = changepoint.find(range(start, stop), series[start:stop], last_break=crossed)
-        if cp is not None:
-            found[key] = {
-                "began_s": cp.began_s,
-                "began_interval_s": [cp.low_s, cp.high_s],
-                "crossed_s": crossed,
-                "shape": cp.shape,
-            }
-    out = {"change_points": found, "crossed_s": d["onset_s"], "began_s": None, "began_interval_s": None}
-    first = min(found.items(), key=lambda kv: (kv[1]["crossed_s"], kv[1]["began_s"]), default=None)
-    if first is not None:
-        key, cp = first
-        out.update(began_s=cp["began_s"], began_interval_s=cp["began_interval_s"], began_metric=key)
-        out["began_sentence"] = _began_sentence(key, cp, d)
-    return out
-
-
-def _began_sentence(key: str, cp: dict, d: dict) -> str:
-    """ "APD has been rising since 2 min 30 s (between 2 min 20 s and 2 min 40 s), a slope as a leak makes; …"."""
-    low, high = cp["began_interval_s"]
-    where = human_duration(low) if low == high else f"between {human_duration(low)} and {human_duration(high)}"
-    if key == "apd":
-        what, limit = "APD", f"{d['settings']['rise_pct']:g} %"
-        verb = "jumped up" if cp["shape"] == "step" else "has been rising"
-    else:
-        what, limit = "Throughput", f"{d['settings']['drop_pct']:g} %"
-        verb = "fell at once" if cp["shape"] == "step" else "has been falling"
-    since = "at" if cp["shape"] == "step" else "since"
-    shape = "a step, as a stall makes" if cp["shape"] == "step" else "a slope, as a leak makes"
-    return (
-        f"{what} {verb} {since} {human_duration(cp['began_s'])} ({where}), {shape}; "
-        f"it crossed the {limit} limit at {human_duration(cp['crossed_s'])}."
-    )
-
-
-def _when(onset: int, start: int) -> str:
-    if start > 0:
-        return f"at {human_duration(onset)}, {human_duration(onset - start)} after ramp-up"
-    return f"{human_duration(onset)} into the run"
-
-
-def _signed_ms(value: float) -> str:
-    return ("+" if value >= 0 else "−") + _fmt_ms(abs(value))
-
-
-def _degradation_sentence(d: dict) -> str:
-    """ "Throughput fell 58 % below its steady 212 pages/s (to 89) at 6 min 10 s, 5 min 10 s after ramp-up; …"."""
-    s = d["settings"]
-    start = d["window"][0]
-    found = []  # (onset, what changed)
-    tp = d["throughput_onset_s"], d["steady_pages_per_s"], d["degraded_pages_per_s"]
-    if tp[0] is not None and tp[1]:
-        fell = 100 * (1 - (tp[2] or 0) / tp[1])
-        to = _fmt_rate(tp[2] or 0)
-        found.append((tp[0], f"throughput fell {fell:.0f} % below its steady {_fmt_rate(tp[1])} pages/s (to {to})"))
-    ap = d["apd_onset_s"], d["steady_apd_ms"], d["degraded_apd_ms"]
-    if ap[0] is not None and ap[1]:
-        rose = 100 * ((ap[2] or 0) / ap[1] - 1)
-        found.append((ap[0], f"APD rose {rose:.0f} % above its steady {_fmt_ms(ap[1])} (to {_fmt_ms(ap[2] or 0)})"))
-    found.sort(key=lambda f: f[0])  # the earliest first (stable: throughput first on a tie)
-    if len(found) == 2 and found[0][0] == found[1][0]:
-        words = f"{found[0][1]} and {found[1][1]} {_when(found[0][0], start)}."
-    elif found:
-        words = "; ".join(f"{what} {_when(onset, start)}" for onset, what in found) + "."
-    else:
-        steady = []
-        if d["steady_pages_per_s"] is not None:
-            tp_steady = _fmt_rate(d["steady_pages_per_s"])
-            steady.append(f"throughput stayed within {s['drop_pct']:g} % of its steady {tp_steady} pages/s")
-        if d["steady_apd_ms"] is not None:
-            steady.append(f"APD within {s['rise_pct']:g} % of its steady {_fmt_ms(d['steady_apd_ms'])}")
-        words = (
-            "No degradation: "
-            + (" and ".join(steady) or "no figures to compare")
-            + (f" (a change had to last {human_duration(s['sustain_s'])} to count).")
-        )
-    words = words[0].upper() + words[1:]
-    if d["oscillation"]:
-        words += (
-            f" Throughput oscillates: it left the ±{history_analysis.OSCILLATION_BAND_PCT:g} % band around its "
-            f"steady state {d['excursions']} times ({d['excursions_per_10_min']:.1f} per 10 min)."
-        )
-    drift = d["drift_ms_per_hour"]
-    if drift is not None:
-        length = d["window"][1] - start
-        # An hour's trend read from a few minutes is an extrapolation, and the reader should know it.
-        over = f" (the trend over {human_duration(length)})" if length < 3600 else ""
-        words += " APD shows no drift." if abs(drift) < 0.05 else f" APD drifts {_signed_ms(drift)} per hour{over}."
-    return words
 
 
 def series(run: Run, *, since: int | None = None) -> dict:

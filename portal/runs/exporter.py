@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from . import protocols, storage
 from .models import PageInterval, Run, ShardInterval
+from .results import protocols, storage
 
 # The per-label gauges cover this many complete seconds before the newest one (which a shard
 # may still be writing); a shard silent for longer than LAST_ROW_S is the watchdog's to judge.

@@ -487,7 +487,7 @@ class PageInterval(models.Model):
     bytes_out = models.BigIntegerField(default=0)
     # Rows written before issue 9 hold JSON histograms (hist, connect_hist, ttfb_hist); newer rows
     # the compact binary form (Histogram.to_bytes) and connect times as count and sum, the only
-    # figure read from them (their mean). Readers take either: portal/runs/storage.py.
+    # figure read from them (their mean). Readers take either: portal/runs/results/storage.py.
     hist = models.JSONField(default=dict)
     connect_hist = models.JSONField(default=dict)
     ttfb_hist = models.JSONField(default=dict)
@@ -551,7 +551,7 @@ class RunFigures(models.Model):
 
 
 class PageRollup(models.Model):
-    """One page's (label's) measurements over ROLLUP_S seconds of a finished run, all shards merged.
+    """One page's (label's) measurements over ROLLUP_S seconds (or less) of a run, all shards merged.
 
     PLIMSOLL_ROLLUP_AFTER seconds after a run ended (its figures are stored in Run.summary and
     RunFigures), its per-second PageInterval rows are rolled up into these and deleted
@@ -577,6 +577,10 @@ class PageRollup(models.Model):
     ttfb_bin = models.BinaryField(null=True)
     connect_count = models.PositiveIntegerField(default=0)
     connect_sum_us = models.BigIntegerField(default=0)
+    # Rolled up while the run was live (results.rollup.live_rollup): each second's pages, page
+    # durations' count and sum (``rollup.pack_seconds``), so that the finalize reads the span as
+    # its seconds and computes the same figures as from the per-second rows. Null after the run.
+    seconds_bin = models.BinaryField(null=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "second", "label"], name="pagerollup_unique")]

@@ -187,8 +187,8 @@ def pages_csv(run: Run) -> str:
 
 def protocols_csv(run: Run) -> str:
     """Streams, WebSocket sessions and protocols per page label of the measured window(s) (issue 26): one row per
-    label that has any (portal/runs/protocols.py); only the header for a run without."""
-    from . import protocols
+    label that has any (portal/runs/results/protocols.py); only the header for a run without."""
+    from .results import protocols
 
     out = io.StringIO()
     writer = csvsafe.dict_writer(out, protocols.CSV_COLUMNS, lineterminator="\n")

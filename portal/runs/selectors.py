@@ -1,7 +1,8 @@
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from .models import PageInterval, ResultImport, Run, ShardInterval
+from .models import ResultImport, Run, ShardInterval
+from .results import read
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
 LIVE_WINDOW_S = 5
@@ -55,8 +56,7 @@ def _run_totals(run: Run, last: int) -> tuple[int, int]:
     pages, errors = sum(r[0] for r in rows), sum(r[1] for r in rows)
     if pages or errors:
         return pages, errors
-    totals = PageInterval.objects.filter(run=run).aggregate(p=Sum("pages"), e=Sum("errors"))
-    return totals["p"] or 0, totals["e"] or 0
+    return read.page_totals(run)
 
 
 def run_shards(run) -> list:

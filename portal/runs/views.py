@@ -12,9 +12,10 @@ from portal.projects.models import Environment, Plan, Project
 from portal.schedules import change_points
 from portal.stats.shifts import MIN_RUNS
 
-from . import drilldown, protocols, selectors, services
+from . import selectors, services
 from .forms import ResultUploadForm, RunFilterForm
 from .models import Run
+from .results import drilldown, protocols
 
 RUNS_PER_PAGE = 100
 # What a row of the runs list never shows: a run's summary holds its pages, windows, errors and
@@ -171,7 +172,7 @@ def run_protocol_series(request, code):
 def run_detail_data(request, code):
     """A page's (or all pages') series, figures, distribution and errors, of the run or of a range.
 
-    ``?page=<name>&from=<s>&to=<s>``: the drill-down and the zoom of the run page (portal.runs.drilldown).
+    ``?page=<name>&from=<s>&to=<s>``: the drill-down and the zoom of the run page (portal.runs.results.drilldown).
     """
     run = get_for_user(request.user, Run.objects.all(), code=code)
     try:

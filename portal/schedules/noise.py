@@ -48,7 +48,7 @@ RELATIVE = {"apd_ms", "p95_ms", "pages_per_s"}
 # The night's common drift is taken out of the pages' changes when at least this many pages are judged
 # (the median of fewer is moved by the one page that regressed).
 MIN_PAGES_FOR_DRIFT = 3
-# Degrees of freedom of one run's within-run noise: its 10 batch means (portal.runs.batches.BATCHES).
+# Degrees of freedom of one run's within-run noise: its 10 batch means (portal.runs.results.batches.BATCHES).
 BATCH_DF = 9.0
 # A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
 WEIGHT_FLOOR = 1e-4

@@ -10,7 +10,7 @@ from django.db import models
 from django.urls import reverse
 
 from portal.history import comparison, journey
-from portal.history.comparison import experiment_report as comparison_report
+from portal.history.choices import experiment_report as comparison_report
 from portal.history.models import TrialSet, TuningChange
 from portal.history.selectors import experiment_steps
 from portal.runs.models import Run

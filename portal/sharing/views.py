@@ -20,8 +20,9 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for
 from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan, Project
-from portal.runs import analysis, drilldown, protocols
+from portal.runs import analysis
 from portal.runs.models import Run
+from portal.runs.results import drilldown, protocols
 
 from . import content, selectors, services
 from .forms import ShareForm
@@ -243,7 +244,7 @@ def public_series(request, token, run_code):
 
 @_public
 def public_protocol_series(request, token, run_code):
-    """A shared run's streams and WebSocket chart (portal.runs.protocols.series), as the run page reads it."""
+    """A shared run's streams and WebSocket chart (portal.runs.results.protocols.series), as the run page reads it."""
     link = _link(token)
     if link is None:
         return _gone(request)
@@ -255,7 +256,7 @@ def public_protocol_series(request, token, run_code):
 
 @_public
 def public_detail(request, token, run_code):
-    """The drill-down and zoom data of a shared run (portal.runs.drilldown), as the run page reads it."""
+    """The drill-down and zoom data of a shared run (portal.runs.results.drilldown), as the run page reads it."""
     link = _link(token)
     if link is None:
         return _gone(request)

@@ -13,12 +13,12 @@ import json
 import pytest
 from django.db import transaction
 from django.urls import reverse
+from portal.runs.services.rollup import run_rollup
 
 from portal.projects.models import Environment, MixEntry, Plan, Step, TestCase
-from portal.runs import protocols
 from portal.runs.models import ProtocolInterval, Run
+from portal.runs.results import protocols
 from portal.runs.services import run_create
-from portal.runs.services.rollup import run_rollup
 from portal.sharing.services import share_create
 from tests.engine.protocol_servers import StreamsServer
 

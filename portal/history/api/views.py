@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from portal.accounts.models import ApiToken
 from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import error_responses
-from portal.history import comparison, services
+from portal.history import choices, comparison, services
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
 from portal.history.forms import ChangeForm, MeasurementForm, revert_prefill
 from portal.history.models import Experiment, ExternalMeasurement, TrialSet, TuningChange
@@ -444,7 +444,7 @@ class ExperimentSerializer(StrictSerializer):
     def to_representation(self, e):
         # The comparison reads every run's figures: in lists it is left out (null), read the experiment.
         view = self.context.get("view")
-        report = None if getattr(view, "action", None) == "list" else comparison.experiment_report(e)
+        report = None if getattr(view, "action", None) == "list" else choices.experiment_report(e)
         return {
             "code": str(e.code),
             "plan": str(e.plan.code),

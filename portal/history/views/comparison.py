@@ -23,6 +23,7 @@ from portal.projects.models import Project
 from portal.runs.models import Run
 
 from .. import comparison, curves
+from ..choices import compare_choices, compare_url
 from ..models import TrialSet
 
 
@@ -86,7 +87,7 @@ def compare(request, code):
     before = _side(request, project, a) if a else None
     after = _side(request, project, b) if b else None
     more = [(code_, _side(request, project, code_)) for code_ in bs[1:]]
-    choices = comparison.compare_choices(project)
+    choices = compare_choices(project)
     listed = {code for group in choices.values() for code, _ in group}
     context = {
         "project": project,
@@ -113,11 +114,11 @@ def compare(request, code):
                     "code": code_,
                     "side": side,
                     "report": comparison.compare_sides(before, side),
-                    "url": comparison.compare_url(project, a, code_),
+                    "url": compare_url(project, a, code_),
                 }
                 for code_, side in [(b, after), *more]
             ]
         else:
             context["report"] = comparison.compare_sides(before, after)
-            context["swap_url"] = comparison.compare_url(project, b, a)
+            context["swap_url"] = compare_url(project, b, a)
     return render(request, "history/compare.html", context)

@@ -22,7 +22,7 @@ from portal.accounts.access import get_for_user, membership_for
 from portal.projects.models import Plan, Project
 from portal.runs.services import RunError
 
-from .. import comparison, selectors, services
+from .. import choices, selectors, services
 from ..experiment_forms import CHANGE_PREFIX, ExperimentForm, PlanChoiceForm, TrialSetForm, TrialSetFromRunsForm
 from ..models import Experiment, TrialSet
 from ..selectors import experiment_steps, experiment_waiting_for, spread, trial_rows, trialset_progress
@@ -169,7 +169,7 @@ def _experiment_context(request, experiment: Experiment) -> dict:
         "change": experiment.change,
         "steps": experiment_steps(experiment),
         "waiting_for": experiment_waiting_for(experiment),
-        "report": comparison.experiment_report(experiment),
+        "report": choices.experiment_report(experiment),
         "can_write": _can_write(request.user, experiment.project),
         "nav": "projects",
     }

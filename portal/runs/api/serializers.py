@@ -322,7 +322,7 @@ class SeriesSerializer(serializers.Serializer):
     duration_s = serializers.FloatField()
 
 
-# Streams, WebSocket sessions and protocols (issue 26; portal/runs/protocols.py, docs/protocols.md)
+# Streams, WebSocket sessions and protocols (issue 26; portal/runs/results/protocols.py, docs/protocols.md)
 
 
 class LatencyMsSerializer(serializers.Serializer):

@@ -13,6 +13,8 @@
 - ``criteria``: stop criteria, a running run that stops itself when its target is plainly broken.
 """
 
+from ..results.rollup import rollup_due, run_figures_store, run_rollup
+from ..results.sink import ShardSink, interval_write
 from .admission import admit, admit_soon, pool_overview, run_queue, worker_gone, worker_heartbeat
 from .criteria import criteria_check, criteria_state
 from .imports import result_import_create, result_import_process, result_imports_sweep, result_upload_path, run_import
@@ -28,9 +30,7 @@ from .lifecycle import (
     run_start,
     token_label,
 )
-from .rollup import rollup_due, run_figures_store, run_rollup
 from .shards import shard_execute, shards_hand_off
-from .sink import ShardSink, interval_write
 from .targets import (
     EnvironmentBusy,
     RunError,

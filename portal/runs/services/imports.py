@@ -19,8 +19,8 @@ from ..models import (
     Run,
     RunShard,
 )
+from ..results.sink import interval_write
 from .lifecycle import _finalize
-from .sink import interval_write
 
 log = logging.getLogger(__name__)
 Status = Run.Status

@@ -22,13 +22,13 @@ from workers.engine.plan import PlanError
 from workers.engine.targets import TargetNotAllowed
 
 from .. import analysis
-from ..batches import BatchSampler
 from ..models import (
     Run,
     RunFigures,
     RunShard,
     run_digest,
 )
+from ..results.batches import BatchSampler
 from ..signals import run_admitted, run_finished
 from .admission import admission_refusal, engine_queue
 from .load import run_load

@@ -20,8 +20,8 @@ from ..models import (
     Run,
     RunShard,
 )
+from ..results.sink import ShardSink
 from .lifecycle import ENQUEUE_RETRY, run_finalize
-from .sink import ShardSink
 from .targets import allowlist
 
 log = logging.getLogger(__name__)

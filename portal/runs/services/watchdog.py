@@ -18,9 +18,9 @@ from ..models import (
     ShardInterval,
     WatchdogView,
 )
+from ..results.rollup import live_rollup_due, rollup_due
 from .admission import pool_capacity
 from .lifecycle import ENQUEUE_RETRY, QUEUED_TIMEOUT, _run_error, finalize_stuck, run_finalize
-from .rollup import rollup_due
 from .shards import _continuation_end, _shard_release
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ def watchdog() -> None:
     for run_id in active.values_list("id", flat=True).distinct():
         run_finalize(run_id)
     finalize_stuck()
+    live_rollup_due()
     rollup_due()
 
 

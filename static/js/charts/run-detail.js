@@ -1,6 +1,6 @@
 // The run report, closer: the figures of a zoomed time range, a page's own charts (click its
 // name in the pages table), and the latency distribution of all pages and of the chosen one.
-// Everything comes from the run's detail.json (portal/runs/drilldown.py), computed server-side
+// Everything comes from the run's detail.json (portal/runs/results/drilldown.py), computed server-side
 // from the rows of the range; figures are written by format.js, the twin of portal/formatting.py.
 (function () {
   "use strict";

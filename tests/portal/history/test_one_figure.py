@@ -21,8 +21,9 @@ from portal.accounts.services import token_create
 from portal.history import comparison, journey
 from portal.history.models import TrialSet, TuningChange
 from portal.history.views.experiments import spread
-from portal.runs import analysis, storage
+from portal.runs import analysis
 from portal.runs.models import PageInterval, Run
+from portal.runs.results import storage
 from portal.runs.templatetags.plimsoll import ms, pct, rate
 from tests.portal.runs.test_store import PROFILES, _finish, _record
 from workers.engine.histogram import Histogram

@@ -26,8 +26,8 @@ from portal import formatting
 from portal.common import human_duration
 from portal.projects.models import Plan
 from portal.runs import analysis as current
-from portal.runs import storage
 from portal.runs.models import PageInterval, Run, ShardInterval
+from portal.runs.results import storage
 from portal.stats import analysis as history_analysis
 from workers.engine import health
 from workers.engine.histogram import Histogram

@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from portal.runs import columns
+from portal.runs.results import columns
 from workers.engine.histogram import Histogram
 
 

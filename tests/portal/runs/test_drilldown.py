@@ -1,4 +1,4 @@
-"""The drill-down data of a run (portal/runs/drilldown.py): a page's series, a range's figures, the distribution.
+"""The drill-down data of a run (portal/runs/results/drilldown.py): the series, figures and distribution.
 
 Every figure is checked against the interval rows themselves (summed and merged here, apart
 from the code under test), and the downsampling of a 12-hour series against a stall of one second.
@@ -7,8 +7,9 @@ from the code under test), and the downsampling of a 12-hour series against a st
 import pytest
 from django.urls import reverse
 
-from portal.runs import analysis, drilldown, services
+from portal.runs import analysis, services
 from portal.runs.models import PageInterval, PageRollup, Run, RunFigures, ShardInterval
+from portal.runs.results import drilldown
 from workers.engine.histogram import Histogram
 
 from .factories import add_second

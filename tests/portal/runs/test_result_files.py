@@ -1,4 +1,4 @@
-"""Reading other tools' result files (portal/runs/result_files.py): plain functions, no database."""
+"""Reading other tools' result files (portal/runs/result_files/): plain functions, no database."""
 
 import gzip
 import json

@@ -1,4 +1,4 @@
-"""JMeter, Locust and Gatling files as the tools write them (portal/runs/result_files.py): no database.
+"""JMeter, Locust and Gatling files as the tools write them (portal/runs/result_files/): no database.
 
 The real tools' own files are tested in tests/e2e/test_import_jmeter_locust_end_to_end.py (JMeter
 2.13 and Locust run here). Gatling cannot be installed here (no PyPI, Debian or npm package), so its

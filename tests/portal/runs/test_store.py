@@ -19,7 +19,8 @@ from django.utils import timezone
 from portal.history.comparison import compute_batches, run_batches
 from portal.runs import analysis, selectors, services
 from portal.runs.models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
-from portal.runs.services import lifecycle, sink
+from portal.runs.results import sink
+from portal.runs.services import lifecycle
 from portal.stats import analysis as history_analysis
 from tests.portal.runs import reference_analysis
 from tests.portal.runs.factories import add_second

@@ -6,9 +6,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from portal.projects.models import Environment, Plan
-from portal.runs import drilldown
 from portal.runs.models import SlowTrace
-from portal.runs.services.sink import interval_write
+from portal.runs.results import drilldown
+from portal.runs.results.sink import interval_write
 from workers.engine.plan import Plan as EnginePlan
 
 from .factories import add_second, hist_of
@@ -150,8 +150,8 @@ def test_the_roll_up_keeps_each_labels_slowest_traces_per_span_and_the_runs_slow
     import random
 
     from portal.runs.models import PageRollup, Run, RunFigures
+    from portal.runs.results.rollup import TRACES_PER_SPAN
     from portal.runs.services import run_rollup
-    from portal.runs.services.rollup import TRACES_PER_SPAN
 
     rng = random.Random(5)
     written = []

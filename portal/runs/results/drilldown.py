@@ -25,9 +25,9 @@ from django.db.models import Q
 from portal.projects.models import trace_url
 from workers.engine.histogram import Histogram
 
+from ..analysis import cut_windows, distribution_of, last_second
+from ..models import PageInterval, PageRollup, Run, SlowTrace
 from . import protocols, storage
-from .analysis import cut_windows, distribution_of, last_second
-from .models import PageInterval, PageRollup, Run, SlowTrace
 
 MAX_POINTS = 2000
 """At most this many points per series: a few thousand, whatever the run's (or range's) length."""

@@ -25,8 +25,8 @@ from django.db.models import Case, F, JSONField, Max, Min, Q, When
 
 from workers.engine.histogram import _BINARY_FORMAT, MAX_US, Histogram, bucket_index
 
+from ..models import PageInterval, PageRollup, ShardInterval
 from . import storage
-from .models import PageInterval, ShardInterval
 
 # Bucket indexes a histogram can use (values are clamped to MAX_US).
 NB = bucket_index(MAX_US) + 1
@@ -190,18 +190,127 @@ def _rows(run, lo: int, hi: int):
         return cursor.fetchall()
 
 
+def _rolled_rows(run, lo: int, hi: int):
+    rows = (
+        PageRollup.objects.filter(run=run, second__gte=lo, second__lt=hi, seconds_bin__isnull=False)
+        .order_by("second", "label")
+        .values_list(
+            "second",
+            "span_s",
+            "label",
+            "hits",
+            "errors",
+            "bytes_in",
+            "bytes_out",
+            "hist_bin",
+            "ttfb_bin",
+            "connect_count",
+            "connect_sum_us",
+            "seconds_bin",
+        )
+    )
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def _expand(d: Decoded, first: np.ndarray, per_row: np.ndarray, n=None, total=None) -> Decoded:
+    """A span's histograms spread over its seconds: the merged buckets on its first second, every
+    second with the span's min and max and its own count and sum (``n``, ``total``; None: all on the first)."""
+    if n is None:
+        n, total = np.zeros(int(per_row.sum()), np.int64), np.zeros(int(per_row.sum()), np.int64)
+        n[first], total[first] = d.n, d.sum
+    return Decoded(n, total, np.repeat(d.min, per_row), np.repeat(d.max, per_row), first[d.row], d.index, d.count)
+
+
+def _concat(a: Decoded, b: Decoded, rows_a: int) -> Decoded:
+    return Decoded(
+        *(np.concatenate([x, y]) for x, y in ((a.n, b.n), (a.sum, b.sum), (a.min, b.min), (a.max, b.max))),
+        np.concatenate([a.row, b.row + rows_a]),
+        np.concatenate([a.index, b.index]),
+        np.concatenate([a.count, b.count]),
+    )
+
+
+def _add_rolled(chunk: Chunk, rows: list, labels: dict[str, int], *, ttfb: bool) -> None:
+    """Adds spans rolled up while the run was live (``rollup.live_rollup``) to a chunk, as their seconds.
+
+    Each second that had rows gets a row of its own with its pages and page durations' count and sum
+    (what per-second figures read); the span's other sums and its merged histograms sit on its
+    first second. A span lies in one window, chart point and batch (``rollup.live_cuts``), so every
+    group the finalize merges gets the same figures as from the per-second rows.
+    """
+    from .rollup import unpack_seconds
+
+    parts = [unpack_seconds(r[11], r[1]) for r in rows]
+    at = [np.flatnonzero(p[0]) for p in parts]
+    per_row = np.fromiter((len(a) for a in at), np.int64, len(rows))
+    first = np.zeros(len(rows), np.int64)
+    np.cumsum(per_row[:-1], out=first[1:])
+    size = int(per_row.sum())
+
+    def on_first(values) -> np.ndarray:
+        out = np.zeros(size, np.int64)
+        out[first] = np.fromiter(values, np.int64, len(rows))
+        return out
+
+    for r in rows:
+        labels.setdefault(r[2], len(labels))
+    n = chunk.size
+    second = np.concatenate([r[0] + a for r, a in zip(rows, at, strict=True)])
+    label = np.repeat(np.fromiter((labels[r[2]] for r in rows), np.int64, len(rows)), per_row)
+    pages = np.concatenate([p[1][a] for p, a in zip(parts, at, strict=True)])
+    hist = _expand(
+        decode([r[7] for r in rows]),
+        first,
+        per_row,
+        np.concatenate([p[2][a] for p, a in zip(parts, at, strict=True)]),
+        np.concatenate([p[3][a] for p, a in zip(parts, at, strict=True)]),
+    )
+    chunk.second = np.concatenate([chunk.second, second])
+    chunk.label = np.concatenate([chunk.label, label])
+    chunk.pages = np.concatenate([chunk.pages, pages])
+    for name, i in (("hits", 3), ("errors", 4), ("bytes_in", 5), ("bytes_out", 6), ("connect_count", 9)):
+        setattr(chunk, name, np.concatenate([getattr(chunk, name), on_first(r[i] for r in rows)]))
+    chunk.connect_sum = np.concatenate([chunk.connect_sum, on_first(r[10] for r in rows)])
+    chunk.hist = _concat(chunk.hist, hist, n)
+    if ttfb:
+        chunk.ttfb = _concat(chunk.ttfb, _expand(decode([r[8] for r in rows]), first, per_row), n)
+    chunk.size = n + size
+
+
 def chunks(
-    run, labels: dict[str, int], *, since: int = 0, until: int | None = None, align: int = 1, cuts=(), ttfb=True
+    run,
+    labels: dict[str, int],
+    *,
+    since: int = 0,
+    until: int | None = None,
+    align: int = 1,
+    cuts=(),
+    ttfb=True,
+    rolled: bool = False,
 ):
     """The run's rows in [since, until) as Chunks in order of seconds, each about ROWS_PER_CHUNK rows.
 
     A chunk starts and ends on a multiple of ``align`` (a chart bucket) or on one of ``cuts``,
     and spans at most MAX_OPEN_GROUPS aligns. ``labels`` maps each label to its id (filled here).
+    ``rolled``: the spans rolled up while the run was live too, read as their seconds (the finalize).
     """
     rows = PageInterval.objects.filter(run=run, second__gte=since)
     if until is not None:
         rows = rows.filter(second__lt=until)
     bounds = rows.aggregate(lo=Min("second"), hi=Max("second"))
+    if rolled:
+        spans = PageRollup.objects.filter(run=run, second__gte=since, seconds_bin__isnull=False)
+        if until is not None:
+            spans = spans.filter(second__lt=until)
+        more = spans.aggregate(lo=Min("second"), hi=Max("second"))
+        if more["lo"] is not None:
+            bounds = {
+                "lo": min(b for b in (bounds["lo"], more["lo"]) if b is not None),
+                "hi": max(b for b in (bounds["hi"], more["hi"]) if b is not None),
+            }
     if bounds["lo"] is None:
         return
     lo, last = bounds["lo"] // align * align, bounds["hi"]
@@ -215,7 +324,16 @@ def chunks(
             if lo < cut < hi:
                 hi = cut
                 break
+        if until is not None:
+            hi = min(hi, until)
+        if rolled:
+            # A span is read whole in one chunk (as its seconds). Cut for the planned length, it ends on
+            # the chunk's cut unless the run ended far from its plan: then the chunk takes it to its end.
+            ends = PageRollup.objects.filter(run=run, second__gte=lo, second__lt=hi, seconds_bin__isnull=False)
+            hi = max(hi, ends.aggregate(end=Max(F("second") + F("span_s")))["end"] or hi)
         chunk = Chunk(_rows(run, lo, hi), labels, ttfb=ttfb)
+        if rolled and (spans := _rolled_rows(run, lo, hi)):
+            _add_rolled(chunk, spans, labels, ttfb=ttfb)
         per_second = max(1, chunk.size // (hi - lo))
         yield lo, hi, chunk
         lo = hi

@@ -11,7 +11,7 @@ from __future__ import annotations
 from workers.engine.histogram import Histogram
 
 # The PageInterval columns a reader of whole rows needs, in order (the drill-down's cells,
-# portal/runs/drilldown.py; finalize reads columns instead, portal/runs/columns.py).
+# portal/runs/results/drilldown.py; finalize reads columns instead, portal/runs/results/columns.py).
 PAGE_ROW_FIELDS = (
     "second",
     "label",

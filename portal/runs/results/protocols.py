@@ -16,8 +16,8 @@ from django.db.models import Q
 
 from workers.engine.histogram import Histogram
 
+from ..models import PageRollup, ProtocolInterval
 from . import storage
-from .models import PageRollup, ProtocolInterval
 
 H1 = "http/1.1"
 ROLLUP_S = PageRollup.ROLLUP_S
@@ -42,7 +42,7 @@ TOTAL_KEYS = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")
 
 
 # --------------------------------------------------------------------------------------
-# Writing (the interval writer, portal/runs/services/sink.py)
+# Writing (the interval writer, portal/runs/results/sink.py)
 # --------------------------------------------------------------------------------------
 
 
@@ -370,7 +370,7 @@ def series(run, *, since: int | None = None, bucket: int | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# Roll-up (portal/runs/services/rollup.py)
+# Roll-up (portal/runs/results/rollup.py)
 # --------------------------------------------------------------------------------------
 
 

@@ -15,9 +15,9 @@ from django.db.models import Max
 
 from workers.engine.histogram import Histogram
 
+from ..analysis import cut_windows
+from ..models import PageInterval, Run, RunFigures, ShardInterval
 from . import columns, storage
-from .analysis import cut_windows
-from .models import PageInterval, Run, RunFigures, ShardInterval
 
 BATCHES = 10
 # The figures of each batch (portal.history.comparison.FIGURES, in its order).
@@ -154,7 +154,7 @@ class BatchSampler:
         return [int(self.seconds[i]) for i in self.bounds[:-1]]
 
     def add_columns(self, lo: int, hi: int, c, names: list[str]) -> None:
-        """The rows of seconds [lo, hi) as columns (``portal.runs.columns.Chunk``; ``names``: label by id),
+        """The rows of seconds [lo, hi) as columns (``portal.runs.results.columns.Chunk``; ``names``: label by id),
         the same as ``add`` for each row: all in one batch, or none in the window."""
         at = self._position(int(c.second[0])) if c.size else None
         if at is None:

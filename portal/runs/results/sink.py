@@ -11,7 +11,6 @@ from django.utils import timezone
 from workers.engine.histogram import Histogram
 from workers.engine.runner import HANDOFF
 
-from .. import protocols, storage
 from ..models import (
     PageInterval,
     Run,
@@ -19,6 +18,7 @@ from ..models import (
     ShardInterval,
     SlowTrace,
 )
+from . import protocols, storage
 
 log = logging.getLogger(__name__)
 Status = Run.Status
