@@ -52,9 +52,9 @@ def _reports(seconds: int, streams: int, protocol: str, seed: int = 5) -> list[d
 def _run(plan, seconds: int, streams: int, protocol: str):
     from django.db import transaction
     from django.utils import timezone
-    from portal.runs.services.sink import interval_write
 
     from portal.runs.models import Run
+    from portal.runs.results.sink import interval_write
 
     run = Run.objects.create(
         project=plan.project,
@@ -94,13 +94,12 @@ def main() -> None:
     from django.db import connection
 
     call_command("migrate", verbosity=0)
-    from portal.runs.services.rollup import run_rollup
-
     from portal.accounts.models import Team
     from portal.projects.models import Environment, Plan, Project
     from portal.runs import analysis
     from portal.runs.models import ProtocolInterval, RunFigures
     from portal.runs.results import protocols
+    from portal.runs.results.rollup import run_rollup
 
     team = Team.objects.create(name=f"protocol bench {time.time()}")
     project = Project.objects.create(team=team, name="bench")

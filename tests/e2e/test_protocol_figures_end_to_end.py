@@ -13,11 +13,11 @@ import json
 import pytest
 from django.db import transaction
 from django.urls import reverse
-from portal.runs.services.rollup import run_rollup
 
 from portal.projects.models import Environment, MixEntry, Plan, Step, TestCase
 from portal.runs.models import ProtocolInterval, Run
 from portal.runs.results import protocols
+from portal.runs.results.rollup import run_rollup
 from portal.runs.services import run_create
 from portal.sharing.services import share_create
 from tests.engine.protocol_servers import StreamsServer

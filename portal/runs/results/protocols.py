@@ -313,7 +313,7 @@ def page_hits(run, spans: list[tuple[int, int]], labels: set[str] | None = None)
     """Each label's hits in the seconds of ``spans``, from its page rows (per second, or rolled up)."""
     from django.db.models import Sum
 
-    from .models import PageInterval
+    from ..models import PageInterval
 
     windows = [{"start": a, "end": b} for a, b in spans]
     per_second, rolled = in_windows(windows, rolled=False), in_windows(windows)

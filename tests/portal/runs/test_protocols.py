@@ -7,13 +7,13 @@ tests/e2e/test_protocols_end_to_end.py.
 """
 
 import pytest
-from portal.runs.services.rollup import run_rollup
-from portal.runs.services.sink import interval_write
 
 from portal.history import comparison
 from portal.runs import analysis
 from portal.runs.models import ProtocolInterval, RunFigures
 from portal.runs.results import protocols
+from portal.runs.results.rollup import run_rollup
+from portal.runs.results.sink import interval_write
 from workers.engine.histogram import Histogram
 from workers.engine.plan import Plan as EnginePlan
 from workers.engine.runner import _LabelInterval
