@@ -217,8 +217,8 @@ def _plan_shifts(runs: list[Run], applied: list[TuningChange]) -> list[ChangePoi
             steady = sorted(v for _, d in blocks if isinstance(v := d.get(fig.steady_key), int | float) and v > 0)
             floor = SOAK_DRIFT_SHARE * steady[len(steady) // 2] if steady else 0.0
             moved = shifts.find(values, min_change_pct=None, min_change_abs=floor) if floor else []
-        else:
-            moved = shifts.find(values)
+        else:  # durations and rates move by ratios: tested on a log scale
+            moved = shifts.find(values, ratio=True)
         for shift in moved:
             prev, run = points[shift.index - 1][0], points[shift.index][0]
             changes = [c for c in applied if _start(prev) < c.applied_at <= _start(run)]
