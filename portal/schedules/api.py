@@ -117,8 +117,13 @@ class ChangeRefSerializer(serializers.Serializer):
 
 
 class ChangePointSerializer(serializers.Serializer):
-    figure = serializers.CharField(help_text="APD, p95, pages/s or error rate")
-    key = serializers.CharField(help_text="The summary's key: apd_ms, p95_ms, pages_per_s, error_rate_pct")
+    figure = serializers.CharField(
+        help_text="APD, p95, pages/s or error rate; of a soak: Degradation onset, APD or Pages/s drift per hour"
+    )
+    key = serializers.CharField(
+        help_text="The summary's key: apd_ms, p95_ms, pages_per_s, error_rate_pct; of a soak's degradation: "
+        "time_to_degradation_s, drift_ms_per_hour, pages_per_s_drift_per_hour"
+    )
     unit = serializers.CharField()
     page = serializers.CharField(allow_null=True, help_text="The page, or null for the run's totals")
     before = serializers.FloatField(help_text="The level before: the mean of the runs since the previous shift")

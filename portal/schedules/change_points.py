@@ -2,7 +2,8 @@
 each with what happened between that run and the one before it.
 
 The detection is plain statistics (``portal.stats.shifts``) on one value per run; this module reads
-the runs, builds the series (the run's totals and each page, per figure) and attributes every shift:
+the runs, builds the series (the run's totals and each page, per figure; for soaks, the degradation
+onset and the drifts per hour) and attributes every shift:
 the tuning changes applied in the ledger between the two runs, the run labels that changed
 (build, commit, branch), and edits of the plan itself. Two queries for any number of plans, whatever their history.
 """
@@ -19,6 +20,7 @@ from portal.history.models import TuningChange, config_diff
 from portal.runs.models import Run
 from portal.stats import shifts
 
+from . import soak
 from .noise import MIN_PAGES
 from .selectors import BASELINE_STATUSES
 
@@ -27,6 +29,26 @@ LAST_RUNS = 200
 MIN_ERROR_POINTS = 0.5
 """An error rate moves by percentage points, not relative to a level near 0: 0.5 points at least."""
 PLAN_EDITS_SHOWN = 5
+SOAK_DRIFT_SHARE = 0.10
+"""A soak's drift per hour is near 0: a shift of it must move by 10 % of the steady level per hour (the soak
+verdict's floor with the default tolerance), not by a percentage of itself."""
+
+
+@dataclass(frozen=True)
+class SoakFigure:
+    """A soak's figure across the plan's history (its degradation block, ``portal.schedules.soak``)."""
+
+    name: str
+    key: str  # the degradation block's key
+    unit: str
+    steady_key: str = ""  # for a drift: the steady level it is a share of
+
+
+SOAK_FIGURES = (
+    SoakFigure(soak.ONSET, "time_to_degradation_s", "s"),
+    SoakFigure(soak.APD_DRIFT, "drift_ms_per_hour", "ms/h", "steady_apd_ms"),
+    SoakFigure(soak.PAGES_DRIFT, "pages_per_s_drift_per_hour", "pages/s/h", "steady_pages_per_s"),
+)
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,8 @@ class ChangePoint:
 
     @property
     def size(self) -> str:
+        if self.key in DRIFT_KEYS:  # a drift near 0 has no meaningful percentage
+            return f"{self.before:+.3g} → {self.after:+.3g} {self.unit}"
         if self.change_pct is not None and self.key != "error_rate_pct":
             return f"{self.change_pct:+.0f} %"
         return f"{self.after - self.before:+.2f} points" if self.key == "error_rate_pct" else f"{self.after:g}"
@@ -123,6 +147,23 @@ def _series(runs: list[Run]):
             yield page, fig, points
 
 
+DRIFT_KEYS = {f.key for f in SOAK_FIGURES if f.steady_key}
+
+
+def _soak_series(runs: list[Run]):
+    """The soaks' degradation onset (the runs that degraded) and drifts per hour (every soak analysed)."""
+    blocks = [(r, d) for r in runs if (d := soak.analysed(r.summary)) is not None]
+    for fig in SOAK_FIGURES:
+        points = []
+        for r, d in blocks:
+            if fig.key == "time_to_degradation_s" and not d.get("degraded"):
+                continue  # a soak that held has no onset (its window bounds it, nothing more)
+            value = d.get(fig.key)
+            if isinstance(value, int | float):
+                points.append((r, float(value)))
+        yield None, fig, points, blocks
+
+
 def _plan_edits(before: dict | None, after: dict | None) -> list[str]:
     """The plan snapshot's keys that differ, a nested dict's keys named inside it ("profile.users")."""
     b, a = before or {}, after or {}
@@ -167,12 +208,17 @@ def plans_change_points(*, plans, last: int = LAST_RUNS) -> dict[int, list[Chang
 
 def _plan_shifts(runs: list[Run], applied: list[TuningChange]) -> list[ChangePoint]:
     found = []
-    for page, fig, points in _series(runs):
+    series = [(page, fig, points, None) for page, fig, points in _series(runs)]
+    for page, fig, points, blocks in [*series, *_soak_series(runs)]:
         values = [v for _, v in points]
         if fig.key == "error_rate_pct":
             moved = shifts.find(values, min_change_pct=None, min_change_abs=MIN_ERROR_POINTS)
-        else:
-            moved = shifts.find(values)
+        elif fig.key in DRIFT_KEYS:
+            steady = sorted(v for _, d in blocks if isinstance(v := d.get(fig.steady_key), int | float) and v > 0)
+            floor = SOAK_DRIFT_SHARE * steady[len(steady) // 2] if steady else 0.0
+            moved = shifts.find(values, min_change_pct=None, min_change_abs=floor) if floor else []
+        else:  # durations and rates move by ratios: tested on a log scale
+            moved = shifts.find(values, ratio=True)
         for shift in moved:
             prev, run = points[shift.index - 1][0], points[shift.index][0]
             changes = [c for c in applied if _start(prev) < c.applied_at <= _start(run)]

@@ -50,6 +50,13 @@ RELATIVE = {"apd_ms", "p95_ms", "pages_per_s"}
 MIN_PAGES_FOR_DRIFT = 3
 # Degrees of freedom of one run's within-run noise: its 10 batch means (portal.runs.results.batches.BATCHES).
 BATCH_DF = 9.0
+# The figures whose noise within a run is pooled over the runs: means and rates, whose batch means are a
+# sound estimate of it. A p95's batches (each the p95 of a tenth of the pages) are not: each run keeps its own.
+POOLED_NOISE = {"apd_ms", "pages_per_s", "error_rate_pct"}
+# A run's own noise within it is kept instead of the pooled one above this ratio (F(9, ∞) at 99 %: 2.41).
+ERRATIC = 2.41
+# No page weighs more than this share of the night's drift (a third: at least two others outweigh it).
+MAX_SHARE = 1 / 3
 # A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
 WEIGHT_FLOOR = 1e-4
 DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
@@ -112,6 +119,30 @@ def _within_var(batches: Sequence[float], relative: bool) -> float | None:
     return var
 
 
+def _within_noise(cell: Cell, relative: bool) -> tuple[float, float, float]:
+    """(v of a baseline run, v of the judged run, degrees of freedom): each run's noise within it, pooled.
+
+    A page's noise within a run is the same from run to run once its sample count is taken into account
+    (``v ∝ 1 / pages``): ten batch means give one run's only 9 degrees of freedom, so the rows' noise is
+    pooled over the baseline runs and the judged run (9 each). The judged run's own, when plainly larger (a
+    run whose pages became erratic: ``ERRATIC`` times the pooled, which 9 degrees of freedom pass by chance
+    about 1 time in 100), is kept: a move is not weighed against a noise much smaller than its own.
+    """
+    own = [_within_var(b, relative) for b in cell.baseline_batches]
+    run_v = _within_var(cell.batches, relative)
+    sides = [(v, p) for v, p in zip([*own, run_v], [*cell.baseline_pages, cell.pages], strict=False) if v is not None]
+    if not sides:
+        return 0.0, 0.0, BATCH_DF
+    per_page = statistics.fmean(v * max(p, 1) for v, p in sides)
+    df = BATCH_DF * len(sides)
+    v_b = statistics.fmean(per_page / max(p, 1) for p in cell.baseline_pages) if cell.baseline_pages else 0.0
+    v_r = per_page / max(cell.pages, 1)
+    if run_v is not None and (cell.key not in POOLED_NOISE or run_v > v_r * ERRATIC):
+        own_b = [v for v in own if v is not None]
+        return (statistics.fmean(own_b) if own_b else run_v), run_v, BATCH_DF
+    return v_b, v_r, df
+
+
 def _scaled(values: Sequence[float], relative: bool) -> list[float] | None:
     if relative:
         if any(v <= 0 for v in values):
@@ -137,6 +168,25 @@ def _weighted_median(pairs: list[tuple[float, float]]) -> float:
         if seen >= half:
             return value
     return pairs[-1][0]
+
+
+def capped(weights: dict, share: float = MAX_SHARE) -> dict:
+    """The weights with none above ``share`` of their (capped) total: the largest are cut to a common cap.
+
+    Capping each weight at a share of the *uncapped* total is not enough: with two precise pages, cutting the
+    first leaves the second above half of what remains, and a page that regressed then sets the night's drift.
+    """
+    values = list(weights.values())
+    if not values or share * len(values) < 1 or max(values) <= share * sum(values):
+        return dict(weights)
+    lo, hi = 0.0, max(values)
+    for _ in range(100):  # the cap c with c = share × Σ min(w, c)
+        cap = (lo + hi) / 2
+        if cap > share * sum(min(w, cap) for w in values):
+            hi = cap
+        else:
+            lo = cap
+    return {k: min(w, lo) for k, w in weights.items()}
 
 
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
@@ -208,9 +258,8 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         if not v_base and v_run is None and len(cell.baseline) < 2:
             out[i].note = "no batches and a single baseline run: nothing to estimate the noise from"
             continue
-        v_b = statistics.fmean(v_base) if v_base else (v_run or 0.0)
-        v_r = v_run if v_run is not None else v_b
-        prepared.append((i, cell, scaled[:-1], scaled[-1], v_b, v_r))
+        v_b, v_r, df_v = _within_noise(cell, relative)
+        prepared.append((i, cell, scaled[:-1], scaled[-1], v_b, v_r, df_v))
 
     # A page's change is read against the night's common drift (the median change of the figure over the
     # pages, robust to the one page that really moved): a night 4 % slower everywhere is not a page's
@@ -225,9 +274,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         levels = {k: statistics.fmean(prepared[k][2]) for k in rows}
         # Weighted by each page's precision (a 46-page APD says little about the night), capped so that
         # no page outweighs the others: the median stays on the pages that did not move.
-        weights = {k: 1.0 / (prepared[k][4] + prepared[k][5] + WEIGHT_FLOOR) for k in rows}
-        total = sum(weights.values())
-        weights = {k: min(w, 0.5 * (total - w)) for k, w in weights.items()}
+        weights = capped({k: 1.0 / (prepared[k][4] + prepared[k][5] + WEIGHT_FLOOR) for k in rows})
         common_new = _weighted_median([(prepared[k][3] - levels[k], weights[k]) for k in rows])
         common_base = [
             _weighted_median([(prepared[k][2][j] - levels[k], weights[k]) for k in rows]) for j in range(n_runs)
@@ -243,7 +290,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
     # pooled over its rows, each weighted by its precision (a restricted maximum likelihood): a 46-page row
     # whose three runs differ by chance says little about the drift, a 4,000-page row much.
     spreads: dict[tuple, list[tuple[float, float, int]]] = {}  # group → [(sum of squares, v, runs)]
-    for k, (_, c, base, _, v_b, _) in enumerate(prepared):
+    for k, (_, c, base, _, v_b, *_) in enumerate(prepared):
         base = adjusted[k][0] if k in adjusted else base
         if len(base) >= 2:
             ss = statistics.variance(base) * (len(base) - 1)
@@ -253,7 +300,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         tau2[g], df_tau[g] = pooled_drift(rows)
 
     pvalues, directions = [], []
-    for k, (i, c, base, value, v_b, v_r) in enumerate(prepared):
+    for k, (i, c, base, value, v_b, v_r, df_v) in enumerate(prepared):
         if k in adjusted:
             base, value = adjusted[k]
         g = groups(k, c)
@@ -261,7 +308,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         t2 = tau2.get(g, 0.0)
         # Three parts, each with its own degrees of freedom (Welch–Satterthwaite): the drift between nights,
         # the judged run's noise within it and the baseline runs' (batch means: BATCHES − 1 each).
-        parts = [(t2 * (1 + 1 / n_b), df_tau.get(g, 1.0)), (v_r, BATCH_DF), (v_b / n_b, BATCH_DF * n_b)]
+        parts = [(t2 * (1 + 1 / n_b), df_tau.get(g, 1.0)), (v_r + v_b / n_b, df_v)]
         var = sum(v for v, _ in parts)
         denominator = sum(v * v / d for v, d in parts if v > 0)
         dof = max(1.0, var * var / denominator) if denominator > 0 else BATCH_DF

@@ -54,13 +54,17 @@ def _noise(values: np.ndarray) -> float:
     return spread if spread > 0 else 1.0
 
 
-def _test(left: np.ndarray, right: np.ndarray) -> tuple[float, float | None]:
-    """Welch's p-value between two segments, and the relative change of their means (%)."""
+def _test(left: np.ndarray, right: np.ndarray, *, ratio: bool = False) -> tuple[float, float | None]:
+    """Welch's p-value between two segments, and the relative change of their means (%).
+
+    ``ratio``: the test compares the logarithms (a figure whose noise grows with its level, such as a page 4×
+    slower that also varies 4× more from run to run: on a log scale both levels have the same spread)."""
     before, after = float(left.mean()), float(right.mean())
     if np.ptp(left) == 0 and np.ptp(right) == 0:
         p = 0.0 if before != after else 1.0
     else:
-        p = float(stats.ttest_ind(left, right, equal_var=False).pvalue)
+        a, b = (np.log(left), np.log(right)) if ratio else (left, right)
+        p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     change = (after - before) / abs(before) * 100 if before else None
     return p, change
 
@@ -72,11 +76,13 @@ def find(
     alpha: float = ALPHA,
     min_change_pct: float | None = MIN_CHANGE_PCT,
     min_change_abs: float = 0.0,
+    ratio: bool = False,
 ) -> list[Shift]:
     """The persistent shifts in ``values`` (one per run, oldest first), oldest first; [] when none.
 
     A shift must move by ``min_change_pct`` of the level before (None: no relative bar, for a figure
-    near 0 such as an error rate) and by ``min_change_abs`` in the values' own unit.
+    near 0 such as an error rate) and by ``min_change_abs`` in the values' own unit. ``ratio``: the values
+    are positive and move by ratios (durations, rates): the two sides are tested on a log scale.
     """
     x = np.asarray(values, dtype=float)
     n = len(x)
@@ -90,7 +96,7 @@ def find(
         tested = []
         for i, b in enumerate(breaks):
             left, right = x[bounds[i] : b], x[b : bounds[i + 2]]
-            p, change = _test(left, right)
+            p, change = _test(left, right, ratio=ratio and bool(np.all(x > 0)))
             small = abs(float(right.mean()) - float(left.mean())) < min_change_abs or (
                 min_change_pct is not None and change is not None and abs(change) < min_change_pct
             )

@@ -166,3 +166,58 @@ def test_with_nothing_in_the_ledger_the_plan_and_configuration_edits_are_named(p
     assert search.run_number == runs[19].number and search.changes == [] and search.labels == {}
     assert search.plan_edits == ["profile.users"] and search.config_edits == ["db.pool"]
     assert search.text.endswith("(the plan was edited (profile.users); the configuration differed (db.pool))")
+
+
+def soak_history(plan, *, n=12, early_from=None, seed=0):
+    """n nightly soaks: degrading after ~2 h ±5 % and APD drifting ±0.5 ms/h; from night ``early_from`` on,
+    degrading after ~40 min and drifting +20 ms/h (a leak)."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for night in range(1, n + 1):
+        leak = bool(early_from and night >= early_from)
+        onset = (2400 if leak else 7200) * (1 + rng.uniform(-0.05, 0.05))
+        drift = (20.0 if leak else 0.0) + rng.uniform(-0.5, 0.5)
+        start = DAY0 + timedelta(days=night)
+        degradation = {
+            "analysed": True,
+            "degraded": True,
+            "time_to_degradation_s": onset,
+            "window": [60, 60 + 4 * 3600],
+            "drift_ms_per_hour": drift,
+            "pages_per_s_drift_per_hour": rng.uniform(-0.05, 0.05),
+            "steady_apd_ms": 100.0,
+            "steady_pages_per_s": 50.0,
+        }
+        runs.append(
+            plan_run(
+                plan,
+                status="passed",
+                start_at=start,
+                finished_at=start + timedelta(hours=4),
+                labels={"build": "b2b2b2" if leak else "a0a0a0"},
+                summary={"totals": figures(100.0, pages=1000), "pages": [], "degradation": degradation},
+            )
+        )
+    return runs
+
+
+def test_a_soak_degrading_earlier_and_drifting_is_a_change_point_of_its_onset_and_drift(plan):
+    # given: 12 nightly soaks; from night 7 on (build b2b2b2) they degrade after 40 min instead of 2 h, APD +20 ms/h
+    runs = soak_history(plan, early_from=7)
+
+    found = {c.figure: c for c in plan_change_points(plan=plan)}
+
+    onset, drift = found["Degradation onset"], found["APD drift per hour"]
+    assert onset.run_number == runs[6].number and onset.previous_run_number == runs[5].number
+    assert -70 < onset.change_pct < -60 and onset.labels == {"build": "b2b2b2"}
+    assert onset.text.startswith("Degradation onset -6") and onset.text.endswith(
+        f"since run #{runs[6].number} (build b2b2b2)"
+    )
+    assert drift.run_number == runs[6].number and drift.after > 19
+    assert drift.text.startswith("APD drift per hour +") and "ms/h since run" in drift.text
+    assert "Pages/s drift per hour" not in found  # ±0.05 pages/s/h: under 10 % of the steady 50 pages/s per hour
+
+
+def test_soaks_that_hold_their_level_have_no_soak_change_point(plan):
+    soak_history(plan)
+    assert not [c for c in plan_change_points(plan=plan) if c.key in ("time_to_degradation_s", "drift_ms_per_hour")]

@@ -102,3 +102,39 @@ def test_the_run_page_says_how_the_verdict_was_reached_and_that_it_is_provisiona
     assert verdict.method.startswith("Each of the ") and "Holm" in verdict.method
     assert 'id="baseline-method"' in html and "Holm&#x27;s correction" in html
     assert 'id="baseline-provisional"' in html
+
+
+def test_no_page_sets_the_nights_drift_alone_even_beside_another_precise_page():
+    # the weights of two precise pages beside three noisy ones: cutting the first to a third of the uncapped
+    # total left the second above half of the rest, so it was the median, whatever it did
+    weights = noise.capped({"Home": 4200.0, "Articles": 2100.0, "Search": 660.0, "Upload": 200.0, "Admin": 80.0})
+    assert max(weights.values()) <= sum(weights.values()) / 3 + 1e-9
+    assert weights["Search"] == 660.0 and weights["Admin"] == 80.0  # the small ones keep their weight
+
+
+def test_a_precise_page_25_percent_slower_stands_out_beside_another_precise_page():
+    nights = [100.0, 101.0, 99.0]
+    spreads = {"Home": 0.002, "Articles": 0.022, "Search": 0.2, "Upload": 0.2, "Admin": 0.2}
+    cells = [cell(125.0 if page == "Articles" else 100.0, nights, page=page, spread=s, seed=i)
+             for i, (page, s) in enumerate(spreads.items())]  # fmt: skip
+
+    family = noise.judge_cells(cells, tolerance_pct=10)
+
+    verdicts = {c.page: j.verdict for c, j in zip(cells, family.rows, strict=True)}
+    assert verdicts["Articles"] == "regressed", family.rows
+    assert verdicts["Home"] == "within_noise"
+
+
+def test_a_pages_noise_within_a_run_is_pooled_over_the_runs_by_its_sample_count():
+    # given: four runs whose batches give the same noise per page; the judged run has half the pages
+    c = cell(100.0, [100.0, 100.0, 100.0], spread=0.02, pages=400)
+    c.baseline_batches = [[100.0 + d for d in (-2, 2) * 5]] * 3
+    c.batches = [100.0 + d for d in (-2, 2) * 5]
+    c.pages = 200
+    v_b, v_r, df = noise._within_noise(c, relative=True)
+    # then: 36 degrees of freedom (9 per run), and the judged run's noise scaled up by its fewer pages
+    assert df == 36
+    assert v_r == pytest.approx(v_b * 2, rel=0.01)
+    # a p95's batches are not pooled: each run keeps its own, with 9 degrees of freedom
+    c.key = "p95_ms"
+    assert noise._within_noise(c, relative=True)[2] == noise.BATCH_DF

@@ -50,3 +50,12 @@ def test_an_error_rate_from_zero_is_judged_in_points():
 
 def test_too_few_runs_say_nothing():
     assert find([100.0] * 5 + [200.0] * 4) == []
+
+
+def test_a_page_four_times_slower_and_four_times_noisier_is_a_shift_on_a_ratio_scale():
+    # measured on the demo target under load: the search page without its index, 5 nights each side
+    values = [27.46, 26.56, 28.08, 33.94, 30.35, 154.73, 119.79, 110.23, 101.54, 113.51]
+    # the after side's runs spread ±25 ms: on a linear scale Welch's p is only 5e-4, near the 1e-3 bar
+    assert find(values)[0].p_value > 1e-4
+    found = find(values, ratio=True)
+    assert [s.index for s in found] == [5] and found[0].p_value < 1e-5
