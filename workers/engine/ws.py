@@ -57,7 +57,7 @@ __all__ = [
 DEFAULT_MAX_MESSAGE = 1 << 20
 _PROTOCOL_CODES = frozenset({1002, 1007})  # protocol error, invalid frame payload data
 _now = time.perf_counter
-_MASKS_AT_ONCE = 256  # masking keys drawn from os.urandom 256 at a time (one syscall, not one per message)
+_MASKS_AT_ONCE = 64  # masking keys drawn from os.urandom 64 at a time (one syscall, not one per message)
 
 
 def _wsproto_idle(ws: WSConnection) -> bool:
