@@ -465,7 +465,7 @@ class _H2Conn(asyncio.Protocol):
         except BaseException as exc:
             self._abandon(stream_id, s)
             if s.sending and isinstance(exc, asyncio.CancelledError):
-                raise _StalledCancel() from None  # noqa: B904 - H2Client.request turns it back into the timeout
+                raise _StalledCancel() from None  # noqa: B904 - H2Client._stalled turns it back into the timeout
             raise
         return s
 
@@ -622,23 +622,12 @@ class H2Client(H1Client):
         self._h2: dict[tuple[str, str, int], _H2Conn] = {}
         self._connecting: dict[tuple[str, str, int], asyncio.Future[None]] = {}
 
-    async def request(
-        self,
-        method: str,
-        url: str,
-        headers: Any,
-        body: bytes,
-        timeout: float | None,
-        stream: StreamObserver | None = None,
-    ) -> Any:
-        try:
-            return await super().request(method, url, headers, body, timeout, stream)
-        except TimeoutError as exc:
-            if isinstance(exc.__context__, _StalledCancel) or isinstance(exc.__cause__, _StalledCancel):
-                raise FlowControlStalled(
-                    f"the request body was not sent within {timeout:g} s: the server's flow-control window stayed shut"
-                ) from None
-            raise
+    def _stalled(self, exc: BaseException | None, timeout: float) -> BaseException | None:
+        if isinstance(exc, _StalledCancel):
+            return FlowControlStalled(
+                f"the request body was not sent within {timeout:g} s: the server's flow-control window stayed shut"
+            )
+        return None
 
     async def _hop(
         self, prep: _Prepared, body: bytes, stream: StreamObserver | None = None, tp: bytes = b""
@@ -646,8 +635,11 @@ class H2Client(H1Client):
         kind = self._origins.get(prep.origin)
         if kind is None:
             kind = self._first_kind(prep)
-        if kind == _ORIGIN_H1:
-            return await H1Client._hop(self, prep, body, stream, tp)
+        if kind == _ORIGIN_H1:  # H1Client._hop, inlined: one coroutine less per HTTP/1.1 request
+            conn1 = await self._roundtrip(prep, body, stream, tp)
+            result = (conn1.status, conn1.reason, conn1.headers, conn1.body(), conn1.t_headers, conn1.t_done, HTTP11)
+            self._finish(conn1, prep.close)
+            return result
         for attempt in (0, 1):
             conn = await self._h2_conn(prep)
             if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
