@@ -10,6 +10,7 @@ server to the other one, every process bounded in time and ended with the bench:
    run --plan`` (protocol ``auto``: ALPN picks h2) against k6 (Go's HTTP/2 over
    TLS; k6 has no h2c), both ``--users`` users in a closed loop without think time.
    The share of responses that really were HTTP/2 is checked for both.
+   **HTTP/1.1 requests/s** (``--only h1``): the same, in clear from the same nginx's other port.
 2. **WebSocket messages/s**: a minimal echo server (``_ws_echo_server`` below: raw
    RFC 6455 framing on uvloop, so the server is not what is measured), each user
    a session of 100 ping-pongs, then a new session; messages sent + received per second.
@@ -69,6 +70,10 @@ http {{
         ssl_certificate_key {d}/key.pem;
         root {d}/www;
     }}
+    server {{
+        listen 127.0.0.1:{port_h1};
+        root {d}/www;
+    }}
 }}
 """
 
@@ -81,6 +86,16 @@ export const options = {{
 export default function () {{
   const r = http.get('{url}');
   check(r, {{ 'h2': (r) => r.proto === 'HTTP/2.0' }});
+}}
+"""
+
+K6_H1 = """
+import http from 'k6/http';
+import {{ check }} from 'k6';
+export const options = {{ vus: {users}, duration: '{duration}s', discardResponseBodies: true }};
+export default function () {{
+  const r = http.get('{url}');
+  check(r, {{ 'h1': (r) => r.proto === 'HTTP/1.1' }});
 }}
 """
 
@@ -153,10 +168,11 @@ def _k6(script: str, core: int | None, duration: float, work: Path) -> dict[str,
 # -- 1. HTTP/2 -----------------------------------------------------------------------------------------
 
 
-def h2_requests(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def h2_requests(args: argparse.Namespace, work: Path, h1: bool = False) -> dict[str, Any]:
+    """HTTP/2 over TLS; with ``h1``, HTTP/1.1 in clear from the same nginx (its other port), the same way."""
     import trustme
 
-    d = work / "nginx"
+    d = work / ("nginx-h1" if h1 else "nginx")
     d.mkdir()
     d.chmod(0o755)
     (d / "www").mkdir()
@@ -166,15 +182,17 @@ def h2_requests(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     cert = trustme.CA().issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(d / "cert.pem"))
     cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    port = _free_port()
+    port, port_h1 = _free_port(), _free_port()
     affinity = f"worker_cpu_affinity {1 << args.server_core:b};" if args.server_core is not None else ""
-    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, affinity=affinity))
+    (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, port_h1=port_h1, affinity=affinity))
     procs.REGISTRY.start([NGINX, "-c", str(d / "nginx.conf"), "-p", str(d)])
     try:
         _wait_port(port)
-        url = f"https://127.0.0.1:{port}/2k"
+        origin = f"http://127.0.0.1:{port_h1}" if h1 else f"https://127.0.0.1:{port}"
+        url = f"{origin}/2k"
+        want, k6_script = ("http/1.1", K6_H1) if h1 else ("h2", K6_H2)
         plan = {
-            "base_url": f"https://127.0.0.1:{port}",
+            "base_url": origin,
             "protocol": "auto",
             "tls_verify": False,
             "test_cases": [{"name": "H2", "steps": [{"name": "2k", "path": "/2k"}]}],
@@ -183,18 +201,19 @@ def h2_requests(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         runs = []
         for _ in range(args.reps):
             e = _engine(plan, args.gen_core, args.duration, work)
-            k = _k6(K6_H2.format(users=args.users, duration=args.duration, url=url), args.gen_core, args.duration, work)
+            script = k6_script.format(users=args.users, duration=args.duration, url=url)
+            k = _k6(script, args.gen_core, args.duration, work)
             label = (e.get("labels") or {}).get("H2: 2k", {})
             km = k.get("metrics", {})
             checks = km.get("checks", {})
             runs.append(
                 {
                     "engine_rps": e.get("rps", 0.0),
-                    "engine_h2_share": _share(label.get("protocols", {}), "h2"),
+                    "engine_protocol_share": _share(label.get("protocols", {}), want),
                     "engine_errors": e.get("errors"),
                     "engine_cpu_pct": e.get("cpu_pct"),
                     "k6_rps": round(km.get("http_reqs", {}).get("rate", 0.0), 1),
-                    "k6_h2_share": round(
+                    "k6_protocol_share": round(
                         checks.get("passes", 0) / max(1, checks.get("passes", 0) + checks.get("fails", 0)), 3
                     ),
                     "k6_cpu_pct": k.get("cpu_pct"),
@@ -216,8 +235,20 @@ def _share(protocols: dict[str, int], name: str) -> float:
 
 
 def _summary(runs: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, Any]:
+    """The median ratio per wall second, and per CPU-second (each tool's rate over the share of a core it got)."""
     ratios = [r[ours] / r[theirs] for r in runs if r.get(theirs)]
-    return {"runs": runs, "ratio_median": round(statistics.median(ratios), 2) if ratios else None}
+    per_cpu = []
+    for r in runs:
+        ours_cpu, theirs_cpu = r.get("engine_cpu_pct"), r.get("k6_cpu_pct")
+        if r.get(theirs) and ours_cpu and theirs_cpu:
+            r["engine_per_cpu_s"] = round(r[ours] * 100 / ours_cpu)
+            r["k6_per_cpu_s"] = round(r[theirs] * 100 / theirs_cpu)
+            per_cpu.append(r["engine_per_cpu_s"] / r["k6_per_cpu_s"])
+    return {
+        "runs": runs,
+        "ratio_median": round(statistics.median(ratios), 2) if ratios else None,
+        "ratio_per_cpu_s_median": round(statistics.median(per_cpu), 2) if per_cpu else None,
+    }
 
 
 # -- 2. WebSocket ------------------------------------------------------------------------------------------
@@ -469,10 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--gen-core", type=int, default=0)
     p.add_argument("--server-core", type=int, default=1)
-    p.add_argument("--only", choices=("h2", "ws", "wsmem", "ttfe"), action="append")
+    p.add_argument("--only", choices=("h2", "h1", "ws", "wsmem", "ttfe"), action="append")
     args = p.parse_args(argv)
     results: dict[str, Any] = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    todo = args.only or ["h2", "ws", "wsmem", "ttfe"]
+    todo = args.only or ["h2", "h1", "ws", "wsmem", "ttfe"]
     with tempfile.TemporaryDirectory(prefix="plimsoll-bench-protocols-") as tmp:
         work = Path(tmp)
         Path(tmp).chmod(0o755)
@@ -480,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             if "h2" in todo:
                 results["h2"] = h2_requests(args, work)
                 print("h2", json.dumps(results["h2"]), flush=True)
+            if "h1" in todo:
+                results["h1"] = h2_requests(args, work, h1=True)
+                print("h1", json.dumps(results["h1"]), flush=True)
             if "ws" in todo:
                 results["ws"] = ws_messages(args, work)
                 print("ws", json.dumps(results["ws"]), flush=True)

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import hpack
 import pytest
 
 from workers.engine import errors
@@ -277,3 +278,51 @@ def test_a_peer_that_never_reads_stalls_the_body_with_a_named_error_and_only_tha
         assert server.connections == 1 and server.resets_received == 1
     finally:
         server.stop()
+
+
+def _header_lists():
+    """Request/response-like header lists with repeats, new values and fields too big for the table."""
+    base = [(b":status", b"200"), (b"server", b"nginx"), (b"content-type", b"text/html")]
+    lists = []
+    for i in range(60):
+        extra = [(b"date", f"second {i // 7}".encode()), (b"etag", b'"abc"')]
+        if i % 11 == 5:
+            extra.append((b"x-big", b"v" * 3000))  # evicts most of a 4,096-byte table
+        if i % 13 == 3:
+            extra.append(hpack.NeverIndexedHeaderTuple(b"set-cookie", b"s=1"))
+        lists.append(base + extra)
+    return lists
+
+
+def test_cached_hpack_blocks_decode_and_encode_exactly_as_hpack_does():
+    from workers.engine.h2 import _CachingDecoder, _CachingEncoder
+
+    peer, plain, cached = hpack.Encoder(), hpack.Decoder(), _CachingDecoder()
+    ours, reference = _CachingEncoder(), hpack.Encoder()
+    for i, headers in enumerate(_header_lists()):
+        if i == 30:  # a table size update in the middle of the run
+            peer.header_table_size = 2048
+            ours.header_table_size = reference.header_table_size = 2048
+        block = peer.encode(headers)
+        assert cached.decode(block, raw=True) == plain.decode(block, raw=True)
+        assert list(cached.header_table.dynamic_entries) == list(plain.header_table.dynamic_entries)
+        assert cached.header_table._current_size == plain.header_table._current_size
+        assert ours.encode(headers[1:]) == reference.encode(headers[1:])  # the same bytes on the wire
+        assert list(ours.header_table.dynamic_entries) == list(reference.header_table.dynamic_entries)
+    assert cached._blocks and ours._blocks  # and the caches were really used
+
+
+def test_a_header_list_that_passed_before_does_not_let_an_invalid_one_through():
+    import h2.exceptions
+    import h2.utilities
+
+    from workers.engine.h2 import _validate_headers_cached
+
+    flags = h2.utilities.HeaderValidationFlags(True, False, True, False)
+    good = [(b":status", b"200"), (b"server", b"nginx")]
+    for _ in range(2):
+        assert list(_validate_headers_cached(good, flags)) == good
+        with pytest.raises(h2.exceptions.ProtocolError):
+            _validate_headers_cached([(b":status", b"200"), (b"Server", b"nginx")], flags)
+        with pytest.raises(h2.exceptions.ProtocolError):  # a trailer may not carry pseudo-fields
+            _validate_headers_cached(good, h2.utilities.HeaderValidationFlags(True, True, True, False))

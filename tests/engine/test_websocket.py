@@ -269,3 +269,153 @@ def test_a_request_after_a_session_on_the_same_client_keeps_its_deadline(demo):
 
     assert totals.errors == 0, totals.error_samples
     assert totals.labels["W: page"].pages >= 1 and totals.labels["W: ask"].pages >= 1
+
+
+def _frame(opcode: int, payload: bytes, *, fin: bool = True, masked: bool = False) -> bytes:
+    n = len(payload)
+    head = bytes([(0x80 if fin else 0) | opcode])
+    bit = 0x80 if masked else 0
+    if n < 126:
+        head += bytes([bit | n])
+    elif n < 65536:
+        head += bytes([bit | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([bit | 127]) + n.to_bytes(8, "big")
+    if masked:
+        key = b"\x01\x02\x03\x04"
+        payload = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+        head += key
+    return head + payload
+
+
+class _ScriptServer:
+    """Accepts the upgrade, waits for the client's first message, then sends ``script`` one byte at a time
+    (every frame split across reads); records every frame the client sends (opcode, unmasked payload)."""
+
+    def __init__(self, script: bytes) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.received: list[tuple[int, bytes]] = []
+        ready = threading.Event()
+
+        async def read_frame(reader) -> tuple[int, bytes]:
+            b0, b1 = await reader.readexactly(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = int.from_bytes(await reader.readexactly(2), "big")
+            elif n == 127:
+                n = int.from_bytes(await reader.readexactly(8), "big")
+            assert b1 & 0x80, "a client frame must be masked"
+            key = await reader.readexactly(4)
+            data = await reader.readexactly(n)
+            return b0 & 0x0F, bytes(b ^ key[i % 4] for i, b in enumerate(data))
+
+        async def handle(reader, writer):
+            head = await reader.readuntil(b"\r\n\r\n")
+            key = next(
+                line.split(b":", 1)[1].strip()
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"sec-websocket-key")
+            )
+            accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+            writer.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+            )
+            self.received.append(await read_frame(reader))
+            for i in range(len(script)):
+                writer.write(script[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(0)
+            try:
+                while True:
+                    opcode, data = await read_frame(reader)
+                    self.received.append((opcode, data))
+                    if opcode == 8:
+                        writer.write(_frame(8, data[:2]))
+                        await writer.drain()
+                        break
+            except (asyncio.IncompleteReadError, ConnectionError):
+                pass
+            writer.close()
+
+        async def start():
+            self.server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/"
+            ready.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(start()), self.loop.run_forever()))
+        self.thread.daemon = True
+        self.thread.start()
+        ready.wait(5)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+def _session_against(script: bytes, sends: list[str], receive: int, max_message: int = 1 << 20):
+    server = _ScriptServer(script)
+
+    async def go():
+        client = H1Client("127.0.0.1")
+        try:
+            session, _ = await open_websocket(client, server.url, {}, 2.0, max_message)
+            got, error = [], None
+            for text in sends:
+                await session.send(text)
+            try:
+                for _ in range(receive):
+                    got.append((await session.receive(2.0))[0])
+            except Exception as exc:
+                error = exc
+            fast = session._fast
+            await session.close()
+            return got, error, fast
+        finally:
+            await client.close()
+
+    try:
+        got, error, fast = asyncio.run(go())
+    finally:
+        server.stop()
+    return got, error, fast, server.received
+
+
+def test_frames_split_anywhere_control_frames_and_fragments_between_messages_arrive_whole_and_in_order():
+    long_text = "é" * 200  # 400 bytes: the 16-bit length form
+    script = (
+        _frame(1, b"one")
+        + _frame(2, b"\x00\xffbin")
+        + _frame(1, long_text.encode())
+        + _frame(9, b"are you there")  # a ping between messages: wsproto answers it, then the lean path resumes
+        + _frame(1, b"two")
+        + _frame(1, b"fra", fin=False)
+        + _frame(0, b"gmen", fin=False)
+        + _frame(0, b"ted")
+        + _frame(1, b"")
+        + _frame(1, b"last")
+    )
+    sends = ["hello", "x" * 300, "ünïcødé ✓", "y" * 70_000, ""]
+    got, error, fast, received = _session_against(script, sends, receive=7)
+    assert error is None
+    assert got == ["one", b"\x00\xffbin", long_text, "two", "fragmented", "", "last"]
+    assert fast  # back on the lean path after the ping and the fragmented message
+    texts = [data.decode() for opcode, data in received if opcode == 1]
+    assert texts == sends  # every client frame masked and framed right, whatever its length
+    assert (10, b"are you there") in received  # the pong
+    assert received[-1][0] == 8  # and a proper close
+
+
+@pytest.mark.parametrize(
+    ("frame", "kind"),
+    [
+        (_frame(1, b"\xff\xfe"), errors.PROTOCOL_ERROR),  # a text message that is not UTF-8
+        (_frame(1, b"masked", masked=True), errors.PROTOCOL_ERROR),  # a server must not mask
+        (b"\x81\x7e\x00\x05hello", errors.PROTOCOL_ERROR),  # a length not in its shortest form
+        (_frame(1, b"z" * 200), "message_too_big"),
+    ],
+)
+def test_bad_frames_end_the_session_with_a_named_error_after_good_ones(frame, kind):
+    got, error, _, _ = _session_against(_frame(1, b"fine") + frame, ["go"], receive=2, max_message=100)
+    assert got == ["fine"]
+    assert getattr(error, "kind", None) == kind, error

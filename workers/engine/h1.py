@@ -924,21 +924,32 @@ class H1Client:
         # The whole request under one deadline, like asyncio.timeout() but ~10x cheaper (see _Deadlines).
         task = _current_task()
         if task is None:  # not in a task (a bare coroutine runner): the standard way
-            async with asyncio.timeout(timeout):
-                return await self._exchange(method, url, headers, body or b"", start, stream, tp)
+            try:
+                async with asyncio.timeout(timeout):
+                    return await self._exchange(method, url, headers, body or b"", start, stream, tp)
+            except TimeoutError as exc:
+                stalled = self._stalled(exc.__cause__ or exc.__context__, timeout)
+                if stalled is None:
+                    raise
+                raise stalled from None
         deadlines = self._deadlines
         cancelling = task.cancelling()
         slot = deadlines.arm(loop, loop.time() + timeout, task)
         try:
             return await self._exchange(method, url, headers, body or b"", start, stream, tp)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if deadlines.expired(task) and task.uncancel() <= cancelling:
                 if self.spans is not None:
                     self._span_failed(self.last_traceparent, method, url, start, "TimeoutError")
-                raise TimeoutError(f"no complete response within {timeout:g} s") from None
+                err = self._stalled(exc, timeout) or TimeoutError(f"no complete response within {timeout:g} s")
+                raise err from None
             raise
         finally:
             deadlines.disarm(slot, task)
+
+    def _stalled(self, exc: BaseException | None, timeout: float) -> BaseException | None:
+        """The error for a timeout that ``exc`` (the cancellation it caused) says is more precise, else None."""
+        return None
 
     async def _exchange(
         self,
