@@ -16,7 +16,7 @@ from portal.api.base import StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import TargetRefused, error_responses
 from portal.common import Invalid
 from portal.projects.models import Plan
-from portal.runs import reports, selectors, services
+from portal.runs import exports, selectors, services
 from portal.runs.models import Run
 from portal.schedules.models import RunVerdict
 
@@ -376,26 +376,21 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     def shards(self, request, code=None):
         return Response(ShardSerializer(self.get_object().shards.all(), many=True).data)
 
-    @_file_schema("application/xml", "JUnit XML: a test case per threshold per measured window")
-    def junit(self, request, code=None):
-        run = self.get_object()
-        return _file(reports.junit_xml(run), "application/xml; charset=utf-8", f"plimsoll-run-{run.number}.xml")
 
-    @_file_schema("text/csv", "The per-page table as CSV")
-    def pages_csv(self, request, code=None):
-        run = self.get_object()
-        return _file(reports.pages_csv(run), "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-pages.csv")
+def _export_view(fmt: exports.ExportFormat):
+    """The API's view of one export format: the run's file, as the format renders it."""
 
-    @_file_schema("text/csv", "The per-second series as CSV")
-    def series_csv(self, request, code=None):
+    def view(self, request, code=None):
         run = self.get_object()
-        body = reports.series_csv(selectors.run_series(run))
-        return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-series.csv")
+        return _file(fmt.render(run), fmt.content_type, fmt.download_name(run))
 
-    @_file_schema("application/json", "Status, verdict and the whole summary as one JSON file", OpenApiTypes.OBJECT)
-    def summary_json(self, request, code=None):
-        run = self.get_object()
-        return _file(reports.summary_json(run), "application/json", f"plimsoll-run-{run.number}-summary.json")
+    view.__name__ = fmt.method
+    return _file_schema(fmt.media_type, fmt.summary, fmt.schema_type)(view)
+
+
+# One view per export format (portal/runs/exports/), routed by portal/api/urls.py.
+for _fmt in exports.FORMATS.values():
+    setattr(RunViewSet, _fmt.method, _export_view(_fmt))
 
 
 class StartRunSerializer(StrictSerializer):

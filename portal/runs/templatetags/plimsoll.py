@@ -61,3 +61,11 @@ def load_of(profile):
     if kind is None:
         return plural(profile.get("users"), "user")
     return kind.size_words(kind.unchecked(profile), profiles.WORDS)
+
+
+@register.simple_tag
+def export_formats():
+    """The run's export formats in the page's order (portal/runs/exports/)."""
+    from portal.runs import exports
+
+    return exports.ordered()
