@@ -2,6 +2,7 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from .models import PageInterval, ResultImport, Run, ShardInterval
+from .summary import RunSummary
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
 LIVE_WINDOW_S = 5
@@ -73,7 +74,7 @@ def run_handoffs(run: Run) -> list[dict]:
     from . import analysis
 
     if run.summary and not run.is_active:
-        return run.summary.get("handoffs") or []
+        return RunSummary.of(run).handoffs
     return analysis.handoff_timeline(run, [])
 
 

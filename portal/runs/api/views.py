@@ -18,6 +18,7 @@ from portal.common import Invalid
 from portal.projects.models import Plan
 from portal.runs import exports, selectors, services
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 from portal.schedules.models import RunVerdict
 
 from .serializers import (
@@ -350,7 +351,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def pages(self, request, code=None):
-        return Response((self.get_object().summary or {}).get("pages") or [])
+        return Response(RunSummary.of(self.get_object()).pages)
 
     @extend_schema(
         summary="Errors by kind, with a sample and the pages they hit",
@@ -358,7 +359,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def errors(self, request, code=None):
-        return Response((self.get_object().summary or {}).get("errors") or [])
+        return Response(RunSummary.of(self.get_object()).errors)
 
     @extend_schema(
         summary="Per-second figures over the whole run (the charts' data)",

@@ -3,6 +3,7 @@
 from xml.etree import ElementTree as ET
 
 from ..models import Run
+from ..summary import RunSummary
 from . import ExportFormat
 
 
@@ -43,10 +44,9 @@ def junit_xml(run: Run) -> str:
     a CI system never shows green for a run whose figures cannot be trusted. A run without
     thresholds (*finished*) has one test case, "run completed", skipped: nothing was judged.
     """
-    summary = run.summary or {}
     root = ET.Element("testsuites", name=f"Plimsoll run #{run.number} of {run.plan_name}")
     totals = {"tests": 0, "failures": 0, "errors": 0}
-    for window in summary.get("windows") or []:
+    for window in RunSummary.of(run).windows:
         suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: {window['label']}")
         counts = {"tests": 0, "failures": 0, "errors": 0}
         for t in window.get("thresholds") or []:

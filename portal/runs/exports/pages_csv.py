@@ -5,6 +5,7 @@ import io
 from portal import csvsafe
 
 from ..models import Run
+from ..summary import RunSummary
 from . import ExportFormat
 
 PAGE_COLUMNS = (
@@ -43,6 +44,6 @@ def pages_csv(run: Run) -> str:
     # Labels come from people and imported files: a formula-like one is written so that no spreadsheet runs it.
     writer = csvsafe.dict_writer(out, PAGE_COLUMNS, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for row in (run.summary or {}).get("pages") or []:
+    for row in RunSummary.of(run).pages:
         writer.writerow(row)
     return out.getvalue()

@@ -5,6 +5,7 @@ import json
 from drf_spectacular.types import OpenApiTypes
 
 from ..models import VERDICT_PENDING_HEADLINE, Run
+from ..summary import RunSummary
 from . import ExportFormat
 
 
@@ -69,7 +70,7 @@ def summary_json(run: Run) -> str:
             "labels": run.labels,
             "note": run.note,
             "baseline_verdict": _baseline_verdict(run),
-            "summary": run.summary,
+            "summary": RunSummary.of(run).to_json(),
         },
         indent=2,
     )
