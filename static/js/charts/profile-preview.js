@@ -40,14 +40,6 @@
     return { div: 1, name: "seconds" };
   }
 
-  function humanDuration(s) {
-    s = Math.round(s);
-    if (s < 60) return s + " s";
-    if (s < 3600) return Math.floor(s / 60) + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
-    const m = Math.floor((s % 3600) / 60);
-    return Math.floor(s / 3600) + " h" + (m ? " " + m + " min" : "");
-  }
-
   const chart = new Chart(canvas, {
     type: "line",
     data: { datasets: [{ label: "users", data: [], borderColor: C.blue, backgroundColor: PC.rgba(C.blue, 0.15),
@@ -82,7 +74,7 @@
     chart.update("none");
     box.classList.remove("has-errors");
     box.dataset.points = String(data.t.length);
-    if (summary) summary.textContent = (data.description || "") + (data.duration ? " · " + humanDuration(data.duration) + " in all" : "");
+    if (summary) summary.textContent = (data.description || "") + (data.duration ? " · " + window.PlimsollFormat.seconds(data.duration) + " in all" : "");
     errorList.replaceChildren();
   }
 
