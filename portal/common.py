@@ -30,6 +30,12 @@ class Invalid(Exception):
         super().__init__("; ".join(f"{name}: {messages}" for name, messages in errors.items()))
 
 
+def is_fragment(request) -> bool:
+    """HTMX asks for a page region (a boosted link wants the whole page)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.boosted
+
+
 def task(name: str):
     """The Celery task ``workers.tasks.<name>``, found by its name, as Celery addresses tasks.
 

@@ -20,6 +20,8 @@ The rules:
 Everywhere, trailing zeros after the point are dropped (1 s, not 1.00 s; 42 pages/s, not 42.0).
 * **plain numbers** with a unit: whole numbers as they are (20 users, 1,234 rows), others with
   three significant digits (2.45 GB).
+* **a server's figures** (``figure``) by their series' unit: rates and percentages by those
+  rules, anything else as a plain number (4,707, 184).
 
 Rounding is half away from zero on the exact binary value, which is what JavaScript's
 ``toFixed`` does; Python's own formatting rounds half to even, so it is not used for the
@@ -148,6 +150,20 @@ def seconds(value) -> str:
         return f"{m} min {s} s" if s else f"{m} min"
     h, rest = divmod(whole, 3600)
     return f"{h:,} h {rest // 60} min" if rest // 60 else f"{h:,} h"
+
+
+def figure(value, unit: str = "") -> str:
+    """A server's figure in its series' unit, which the column or axis title names (not repeated here):
+    a rate ("/s", "MB/s") by the rate rule, a percentage by the percentage rule, anything else as a
+    plain number (4,707 connections, 184 MB, 0.457)."""
+    value = _number(value)
+    if value is None:
+        return MISSING
+    if unit.endswith("/s"):
+        return rate(value)
+    if unit == "%":
+        return percent(value).removesuffix(" %")
+    return number(value)
 
 
 # What format.js exports under the same names, for the test that holds the two equal.

@@ -37,6 +37,12 @@ def membership_for(user, team: Team) -> Membership | None:
     return Membership.objects.filter(team=team, user=user).first()
 
 
+def can_write(user, obj: Model) -> bool:
+    """Whether ``user`` may change ``obj`` (owner or editor of its team): pages show their forms by it."""
+    membership = membership_for(user, team_of(obj))
+    return membership is not None and membership.can_write
+
+
 def require_write(user, obj: Model) -> None:
     """Raises PermissionDenied (403) unless ``user`` may change ``obj`` (owner or editor)."""
     membership = membership_for(user, team_of(obj))

@@ -17,6 +17,7 @@ from portal.history.api.views import (
 from portal.notifications.api import ChannelViewSet
 from portal.projects.api.har import HarImportViewSet, ProjectHarImportViewSet
 from portal.projects.api.views import EnvironmentViewSet, PlanViewSet, ProjectViewSet, StepViewSet, TestCaseViewSet
+from portal.runs import exports
 from portal.runs.api.imports import EnvironmentResultImportViewSet, ResultImportViewSet
 from portal.runs.api.views import PlanRunViewSet, RunViewSet
 from portal.schedules.api import PlanBaselineViewSet, PlanChangePointsViewSet, ScheduleViewSet
@@ -45,15 +46,10 @@ router.register("channels", ChannelViewSet, basename="channel")
 
 # Codes are matched loosely (``<str:code>``) so that a malformed one is the API's JSON 404, not an HTML page.
 # Result files keep their extension as the last part of the URL (no trailing slash), as CI tools expect.
+# One per export format (portal/runs/exports/).
 files = [
-    path(f"runs/<str:code>/{name}", RunViewSet.as_view({"get": method}), name=f"run-{method.replace('_', '-')}")
-    for name, method in (
-        ("junit.xml", "junit"),
-        ("pages.csv", "pages_csv"),
-        ("series.csv", "series_csv"),
-        ("protocols.csv", "protocols_csv"),
-        ("summary.json", "summary_json"),
-    )
+    path(f"runs/<str:code>/{fmt.file_name}", RunViewSet.as_view({"get": fmt.method}), name=fmt.route_name)
+    for fmt in exports.FORMATS.values()
 ]
 
 urlpatterns = [

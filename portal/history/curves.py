@@ -14,6 +14,7 @@ from __future__ import annotations
 from portal.runs import selectors
 from portal.runs.models import Run
 from portal.runs.results import drilldown
+from portal.runs.summary import RunSummary
 
 from .comparison import Side
 
@@ -23,8 +24,8 @@ MAX_RUNS_PER_SIDE = 10
 
 def run_curves(run: Run) -> dict:
     """One run's window series (aligned at the window's start), distribution and levels."""
-    summary = run.summary or {}
-    window = summary.get("window") or {}
+    summary = RunSummary.of(run)
+    window = summary.window
     start, end = window.get("start", 0), window.get("end")
     data = selectors.run_series(run)
     keep = [i for i, t in enumerate(data["t"]) if t >= start and (end is None or t < end)]
@@ -32,16 +33,16 @@ def run_curves(run: Run) -> dict:
     for key in ("apd_ms", "p95_ms", "pages_per_s"):
         series[key] = [data[key][i] for i in keep]
     levels = []
-    capacity = summary.get("capacity") or {}
+    capacity = summary.capacity
     if capacity.get("levels"):
         levels = [
             {"users": lv["users"], "pages_per_s": lv.get("pages_per_s"), "apd_ms": lv.get("apd_ms")}
             for lv in capacity["levels"]
         ]
-    elif len(summary.get("windows") or []) > 1:
+    elif len(summary.windows) > 1:
         levels = [
             {"users": w["totals"]["users"], "pages_per_s": w["totals"]["pages_per_s"], "apd_ms": w["totals"]["apd_ms"]}
-            for w in summary["windows"]
+            for w in summary.windows
         ]
     return {
         "code": str(run.code),

@@ -31,6 +31,7 @@ from django.urls import reverse
 
 from portal.projects.models import Environment, Plan, Project
 from portal.runs.models import Run, run_digest
+from portal.runs.summary import RunSummary
 
 from .comparison import compare_sides, models_compared, run_capacity, side_for_runs
 from .models import ExternalMeasurement, TuningChange
@@ -145,7 +146,7 @@ def _run_url(run: Run) -> str:
 
 def run_point(run: Run, seq: int) -> dict:
     """One run on the timeline."""
-    totals = (run.summary or {}).get("totals") or {}
+    totals = RunSummary.of(run).totals
     # Capacity as the comparisons compute it, so the chart and the effect table agree.
     capacity = run_capacity(run)
     start = run_start(run)
@@ -375,7 +376,7 @@ def environment_journey(environment: Environment, plan: Plan | None) -> dict:
 
     measurements = list(environment.measurements.select_related("tuning_change"))
 
-    with_figures = [r for r in runs if (r.summary or {}).get("totals")]
+    with_figures = [r for r in runs if RunSummary.of(r).totals]
     points = [run_point(r, seq) for seq, r in enumerate(with_figures)]
     positions = _marker_positions(changes, [run_start(r) for r in with_figures])
 

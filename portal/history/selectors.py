@@ -13,6 +13,7 @@ from portal.projects.models import Environment
 from portal.runs.models import Run
 from portal.runs.selectors import run_live_figures
 from portal.runs.services import active_run_on
+from portal.runs.summary import RunSummary
 
 from . import comparison
 from .models import Experiment, TrialSet, TuningChange, config_dict
@@ -85,7 +86,7 @@ def trial_rows(runs: list[Run]) -> list[dict]:
     """One row per trial: its run, its figures (from the summary's totals) and its doubts."""
     rows = []
     for position, run in enumerate(runs, start=1):
-        totals = (run.summary or {}).get("totals") or {}
+        totals = RunSummary.of(run).totals
         rows.append(
             {
                 "trial": position,
@@ -112,7 +113,7 @@ def spread(runs: list[Run]) -> dict:
     pooled = comparison.pooled_figures(counting).get(None) or {}
     out = {"n": len(counting)}
     for name, key, label in FIGURES:
-        values = [float(v) for run in counting if (v := ((run.summary or {}).get("totals") or {}).get(key)) is not None]
+        values = [float(v) for run in counting if (v := RunSummary.of(run).totals.get(key)) is not None]
         out[name] = {
             "label": label,
             "value": pooled.get(key),

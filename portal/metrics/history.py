@@ -8,6 +8,7 @@ Each run gives the mean of its measured windows; comparisons treat one run as on
 from __future__ import annotations
 
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 
 from .selectors import run_servers
 
@@ -26,7 +27,7 @@ def run_server_figures(run: Run) -> dict[tuple[str, str, bool], float]:
     data = run_servers(run)
     if not data:
         return {}
-    pages = ((run.summary or {}).get("totals") or {}).get("pages_per_s")
+    pages = RunSummary.of(run).totals.get("pages_per_s")
     out = {}
     for server in data["servers"]:
         for s in server["series"]:

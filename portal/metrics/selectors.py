@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from portal.runs.models import Run
 from portal.runs.results import read
+from portal.runs.summary import RunSummary
 from portal.telemetry.countersets import COUNTER_SETS
 from portal.telemetry.exposition import figures
 
@@ -32,7 +33,7 @@ def _stats(values: list[float]) -> dict:
 
 
 def _windows(run: Run) -> list[dict]:
-    summary_windows = (run.summary or {}).get("windows")
+    summary_windows = RunSummary.of(run).windows
     if summary_windows:
         return [{"label": w["label"], "start": w["start"], "end": w["end"]} for w in summary_windows]
     return [{"label": label, "start": start, "end": end} for start, end, label in run.measurement_windows]
@@ -145,12 +146,11 @@ def _pages_per_second(run: Run) -> dict[int, int]:
 
 def run_hints(run: Run, servers: list[dict], windows: list[dict]) -> list:
     """The bottleneck hints of a finished run (none while it runs: the knee is not known yet)."""
-    summary = run.summary or {}
+    summary = RunSummary.of(run)
     if not summary:
         return []
-    saturated = (summary.get("generator") or {}).get("saturated")
-    out = list(hint_rules.generator_hint(saturated))
-    capacity = summary.get("capacity") or {}
+    out = list(hint_rules.generator_hint(summary.saturated))
+    capacity = summary.capacity
     if capacity.get("analysed"):
         labels = [w["label"] for w in windows]
         levels = sorted(capacity["levels"], key=lambda lv: lv["users"])
@@ -165,7 +165,7 @@ def run_hints(run: Run, servers: list[dict], windows: list[dict]) -> list:
             knee_users=capacity.get("knee_users"),
             level_users=[lv["users"] for lv in levels],
             cpu_by_server=cpu_by_server,
-            generator_saturated=saturated,
+            generator_saturated=summary.saturated,
         )
     elif len(windows) == 1:
         w = windows[0]

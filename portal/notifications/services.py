@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.common import task
+from portal.runs.summary import RunSummary
 
 from . import grafana
 from .addresses import addresses_request, recipients_allowed, test_allowed
@@ -171,7 +172,7 @@ def run_events(run, verdict=None) -> list[str]:
         events.append(Event.THRESHOLDS_FAILED)
     if run.status in ("error", "partial", "incomplete", "stopped"):
         events.append(Event.RUN_ERROR)
-    degradation = (run.summary or {}).get("degradation") or {}
+    degradation = RunSummary.of(run).degradation
     if degradation.get("onset_s") is not None:
         events.append(Event.DEGRADATION)
     if verdict is not None and verdict.verdict == "regressed":
@@ -180,8 +181,8 @@ def run_events(run, verdict=None) -> list[str]:
 
 
 def run_payload(run, events: list[str], verdict=None) -> dict:
-    totals = (run.summary or {}).get("totals") or {}
-    degradation = (run.summary or {}).get("degradation") or {}
+    summary = RunSummary.of(run)
+    totals, degradation = summary.totals, summary.degradation
     payload = {
         "event": events[-1] if len(events) > 1 else events[0],
         "events": events,

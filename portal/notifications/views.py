@@ -5,7 +5,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal import limits
-from portal.accounts.access import get_for_user, membership_for
+from portal.accounts import access
+from portal.accounts.access import get_for_user
 from portal.projects.models import Project
 
 from . import addresses, selectors, services
@@ -14,7 +15,6 @@ from .models import Channel
 
 
 def _page(request, project, form, status=200):
-    membership = membership_for(request.user, project.team)
     channels = list(selectors.project_channels(project=project))
     states = addresses.address_states(channels)
     for channel in channels:
@@ -23,7 +23,7 @@ def _page(request, project, form, status=200):
         "project": project,
         "channels": channels,
         "form": form,
-        "can_write": membership is not None and membership.can_write,
+        "can_write": access.can_write(request.user, project),
         "nav": "projects",
     }
     return render(request, "notifications/list.html", context, status=status)

@@ -17,7 +17,7 @@ from portal.accounts.models import Team
 from workers.engine import variables
 from workers.engine.stop_criteria import CriteriaError, parse_text, rules_text
 
-from . import har, rules, services, wsactions
+from . import har, profiles, rules, services, wsactions
 from .models import (
     DataSet,
     Environment,
@@ -881,14 +881,7 @@ class PlanForm(ProjectScopedForm):
             "description",
             "environment",
             "profile_kind",
-            "users",
-            "ramp_up",
-            "hold",
-            "ramp_down",
-            "pacing",
-            "rate",
-            "rate_start",
-            "max_users",
+            *Plan.PROFILE_INPUTS,
             "think_time_mode",
             "request_timeout",
             "protocol",
@@ -916,8 +909,9 @@ class PlanForm(ProjectScopedForm):
         self.fields["environment"].to_field_name = "code"
         self.fields["environment"].empty_label = None
         self.fields["protocol"].required = False  # left out (older clients, scripts): the environment's
-        for name in ("ramp_up", "hold", "ramp_down", "pacing", "rate", "rate_start", "request_timeout"):
-            self.fields[name].widget.attrs["step"] = "any"
+        for name in (*self.PROFILE_INPUTS, "request_timeout"):
+            if isinstance(self.fields[name], forms.FloatField):
+                self.fields[name].widget.attrs["step"] = "any"
         self.fields["threshold_error_rate_pct"].widget.attrs["step"] = "any"
         self.fields["threshold_min_pages_per_s"].widget.attrs["step"] = "any"
         self.fields["threshold_min_h2_share_pct"].widget.attrs["step"] = "any"
@@ -963,7 +957,15 @@ class PlanForm(ProjectScopedForm):
     @property
     def kind(self) -> str:
         kind = self.data.get("profile_kind") if self.is_bound else self.instance.profile_kind
-        return kind if kind in Plan.PROFILE_FIELDS else Plan.ProfileKind.RAMP
+        return profiles.kind_named(kind).name
+
+    def kinds(self):
+        """Every kind of profile, for its help paragraph on the page."""
+        return profiles.ordered()
+
+    def level_kinds(self) -> str:
+        """The kinds that take levels, as the template's data-kinds toggle reads them."""
+        return " ".join(kind.name for kind in profiles.ordered() if kind.uses_levels)
 
     def profile_fields(self):
         """(bound field, the kinds that use it as a space-separated string) for the template's toggle."""
@@ -987,7 +989,7 @@ class PlanForm(ProjectScopedForm):
                 cleaned[name] = getattr(self.instance, name)
             elif name not in self._errors and cleaned.get(name) is None and name not in Plan.OPTIONAL_PROFILE_FIELDS:
                 self.add_error(name, forms.Field.default_error_messages["required"])
-        if kind == Plan.ProfileKind.STEPS:
+        if profiles.kind_named(kind).uses_levels:
             if self.levels.is_valid():
                 self.instance._levels = [f.instance for f in self.levels.live_forms()]
             else:
@@ -1013,7 +1015,7 @@ class PlanForm(ProjectScopedForm):
 
         data = self.cleaned_data
         levels = None
-        if data["profile_kind"] == Plan.ProfileKind.STEPS:
+        if profiles.kind_named(data["profile_kind"]).uses_levels:
             levels = [
                 LevelSpec(**{k: f.cleaned_data[k] for k in ("users", "ramp_up", "hold", "ramp_down", "quiet")})
                 for f in self.levels.live_forms()
@@ -1032,7 +1034,7 @@ class PlanForm(ProjectScopedForm):
             for name, messages in self.errors.items()
             if name in self.PROFILE_INPUTS or name == "profile_kind"
         }
-        if self.kind == Plan.ProfileKind.STEPS and not self.levels.is_valid():
+        if profiles.kind_named(self.kind).uses_levels and not self.levels.is_valid():
             if self.levels.non_form_errors():
                 errors["levels"] = list(self.levels.non_form_errors())
             for form in self.levels.forms:

@@ -5,8 +5,10 @@ from django.db import models
 from django.urls import reverse
 
 from portal.accounts.models import Team
-from portal.common import TimeStamped, human_duration, new_code, plural
+from portal.common import TimeStamped, new_code, plural
 from workers.engine import variables
+
+from . import profiles
 
 TRACE_ID_PLACEHOLDER = "{trace_id}"
 
@@ -512,16 +514,6 @@ class Step(models.Model):
         return d
 
 
-def _span(values: list[float]) -> str:
-    """One duration when all are equal, else the range: "1 h", "30 min–1 h"."""
-    low, high = min(values), max(values)
-    return human_duration(low) if low == high else f"{human_duration(low)}–{human_duration(high)}"
-
-
-def _number(value: float) -> str:
-    return f"{value:g}"
-
-
 class Plan(TimeStamped):
     """What to run: a weighted mix of test cases against an environment, a load profile and thresholds."""
 
@@ -538,24 +530,17 @@ class Plan(TimeStamped):
         UNIFORM = "uniform", "Uniform (mean ± 50 %)"
         EXPONENTIAL = "exponential", "Negative exponential"
 
-    class ProfileKind(models.TextChoices):
-        RAMP = "ramp", "Ramp: up, hold, down"
-        CONSTANT = "constant", "Constant: all users from the start"
-        STEPS = "steps", "Steps: a suite of levels"
-        PACING = "pacing", "Pacing: one iteration every N seconds per user"
-        ARRIVAL_RATE = "arrival_rate", "Arrival rate: iterations per second (open model)"
+    # The kinds of load profile are classes in the engine (workers/engine/profiles.py); these are read from them.
+    ProfileKind = models.TextChoices(
+        "ProfileKind", [(kind.name.upper(), (kind.name, kind.label)) for kind in profiles.ordered()]
+    )
 
-    # The fields each kind of profile uses (steps: its levels); the form shows and validates only these.
-    PROFILE_FIELDS = {
-        ProfileKind.RAMP: ("users", "ramp_up", "hold", "ramp_down"),
-        ProfileKind.CONSTANT: ("users", "hold"),
-        ProfileKind.STEPS: (),
-        ProfileKind.PACING: ("users", "ramp_up", "hold", "ramp_down", "pacing"),
-        ProfileKind.ARRIVAL_RATE: ("rate", "rate_start", "ramp_up", "hold", "max_users"),
-    }
+    # The fields each kind of profile uses (a kind with levels: none); the form shows and validates only these.
+    PROFILE_FIELDS = {kind.name: kind.fields for kind in profiles.ordered()}
+    # The kinds' optional parameters that may stay empty (their column is nullable): the engine's default then.
     OPTIONAL_PROFILE_FIELDS = ("rate_start",)
     # Every kind's fields, in the order the form shows them; and the degradation settings.
-    PROFILE_INPUTS = ("users", "rate", "rate_start", "ramp_up", "hold", "ramp_down", "pacing", "max_users")
+    PROFILE_INPUTS = profiles.PARAMETERS
     DEGRADATION_INPUTS = (
         "degradation_drop_pct",
         "degradation_rise_pct",
@@ -568,7 +553,7 @@ class Plan(TimeStamped):
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="plans")
     name = models.CharField(max_length=100)
     description = models.TextField(blank=True)
-    profile_kind = models.CharField("kind", max_length=12, choices=ProfileKind.choices, default=ProfileKind.RAMP)
+    profile_kind = models.CharField("kind", max_length=12, choices=profiles.choices, default="ramp")
     users = models.PositiveIntegerField(default=20, validators=[MinValueValidator(1), MaxValueValidator(100_000)])
     ramp_up = models.FloatField("ramp-up (s)", default=10, validators=[MinValueValidator(0)])
     hold = models.FloatField("hold (s)", default=60, validators=[MinValueValidator(1)])
@@ -714,96 +699,48 @@ class Plan(TimeStamped):
         return list(self.levels.all()) if self.pk else []
 
     @property
+    def kind(self) -> profiles.ProfileKind:
+        """The profile's kind (workers/engine/profiles.py): it answers every question about the shape."""
+        return profiles.kind_named(self.profile_kind)
+
+    def profile_values(self) -> dict:
+        """The kinds' flat parameters as this plan holds them (a kind reads its own)."""
+        return {name: getattr(self, name) for name in self.PROFILE_INPUTS}
+
+    def engine_profile(self):
+        """The profile as the engine's Profile, unchecked (a plan being edited may lack values)."""
+        return self.kind.unchecked(self.profile_values(), self.get_levels())
+
+    @property
     def duration(self) -> float:
         """Seconds from the start to the end of the profile (docs/plan-format.md, "Load profiles")."""
-        kind = self.profile_kind
-        if kind == self.ProfileKind.CONSTANT:
-            return self.hold
-        if kind == self.ProfileKind.STEPS:
-            # The run ends when the last level has ramped down: its quiet time is not waited for.
-            levels = self.get_levels()
-            return sum(level.duration for level in levels) - (levels[-1].quiet if levels else 0)
-        if kind == self.ProfileKind.ARRIVAL_RATE:
-            return self.ramp_up + self.hold
-        return self.ramp_up + self.hold + self.ramp_down
+        return self.kind.duration(self.engine_profile())
 
     @property
     def peak_users(self) -> int:
         """The most virtual users active at once (for arrival rate, the cap)."""
-        if self.profile_kind == self.ProfileKind.STEPS:
-            return max((level.users for level in self.get_levels()), default=0)
-        if self.profile_kind == self.ProfileKind.ARRIVAL_RATE:
-            return self.max_users or 0
-        return self.users
+        return self.kind.peak_users(self.engine_profile())
 
     @property
     def load_summary(self) -> str:
         """A few words for lists: "50 users", "20 → 50 users", "20 iterations/s"."""
-        if self.profile_kind == self.ProfileKind.STEPS:
-            users = [level.users for level in self.get_levels()]
-            if len(users) > 1:
-                return f"{users[0]} → {users[-1]} users"
-            return plural(users[0], "user") if users else "no levels"
-        if self.profile_kind == self.ProfileKind.ARRIVAL_RATE:
-            return f"{_number(self.rate or 0)} iterations/s"
-        return plural(self.users, "user")
+        return self.kind.load_words(self.engine_profile(), profiles.WORDS)
 
     @property
     def profile_description(self) -> str:
         """The load profile in words, e.g. "5 levels: 20 → 50 users, 1 h ramp-up, 5 h measured, …"."""
-        kind, d = self.profile_kind, human_duration
-        if kind == self.ProfileKind.CONSTANT:
-            return f"{plural(self.users, 'user')} from the start, {d(self.hold)} measured"
-        if kind == self.ProfileKind.STEPS:
-            levels = self.get_levels()
-            if not levels:
-                return "Steps with no levels yet"
-            users = " → ".join(str(u) for u in (levels[0].users, levels[-1].users)) if len(levels) > 1 else None
-            parts = [
-                users and f"{users} users" or plural(levels[0].users, "user"),
-                f"{_span([lv.ramp_up for lv in levels])} ramp-up",
-                f"{_span([lv.hold for lv in levels])} measured",
-                f"{_span([lv.ramp_down for lv in levels])} ramp-down",
-                f"{_span([lv.quiet for lv in levels])} quiet",
-            ]
-            count = f"{len(levels)} level{'' if len(levels) == 1 else 's'}"
-            return f"{count}: {', '.join(parts)}{' each' if len(levels) > 1 else ''}"
-        if kind == self.ProfileKind.ARRIVAL_RATE:
-            rate = _number(self.rate or 0)
-            start = self.rate_start if self.rate_start is not None else self.rate
-            ramp = f"{_number(start or 0)} → {rate} iterations/s over {d(self.ramp_up)}, then " if self.ramp_up else ""
-            return f"{ramp}{rate} iterations/s for {d(self.hold)} measured, at most {plural(self.max_users, 'user')}"
-        ramp = f"{d(self.ramp_up)} ramp-up, {d(self.hold)} measured, {d(self.ramp_down)} ramp-down"
-        if kind == self.ProfileKind.PACING:
-            return (
-                f"{plural(self.users, 'user')}, each starting an iteration every {_number(self.pacing or 0)} s: {ramp}"
-            )
-        return f"{plural(self.users, 'user')}: {ramp}"
+        return self.kind.describe(self.engine_profile(), profiles.WORDS)
 
     def profile_dict(self) -> dict:
         """The ``profile`` of the engine's plan, with the keys docs/plan-format.md gives for its kind."""
-        kind = self.profile_kind
-        if kind == self.ProfileKind.CONSTANT:
-            return {"kind": kind, "users": self.users, "hold": self.hold}
-        if kind == self.ProfileKind.STEPS:
-            return {"kind": kind, "levels": [level.to_engine_dict() for level in self.get_levels()]}
-        if kind == self.ProfileKind.ARRIVAL_RATE:
-            profile = {"kind": kind, "rate": self.rate, "ramp_up": self.ramp_up, "hold": self.hold}
-            if self.rate_start is not None:
-                profile["rate_start"] = self.rate_start
-            profile["max_users"] = self.max_users
-            return profile
-        profile = {"users": self.users, "ramp_up": self.ramp_up, "hold": self.hold, "ramp_down": self.ramp_down}
-        if kind == self.ProfileKind.PACING:
-            profile = {"kind": kind, **profile, "pacing": self.pacing}
-        # A ramp has no "kind" key: it is the engine's default, and older engines refuse the key.
-        return profile
+        levels = [level.to_engine_dict() for level in self.get_levels()] if self.kind.uses_levels else []
+        return self.kind.document(self.profile_values(), levels)
 
     def problems(self) -> list[str]:
         """Why this plan cannot run yet (empty when it can)."""
         problems = []
-        if self.profile_kind == self.ProfileKind.STEPS and not self.get_levels():
-            problems.append("Add at least one level to the steps profile.")
+        if self.kind.uses_levels and not self.get_levels():
+            problems.append(f"Add at least one level to the {self.kind.name} profile.")
         entries = list(self.mix.select_related("test_case").prefetch_related("test_case__steps"))
         if not entries:
             problems.append("Add at least one test case to the mix.")
@@ -870,7 +807,7 @@ class Plan(TimeStamped):
     def analysis_settings(self) -> dict:
         """What the run's analysis needs beyond the engine's plan; a run keeps a copy."""
         return {
-            "capacity_search": self.capacity_search and self.profile_kind == self.ProfileKind.STEPS,
+            "capacity_search": self.capacity_search and self.kind.uses_levels,
             "degradation": {
                 "drop_pct": self.degradation_drop_pct,
                 "rise_pct": self.degradation_rise_pct,

@@ -18,6 +18,8 @@ from portal.common import human_duration
 from workers.engine.stop_criteria import CriteriaError, parse_rules
 from workers.engine.targets import BadTargetURL, parse_target_url
 
+from . import profiles
+
 # A page slower than the longest request timeout (600 s) cannot be measured; no system we load
 # serves a million pages a second.
 THRESHOLD_MAXIMA = {
@@ -207,17 +209,21 @@ def stop_criteria_errors(value, *, longest_hold: float | None) -> list[str]:
 
 def profile_duration_error(kind: str, values: dict) -> str | None:
     """Why the profile's fields make a run longer than PLIMSOLL_MAX_RUN_SECONDS (not for steps: see levels)."""
-    names = {"constant": ("hold",), "arrival_rate": ("ramp_up", "hold")}.get(kind, ("ramp_up", "hold", "ramp_down"))
+    names = profiles.kind_named(kind).duration_keys
+    if not names:
+        return None
     parts = [values.get(name) for name in names]
     if any(p is None for p in parts):
         return None
     total, limit = sum(parts), settings.PLIMSOLL_MAX_RUN_SECONDS
     if total <= limit:
         return None
-    what = {
-        ("hold",): "The hold lasts",
-        ("ramp_up", "hold"): "Ramp-up and hold add up to",
-    }.get(names, "Ramp-up, hold and ramp-down add up to")
+    words = [name.replace("_", "-") for name in names]  # "ramp-up", "hold", "ramp-down"
+    if len(words) == 1:
+        what = f"The {words[0]} lasts"
+    else:
+        what = f"{', '.join(words[:-1])} and {words[-1]} add up to"
+        what = what[0].upper() + what[1:]
     return f"{what} {human_duration(total)}; the longest run allowed is {human_duration(limit)}."
 
 

@@ -21,7 +21,7 @@ from portal.common import Invalid, write_private
 from portal.telemetry.promql import check_prometheus_url, token_encrypt
 from workers.engine.targets import BadTargetURL, parse_target_url
 
-from . import har, rules
+from . import har, profiles, rules
 from .models import DataSet, Environment, HarImport, MixEntry, Plan, PlanLevel, Project, Server, Step, TestCase
 
 
@@ -432,7 +432,7 @@ def plan_save(
         level_errors = [rules.model_field_errors(row, exclude=["plan"]) for row in rows]
         if any(level_errors):
             errors["levels"] = level_errors
-    if kind == Plan.ProfileKind.STEPS:
+    if profiles.kind_named(kind).uses_levels:
         checked = rows if rows is not None else p.get_levels()
         if "levels" not in errors and (message := rules.levels_error(checked)):
             errors["levels"] = [message]

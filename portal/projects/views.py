@@ -27,7 +27,7 @@ from django_htmx.http import reswap, retarget
 
 from portal.accounts import access
 from portal.accounts.models import Membership
-from portal.common import Invalid, plural
+from portal.common import Invalid, is_fragment, plural
 from portal.history.models import TuningChange
 from portal.history.selectors import environment_history
 
@@ -53,16 +53,6 @@ RECENT_RUNS = 10
 RECENT_EXPERIMENTS = 5
 PLAN_RUNS = 20
 DIRECTIONS = ("up", "down")
-
-
-def _fragment(request) -> bool:
-    """HTMX asks for a page region (a boosted link wants the whole page)."""
-    return bool(request.htmx) and not request.htmx.boosted
-
-
-def _can_write(user, project: Project) -> bool:
-    membership = Membership.objects.filter(team_id=project.team_id, user=user).first()
-    return membership is not None and membership.can_write
 
 
 def _save(form, save, rows=()):
@@ -158,7 +148,7 @@ def project_detail(request, code):
         "experiments": project.experiments.select_related("plan", "change").order_by("-created_at", "-id")[
             :RECENT_EXPERIMENTS
         ],
-        "can_write": _can_write(request.user, project),
+        "can_write": access.can_write(request.user, project),
         "nav": "projects",
     }
     return render(request, "projects/project_detail.html", context)
@@ -213,7 +203,7 @@ def environment_detail(request, code):
         "project": environment.project,
         "servers": environment.servers.all(),
         "plans": environment.plans.prefetch_related("levels"),
-        "can_write": _can_write(request.user, environment.project),
+        "can_write": access.can_write(request.user, environment.project),
         "target_problem": selectors.target_problem(base_url=environment.base_url),
         "same_origin": drift.same_origin_environments(environment),
         "prometheus_problems": prometheus_problems(environment),
@@ -221,7 +211,7 @@ def environment_detail(request, code):
         # The results history: its ledger of tuning changes, a past configuration, measurements.
         **environment_history(environment, at=request.GET.get("at")),
     }
-    if _fragment(request) and "at" in request.GET:
+    if is_fragment(request) and "at" in request.GET:
         return render(request, "projects/environment_detail.html#config-at", context)
     return render(request, "projects/environment_detail.html", context)
 
@@ -310,7 +300,7 @@ def environment_delete(request, code):
 def _testcase_context(request, test_case: TestCase, **extra) -> dict:
     steps = list(test_case.steps.all())
     data_set = selectors.data_set_head(test_case=test_case)
-    can_write = _can_write(request.user, test_case.project)
+    can_write = access.can_write(request.user, test_case.project)
     context = {
         "test_case": test_case,
         "project": test_case.project,
@@ -331,14 +321,14 @@ def _testcase_context(request, test_case: TestCase, **extra) -> dict:
 
 def _steps_changed(request, test_case: TestCase):
     """After a change to the steps: the list fragment for HTMX, else back to the page."""
-    if _fragment(request):
+    if is_fragment(request):
         return render(request, "projects/testcase_detail.html#steps-list", _testcase_context(request, test_case))
     return redirect(test_case.get_absolute_url() + "#steps")
 
 
 def _step_form(request, test_case: TestCase, form: StepForm, *, container: str):
     """The step form again (empty, or with its errors): in place for HTMX, else on the whole page."""
-    if _fragment(request):
+    if is_fragment(request):
         context = {"form": form, "test_case": test_case}
         response = render(request, "projects/testcase_detail.html#step-form", context)
         if request.method == "POST":
@@ -355,7 +345,7 @@ def _step_form(request, test_case: TestCase, form: StepForm, *, container: str):
 def testcase_detail(request, code):
     test_case = access.get_for_user(request.user, TestCase.objects.select_related("project__team"), code=code)
     context = _testcase_context(request, test_case)
-    if _fragment(request):
+    if is_fragment(request):
         return render(request, "projects/testcase_detail.html#steps-list", context)
     return render(request, "projects/testcase_detail.html", context)
 
@@ -381,7 +371,7 @@ def testcase_try(request, code):
     else:
         context["try_result"] = tryit.test_case_try(test_case=test_case, environment=environment)
     status = 400 if "try_error" in context else 200
-    if _fragment(request):
+    if is_fragment(request):
         return render(request, "projects/testcase_detail.html#try-it", context, status=status)
     return render(request, "projects/testcase_detail.html", context, status=status)
 
@@ -588,7 +578,7 @@ def _target_problems(base_url: str) -> list[str]:
 
 
 def _plan_context(request, plan: Plan, **extra) -> dict:
-    can_write = _can_write(request.user, plan.project)
+    can_write = access.can_write(request.user, plan.project)
     context = {
         "plan": plan,
         "project": plan.project,
@@ -608,7 +598,7 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
 
 def _mix_changed(request, plan: Plan, *, status_ok: bool = True, **extra):
     """After a change to the mix: the mix fragment (with the run box out of band) for HTMX, else the page."""
-    if _fragment(request):
+    if is_fragment(request):
         context = _plan_context(request, plan, oob=True, **extra)
         return render(request, "projects/plan_detail.html#mix", context)
     if status_ok:
@@ -620,7 +610,7 @@ def _mix_changed(request, plan: Plan, *, status_ok: bool = True, **extra):
 @vary_on_headers("HX-Request")  # a page or its fragment, from one URL
 def plan_detail(request, code):
     plan = access.get_for_user(request.user, Plan.objects.select_related("project__team", "environment"), code=code)
-    if _fragment(request):
+    if is_fragment(request):
         return render(request, "projects/plan_detail.html#mix", _plan_context(request, plan, oob=True))
     return render(request, "projects/plan_detail.html", _plan_context(request, plan, preview=_preview(plan)))
 

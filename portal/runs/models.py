@@ -7,6 +7,8 @@ from django.urls import reverse
 from portal.common import TimeStamped, new_code
 from portal.projects.models import Environment, Plan, Project
 
+from .summary import RunSummary
+
 # A finished run of a plan is judged against its baseline on the bookkeeping queue (portal.schedules.baselines);
 # until then every reader says so.
 VERDICT_PENDING_HEADLINE = "Being judged against the plan's baseline."
@@ -210,7 +212,7 @@ class Run(TimeStamped):
         """passed, failed, or None: no threshold judged, or the run was cancelled before its window ended."""
         if self.status == self.Status.CANCELLED:
             return None  # runs finalized before issue 28 kept the verdict of the part that ran
-        return (self.summary or {}).get("verdict")
+        return RunSummary.of(self).verdict
 
     @property
     def doubts(self) -> list[str]:
@@ -226,8 +228,7 @@ class Run(TimeStamped):
         if self.status == self.Status.CANCELLED:
             reasons.append("it was cancelled")
         elif self.status == self.Status.PARTIAL:
-            handoffs = (self.summary or {}).get("handoffs") or []
-            if any(h.get("kind") == "stopped" and not h.get("resumed_on") for h in handoffs):
+            if any(h.get("kind") == "stopped" and not h.get("resumed_on") for h in RunSummary.of(self).handoffs):
                 # Told apart from a lost shard: its worker was stopped on purpose (DESIGN, shard continuation).
                 reasons.append("a shard was interrupted: its worker stopped and no worker took over")
             else:
@@ -238,8 +239,7 @@ class Run(TimeStamped):
             reasons.append(f"it was stopped by its criteria ({self.stop_sentence or 'a stop criterion broke'})")
         elif self.status == self.Status.ERROR:
             reasons.append("it ended in error")
-        saturated = ((self.summary or {}).get("generator") or {}).get("saturated")
-        if saturated:
+        if saturated := RunSummary.of(self).saturated:
             reasons.append(f"the load generator was saturated ({saturated})")
         if not self.summary and self.status != self.Status.ERROR:
             reasons.append("it has no summary")

@@ -2,7 +2,9 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from .models import ResultImport, Run, ShardInterval
+from .payloads import RunSeries
 from .results import read
+from .summary import RunSummary
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
 LIVE_WINDOW_S = 5
@@ -73,15 +75,16 @@ def run_handoffs(run: Run) -> list[dict]:
     from . import analysis
 
     if run.summary and not run.is_active:
-        return run.summary.get("handoffs") or []
+        return RunSummary.of(run).handoffs
     return analysis.handoff_timeline(run, [])
 
 
-def run_series(run: Run, *, since: int | None = None) -> dict:
+def run_series(run: Run, *, since: int | None = None, live: bool = True) -> RunSeries:
     """The charts' data: per-second figures over the whole run, its status and measurement windows.
 
-    The run page's charts and the API (series, series.csv) read this one function; ``since``
-    (live polls) sends only the seconds from there on.
+    The run page's charts, the share page's (``live=False``: a shared page never polls), the API
+    (series) and series.csv read this one function; ``since`` (live polls) sends only the seconds
+    from there on.
     """
     from . import analysis
 
@@ -89,7 +92,7 @@ def run_series(run: Run, *, since: int | None = None) -> dict:
     data.update(
         {
             "status": run.status,
-            "active": run.is_active,
+            "active": run.is_active and live,
             "windows": [[start, end, label] for start, end, label in run.measurement_windows],
             "duration_s": run.planned_duration,
         }

@@ -7,7 +7,9 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from portal.accounts.access import get_for_user, membership_for, scoped
+from portal.accounts import access
+from portal.accounts.access import get_for_user, scoped
+from portal.common import is_fragment
 from portal.projects.models import Environment, Plan, Project
 from portal.schedules import change_points
 from portal.stats.shifts import MIN_RUNS
@@ -116,19 +118,18 @@ def run_start(request, code):
 @login_required
 def run_detail(request, code):
     run = get_for_user(request.user, Run.objects.select_related("project", "plan", "environment"), code=code)
-    membership = membership_for(request.user, run.project.team)
     context = {
         "run": run,
         "nav": "runs",
         "live": selectors.run_live_figures(run),
-        "can_write": membership is not None and membership.can_write,
+        "can_write": access.can_write(request.user, run),
         "shards": selectors.run_shards(run),
         "handoffs": selectors.run_handoffs(run),
         "queue": services.run_queue(run),
         # Its stop criteria as they stand now (each rule's window figure), while it runs.
         "criteria": services.criteria_state(run) if run.status == Run.Status.RUNNING else [],
     }
-    if request.htmx and not request.htmx.boosted:
+    if is_fragment(request):
         response = render(request, "runs/detail.html#live", context)
         if not run.is_active:
             # The run has ended: reload the page to show the report instead of the live view.

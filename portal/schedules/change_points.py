@@ -18,6 +18,7 @@ from django.db.models.functions import RowNumber
 from portal.history.comparison import FIGURES
 from portal.history.models import TuningChange, config_diff
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 from portal.stats import shifts
 
 from . import soak
@@ -127,11 +128,11 @@ def history_runs(*, plan_ids, last: int = LAST_RUNS) -> dict[int, list[Run]]:
 
 
 def _value(run: Run, page: str | None, key: str) -> float | None:
-    summary = run.summary or {}
+    summary = RunSummary.of(run)
     if page is None:
-        row = summary.get("totals") or {}
+        row = summary.totals
     else:
-        row = next((p for p in summary.get("pages") or [] if p.get("label") == page), None) or {}
+        row = summary.page(page) or {}
         # A page's figure joins only where the page had enough samples for it (the verdict's rule).
         if (row.get("pages") or 0) < MIN_PAGES.get(key, 0):
             return None
@@ -140,7 +141,7 @@ def _value(run: Run, page: str | None, key: str) -> float | None:
 
 
 def _series(runs: list[Run]):
-    pages = sorted({p["label"] for r in runs for p in (r.summary or {}).get("pages") or [] if p.get("label")})
+    pages = sorted({p["label"] for r in runs for p in RunSummary.of(r).pages if p.get("label")})
     for page in [None, *pages]:
         for fig in FIGURES:
             points = [(r, v) for r in runs if (v := _value(r, page, fig.key)) is not None]

@@ -6,6 +6,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 
 from .models import RunVerdict, Schedule, ScheduleFire
 
@@ -106,7 +107,7 @@ def sparkline(schedule: Schedule) -> list[dict]:
     """APD and pages/s of the runs of the schedule's last fires (``spark_fires``), oldest first, for the chart."""
     points = []
     for fire in reversed(schedule.spark_fires):
-        totals = (fire.run.summary or {}).get("totals") or {}
+        totals = RunSummary.of(fire.run).totals
         points.append(
             {
                 "due": fire.due_at.isoformat(),

@@ -6,7 +6,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from portal.accounts.access import get_for_user, membership_for
+from portal.accounts import access
+from portal.accounts.access import get_for_user
 from portal.projects.models import Project
 from portal.stats.shifts import MIN_RUNS
 
@@ -16,11 +17,6 @@ from .models import Schedule
 
 # The morning view lists each plan's newest change points, this many.
 MORNING_CHANGE_POINTS = 3
-
-
-def _can_write(user, project) -> bool:
-    membership = membership_for(user, project.team)
-    return membership is not None and membership.can_write
 
 
 def _save(form: ScheduleForm, project, schedule=None) -> Schedule | None:
@@ -52,7 +48,7 @@ def _form_context(form, project):
 @login_required
 def project_schedules(request, code):
     project = get_for_user(request.user, Project.objects.select_related("team"), code=code)
-    can_write = _can_write(request.user, project)
+    can_write = access.can_write(request.user, project)
     form = None
     if can_write:
         form = ScheduleForm(initial={"kind": "daily", "time_zone": "UTC", "enabled": True}, project=project)
@@ -94,7 +90,7 @@ def schedule_new(request, code):
 def schedule_edit(request, code):
     schedule = get_for_user(request.user, Schedule.objects.select_related("project__team", "plan"), code=code)
     project = schedule.project
-    can_write = _can_write(request.user, project)
+    can_write = access.can_write(request.user, project)
     if request.method == "POST":
         get_for_user(request.user, Schedule.objects.all(), code=code, write=True)
         form = ScheduleForm(request.POST, project=project)

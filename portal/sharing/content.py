@@ -14,6 +14,7 @@ from portal.history.choices import experiment_report as comparison_report
 from portal.history.models import TrialSet, TuningChange
 from portal.history.selectors import experiment_steps
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 from portal.runs.templatetags.plimsoll import ms, pct, rate
 
 from .models import ShareLink
@@ -44,16 +45,16 @@ def config_differences(before: dict[str, str], after: dict[str, str]) -> list[st
 # --------------------------------------------------------------------------------------
 
 
-def _top_level(s: dict) -> tuple[int, dict] | None:
+def _top_level(s: RunSummary) -> tuple[int, dict] | None:
     """(users, figures) of a run's highest level when it has several windows (a steps run), else None.
 
     Its totals add every level up (the mean pages/s over the 5-, 10- and 20-user windows), which
     is no figure of any load: a sentence that names the top level's users quotes that level's own.
     """
-    windows = s.get("windows") or []
+    windows = s.windows
     if len(windows) < 2:
         return None
-    levels = [lv for lv in (s.get("capacity") or {}).get("levels") or [] if lv.get("users")]
+    levels = [lv for lv in s.capacity.get("levels") or [] if lv.get("users")]
     if levels:  # the plan's users of each level, as the report's levels table shows them
         top = max(levels, key=lambda lv: lv["users"])
         return top["users"], top
@@ -64,8 +65,8 @@ def _top_level(s: dict) -> tuple[int, dict] | None:
 
 def run_headline(run: Run) -> str:
     """One sentence for a stakeholder: the load, APD and throughput, and the verdict."""
-    s = run.summary or {}
-    totals = s.get("totals") or {}
+    s = RunSummary.of(run)
+    totals = s.totals
     if not totals:
         return f"Run #{run.number} of {run.plan_name} has no results: it ended {run.get_status_display().lower()}."
     if top := _top_level(s):
@@ -73,7 +74,7 @@ def run_headline(run: Run) -> str:
         load = f"at its top level, {users} users, "
     else:
         figures = totals
-        users = max((w.get("totals", {}).get("users") or 0 for w in s.get("windows") or []), default=0)
+        users = max((w.get("totals", {}).get("users") or 0 for w in s.windows), default=0)
         load = f"with {users} users " if users else ""
     sentence = (
         f"{run.plan_name} on {run.environment_name} {load}served {rate(figures.get('pages_per_s'))} pages/s "
@@ -83,7 +84,7 @@ def run_headline(run: Run) -> str:
     if run.verdict == "passed":
         sentence += ": every threshold held."
     elif run.verdict == "failed":
-        failed = [t["name"] for t in s.get("thresholds") or [] if not t.get("passed")]
+        failed = [t["name"] for t in s.thresholds if not t.get("passed")]
         sentence += f": thresholds failed ({', '.join(failed)})." if failed else ": thresholds failed."
     elif run.status == Run.Status.FINISHED:
         sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."
@@ -93,10 +94,10 @@ def run_headline(run: Run) -> str:
         sentence += f": it was stopped by its criteria ({run.stop_sentence}), so its thresholds were not judged."
     else:
         sentence += "."
-    capacity = s.get("capacity") or {}
+    capacity = s.capacity
     if capacity.get("analysed") and capacity.get("sentence"):
         sentence += " " + capacity["sentence"]
-    degradation = s.get("degradation") or {}
+    degradation = s.degradation
     if degradation.get("degraded") and degradation.get("sentence"):
         sentence += " " + degradation["sentence"]
     return sentence

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_POST
 from portal.accounts.access import get_for_user, membership_for
 from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan, Project
-from portal.runs import analysis
+from portal.runs import selectors as run_selectors
 from portal.runs.models import Run
 from portal.runs.results import drilldown, protocols
 
@@ -230,16 +230,7 @@ def public_series(request, token, run_code):
     if run_code not in content.allowed_runs(link):
         return _not_here()
     run = get_object_or_404(Run, project=link.project, code=run_code)
-    data = analysis.series(run)
-    data.update(
-        {
-            "status": run.status,
-            "active": False,
-            "windows": [[start, end, label] for start, end, label in run.measurement_windows],
-            "duration_s": run.planned_duration,
-        }
-    )
-    return JsonResponse(data)
+    return JsonResponse(run_selectors.run_series(run, live=False))
 
 
 @_public

@@ -111,6 +111,16 @@
     return rest ? grouped(String(h)) + " h " + rest + " min" : grouped(String(h)) + " h";
   }
 
+  // A server's figure in its series' unit (named by the column or axis title, not repeated).
+  function figure(value, unit) {
+    const v = num(value);
+    if (v === null) return MISSING;
+    unit = unit || "";
+    if (unit.endsWith("/s")) return rate(v);
+    if (unit === "%") return percent(v).replace(/ %$/, "");
+    return number(v);
+  }
+
   window.PlimsollFormat = {
     MISSING: MISSING,
     fixed: fixed,
@@ -123,5 +133,6 @@
     size: size,
     number: number,
     seconds: seconds,
+    figure: figure,
   };
 })();

@@ -121,3 +121,29 @@ def test_javascript_twin_writes_the_same_strings(browser, tmp_path):
     assert with_scale == [
         [formatting.duration_ms(v, "s"), formatting.duration_scale(v, 5)] for v in VALUES if isinstance(v, int | float)
     ]
+
+
+FIGURE_CASES = [(value, unit) for unit in ("", "%", "/s", "MB", "MB/s") for value in VALUES]
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "expected"),
+    [(183.94, "", "184"), (4707.0, "", "4,707"), (183.94, "MB", "184"), (42.04, "/s", "42"), (0.125, "%", "0.13")],
+)
+def test_a_servers_figure_is_written_by_its_units_rule(value, unit, expected):
+    # the server-metric tables printed 183.94 and 4707.0 as they came
+    assert formatting.figure(value, unit) == expected
+    shown = Template("{% load server_metrics %}{{ v|figure:unit }}").render(Context({"v": value, "unit": unit}))
+    assert shown == expected
+
+
+@pytest.mark.browser
+def test_javascript_twin_writes_server_figures_the_same(browser):
+    from django.conf import settings
+
+    page = browser.new_page()
+    page.set_content("<html><body></body></html>")
+    page.add_script_tag(content=(settings.BASE_DIR / "static" / "js" / "format.js").read_text())
+    in_js = page.evaluate("cases => cases.map(([v, u]) => window.PlimsollFormat.figure(v, u))", FIGURE_CASES)
+    page.close()
+    assert in_js == [formatting.figure(v, u) for v, u in FIGURE_CASES]

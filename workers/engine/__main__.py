@@ -37,6 +37,7 @@ import threading
 from typing import Any
 
 from .plan import THINK_TIME_MODES, Plan, PlanError
+from .profiles import kind_of
 from .runner import RunTotals, lag_ms, latency_ms, new_event_loop_factory, run
 from .targets import DEFAULT_ALLOWLIST, ENV_VAR, Allowlist, TargetNotAllowed, check_url, parse_allowlist
 
@@ -124,12 +125,12 @@ def _plan(args: argparse.Namespace) -> Plan:
             raise PlanError(f"{args.plan}: not valid JSON ({exc})") from None
     plan = Plan.from_dict(data)
     profile = plan.profile.to_dict()
-    kind = plan.profile.kind
-    if kind == "steps" and (args.users is not None or args.duration is not None):
-        raise PlanError(f"{args.plan}: --users and --duration do not apply to a steps profile (edit its levels)")
-    if args.rate is not None and kind != "arrival_rate":
-        raise PlanError(f"{args.plan}: --rate applies to an arrival_rate profile, not {kind}")
-    overrides = {"max_users" if kind == "arrival_rate" else "users": args.users, "hold": args.duration}
+    kind = kind_of(plan.profile)
+    if kind.users_key is None and (args.users is not None or args.duration is not None):
+        raise PlanError(f"{args.plan}: --users and --duration do not apply to a {kind.name} profile (edit its levels)")
+    if args.rate is not None and "rate" not in kind.fields:
+        raise PlanError(f"{args.plan}: --rate applies to an arrival_rate profile, not {kind.name}")
+    overrides = {kind.users_key: args.users, "hold": args.duration}
     if args.rate is not None:
         overrides["rate"] = args.rate
         if profile["rate_start"] == profile["rate"]:
@@ -247,14 +248,7 @@ def _human_summary(plan: Plan, t: RunTotals) -> str:
 
 
 def _describe(plan: Plan) -> str:
-    p = plan.profile
-    if p.kind == "steps":
-        return f"steps of {', '.join(str(level.users) for level in p.levels)} users"
-    if p.kind == "arrival_rate":
-        ramp = f" (from {p.rate_start:g}/s over {p.ramp_up:g} s)" if p.ramp_up else ""
-        return f"{p.rate:g} iterations/s{ramp}, at most {p.users} users, {p.hold:g} s hold"
-    pacing = f", one iteration every {p.pacing:g} s" if p.kind == "pacing" else ""
-    return f"{p.users} users, {p.hold:g} s hold{pacing}"
+    return kind_of(plan.profile).cli_words(plan.profile)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 THINK_TIME_MODES = ("fixed", "uniform", "exponential")
 MAX_REQUEST_TIMEOUT = 600.0  # the histogram's range (10 min)
 MAX_USERS = 1_000_000
-PROFILE_KINDS = ("constant", "ramp", "steps", "pacing", "arrival_rate")
 MAX_LEVELS = 100
 MAX_RATE = 1_000_000.0  # arrivals per second
 BODY_TYPES = ("raw", "form", "json")
@@ -215,7 +214,7 @@ class Level:
 
 @dataclass(frozen=True)
 class Profile:
-    """The load profile, one of ``PROFILE_KINDS`` (docs/plan-format.md; the shapes are in schedule.py).
+    """The load profile, of one of the kinds in ``profiles.KINDS`` (docs/plan-format.md; shapes in profiles.py).
 
     ``users`` is, for every kind, how many virtual-user numbers the profile
     uses, which is what shards split: the users of ``constant``, ``ramp`` and
@@ -241,37 +240,21 @@ class Profile:
     @property
     def open_model(self) -> bool:
         """Iterations arrive at a rate (arrival_rate) instead of being looped by users."""
-        return self.kind == "arrival_rate"
+        return self._kind.open_model
 
     @property
     def timed_from_intended_start(self) -> bool:
         """The first page of an iteration is timed from when the iteration was due (no coordinated omission)."""
-        return self.kind in ("pacing", "arrival_rate")
+        return self._kind.timed_from_intended_start
+
+    @property
+    def _kind(self):
+        from .profiles import kind_of
+
+        return kind_of(self)
 
     def to_dict(self) -> dict[str, Any]:
-        if self.kind == "constant":
-            return {"kind": "constant", "users": self.users, "hold": self.hold}
-        if self.kind == "steps":
-            return {"kind": "steps", "levels": [level.to_dict() for level in self.levels]}
-        if self.kind == "arrival_rate":
-            return {
-                "kind": "arrival_rate",
-                "rate": self.rate,
-                "rate_start": self.rate_start,
-                "ramp_up": self.ramp_up,
-                "hold": self.hold,
-                "max_users": self.users,
-            }
-        d: dict[str, Any] = {
-            "kind": self.kind,
-            "users": self.users,
-            "ramp_up": self.ramp_up,
-            "hold": self.hold,
-            "ramp_down": self.ramp_down,
-        }
-        if self.kind == "pacing":
-            d["pacing"] = self.pacing
-        return d
+        return self._kind.to_dict(self)
 
 
 @dataclass(frozen=True)
@@ -841,79 +824,10 @@ def _cell(v: Any, path: str) -> str:
     raise PlanError(f"{path}: must be a string or a number")
 
 
-_PROFILE_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # kind: (required, optional)
-    "constant": (("users", "hold"), ("kind",)),
-    "ramp": (("users", "hold"), ("kind", "ramp_up", "ramp_down")),
-    "steps": (("levels",), ("kind",)),
-    "pacing": (("users", "hold", "pacing"), ("kind", "ramp_up", "ramp_down")),
-    "arrival_rate": (("rate", "hold", "max_users"), ("kind", "rate_start", "ramp_up")),
-}
-
-
 def _profile(d: Any, path: str) -> Profile:
-    if not isinstance(d, dict):
-        raise PlanError(f"{path}: must be an object")
-    kind = d.get("kind", "ramp")
-    if kind not in PROFILE_KINDS:
-        raise PlanError(f"{path}.kind: must be one of {', '.join(PROFILE_KINDS)}")
-    required, optional = _PROFILE_KEYS[kind]
-    _obj(d, path, required=required, optional=optional)
-    if kind == "steps":
-        return _steps_profile(d, path)
-    if kind == "arrival_rate":
-        rate = _number(d["rate"], f"{path}.rate", exclusive=True)
-        if rate > MAX_RATE:
-            raise PlanError(f"{path}.rate: must be at most {MAX_RATE:g} per second")
-        rate_start = _number(d.get("rate_start", rate), f"{path}.rate_start")
-        if rate_start > MAX_RATE:
-            raise PlanError(f"{path}.rate_start: must be at most {MAX_RATE:g} per second")
-        profile = Profile(
-            kind=kind,
-            users=_int(d["max_users"], f"{path}.max_users", minimum=1, maximum=MAX_USERS),
-            rate=rate,
-            rate_start=rate_start,
-            ramp_up=_number(d.get("ramp_up", 0.0), f"{path}.ramp_up"),
-            hold=_number(d["hold"], f"{path}.hold"),
-        )
-        if profile.ramp_up + profile.hold <= 0:
-            raise PlanError(f"{path}: ramp_up + hold must be greater than 0")
-        return profile
-    profile = Profile(
-        kind=kind,
-        users=_int(d["users"], f"{path}.users", minimum=1, maximum=MAX_USERS),
-        ramp_up=_number(d.get("ramp_up", 0.0), f"{path}.ramp_up"),
-        hold=_number(d["hold"], f"{path}.hold", exclusive=kind == "constant"),
-        ramp_down=_number(d.get("ramp_down", 0.0), f"{path}.ramp_down"),
-        pacing=_number(d["pacing"], f"{path}.pacing", exclusive=True) if kind == "pacing" else 0.0,
-    )
-    if profile.ramp_up + profile.hold + profile.ramp_down <= 0:
-        raise PlanError(f"{path}: ramp_up + hold + ramp_down must be greater than 0")
-    return profile
+    from . import profiles  # the kinds parse their own objects (profiles.py imports this module)
 
-
-def _steps_profile(d: dict[str, Any], path: str) -> Profile:
-    levels = d["levels"]
-    if not isinstance(levels, list) or not levels:
-        raise PlanError(f"{path}.levels: must be a non-empty list")
-    if len(levels) > MAX_LEVELS:
-        raise PlanError(f"{path}.levels: must have at most {MAX_LEVELS} levels")
-    parsed = []
-    for i, level in enumerate(levels):
-        at = f"{path}.levels[{i}]"
-        _obj(level, at, required=("users", "hold"), optional=("ramp_up", "ramp_down", "quiet"))
-        users = _int(level["users"], f"{at}.users", minimum=1)
-        if users > MAX_USERS:
-            raise PlanError(f"{at}.users: must be at most {MAX_USERS}")
-        parsed.append(
-            Level(
-                users=users,
-                ramp_up=_number(level.get("ramp_up", 0.0), f"{at}.ramp_up"),
-                hold=_number(level["hold"], f"{at}.hold", exclusive=True),
-                ramp_down=_number(level.get("ramp_down", 0.0), f"{at}.ramp_down"),
-                quiet=_number(level.get("quiet", 0.0), f"{at}.quiet"),
-            )
-        )
-    return Profile(kind="steps", users=max(level.users for level in parsed), hold=0.0, levels=tuple(parsed))
+    return profiles.parse(d, path)
 
 
 def _thresholds(d: Any, path: str) -> Thresholds:

@@ -1,5 +1,7 @@
 """Load profiles as pure functions of time: when each virtual user runs, when each arrival is due.
 
+Each kind's shape is its class in profiles.py; these functions ask the profile's kind.
+
 Every time here is in seconds after the run's common start. Nothing here does
 I/O or looks at a clock: the runner, the portal's preview chart and the tests
 all read the same functions.
@@ -46,6 +48,11 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from .profiles import KINDS, ProfileKind
+from .profiles import _ramp_active as _ramp_active
+from .profiles import _ramp_window as _ramp_window
+from .profiles import level_starts as level_starts
+
 
 class LevelLike(Protocol):
     users: int
@@ -64,7 +71,7 @@ class ProfileLike(Protocol):
     ramp_down: float
 
 
-CLOSED_KINDS = ("constant", "ramp", "steps", "pacing")
+CLOSED_KINDS = tuple(name for name, kind in KINDS.items() if not kind.open_model)
 
 
 def kind_of(profile: Any) -> str:
@@ -74,38 +81,15 @@ def kind_of(profile: Any) -> str:
 # -- closed model: user windows ------------------------------------------------------
 
 
-def _ramp_window(k: int, n: int, ramp_up: float, hold: float, ramp_down: float) -> tuple[float, float]:
-    return ramp_up * k / n, ramp_up + hold + ramp_down * (n - 1 - k) / n
-
-
-def level_starts(profile: Any) -> list[float]:
-    """Start time of each level of a ``steps`` profile."""
-    starts = []
-    t = 0.0
-    for level in profile.levels:
-        starts.append(t)
-        t += level.ramp_up + level.hold + level.ramp_down + level.quiet
-    return starts
-
-
 def user_windows(k: int, profile: Any) -> list[tuple[float, float]]:
     """Every (start, stop) window of user ``k``: one, or one per level it takes part in for ``steps``."""
-    kind = kind_of(profile)
-    if kind == "arrival_rate":
-        raise ValueError("an arrival_rate profile has no user windows: its users serve arrivals")
+    kind = _kind(profile)
+    if kind.open_model:
+        return kind.user_windows(k, profile)  # raises: its users serve arrivals
     n = profile.users
     if not 0 <= k < n:
         raise ValueError(f"user number {k} is outside 0..{n - 1}")
-    if kind == "constant":
-        return [(0.0, profile.hold)]
-    if kind == "steps":
-        windows = []
-        for start, level in zip(level_starts(profile), profile.levels, strict=True):
-            if k < level.users:
-                a, b = _ramp_window(k, level.users, level.ramp_up, level.hold, level.ramp_down)
-                windows.append((start + a, start + b))
-        return windows
-    return [_ramp_window(k, n, profile.ramp_up, profile.hold, profile.ramp_down)]
+    return kind.user_windows(k, profile)
 
 
 def user_window(k: int, profile: Any) -> tuple[float, float]:
@@ -124,51 +108,13 @@ def active_users_at(t: float, profile: Any, user_ids: Iterable[int] | None = Non
     return active
 
 
-def _ramp_active(t: float, n: int, ramp_up: float, hold: float, ramp_down: float) -> int:
-    """Users of a ramp active at ``t``, in O(1) but exactly as ``_ramp_window`` decides (same float arithmetic)."""
-    if n <= 0 or t < 0:
-        return 0
-
-    def start(k: int) -> float:
-        return ramp_up * k / n
-
-    def stop(k: int) -> float:
-        return ramp_up + hold + ramp_down * (n - 1 - k) / n
-
-    # started: users 0..s-1 with start(k) <= t (start grows with k)
-    s = n if ramp_up <= 0 else min(n, max(0, int(t * n / ramp_up) + 1))
-    while s < n and start(s) <= t:
-        s += 1
-    while s > 0 and start(s - 1) > t:
-        s -= 1
-    # stopped: users f..n-1 with stop(k) <= t (stop falls as k grows)
-    end = ramp_up + hold
-    if t < end:
-        f = n
-    elif ramp_down <= 0:
-        f = 0
-    else:
-        f = min(n, max(0, n - 1 - int((t - end) * n / ramp_down)))
-    while f > 0 and stop(f - 1) <= t:
-        f -= 1
-    while f < n and stop(f) > t:
-        f += 1
-    return max(0, min(s, f))
-
-
 def users_at(t: float, profile: Any) -> int | None:
     """Users the plan has active at ``t`` for closed kinds; None for ``arrival_rate`` (it depends on the target)."""
-    kind = kind_of(profile)
-    if kind == "arrival_rate":
-        return None
-    if kind == "constant":
-        return profile.users if 0 <= t < profile.hold else 0
-    if kind == "steps":
-        for start, level in zip(level_starts(profile), profile.levels, strict=True):
-            if start <= t < start + level.ramp_up + level.hold + level.ramp_down:
-                return _ramp_active(t - start, level.users, level.ramp_up, level.hold, level.ramp_down)
-        return 0
-    return _ramp_active(t, profile.users, profile.ramp_up, profile.hold, profile.ramp_down)
+    return _kind(profile).users_at(t, profile)
+
+
+def _kind(profile: Any) -> ProfileKind:
+    return KINDS[kind_of(profile)]
 
 
 # -- open model: arrivals ---------------------------------------------------------------
@@ -180,16 +126,7 @@ def rate_at(t: float, profile: Any) -> float | None:
     For ``constant``, ``ramp`` and ``steps`` the rate follows the target's
     response times, so the plan does not set one.
     """
-    kind = kind_of(profile)
-    if kind == "pacing":
-        return (users_at(t, profile) or 0) / profile.pacing
-    if kind != "arrival_rate":
-        return None
-    if t < 0 or t >= profile.ramp_up + profile.hold:
-        return 0.0
-    if t < profile.ramp_up:
-        return profile.rate_start + (profile.rate - profile.rate_start) * t / profile.ramp_up
-    return profile.rate
+    return _kind(profile).rate_at(t, profile)
 
 
 def arrivals_until(t: float, profile: Any) -> float:
@@ -246,34 +183,12 @@ def arrivals(profile: Any, shard: tuple[int, int] | None = None) -> Iterator[tup
 
 def total_duration(profile: Any) -> float:
     """Seconds from the run's start until the last user stops starting steps (or the last arrival is due)."""
-    kind = kind_of(profile)
-    if kind == "constant":
-        return profile.hold
-    if kind == "arrival_rate":
-        return profile.ramp_up + profile.hold
-    if kind == "steps":
-        levels = profile.levels
-        if not levels:
-            return 0.0
-        return level_starts(profile)[-1] + levels[-1].ramp_up + levels[-1].hold + levels[-1].ramp_down
-    return profile.ramp_up + profile.hold + profile.ramp_down
+    return _kind(profile).duration(profile)
 
 
 def measurement_windows(profile: Any) -> list[tuple[float, float, str]]:
     """The parts that count for summaries and verdicts: each level's hold for ``steps``, else the hold."""
-    kind = kind_of(profile)
-    if kind == "steps":
-        return [
-            (
-                start + level.ramp_up,
-                start + level.ramp_up + level.hold,
-                f"Level {i + 1}: {level.users} user{'' if level.users == 1 else 's'}",
-            )
-            for i, (start, level) in enumerate(zip(level_starts(profile), profile.levels, strict=True))
-        ]
-    if kind == "constant":
-        return [(0.0, profile.hold, "Hold")]
-    return [(profile.ramp_up, profile.ramp_up + profile.hold, "Hold")]
+    return _kind(profile).windows(profile)
 
 
 def whole_seconds(start: float, end: float) -> tuple[int, int]:
@@ -294,23 +209,6 @@ def measurement_window(profile: Any) -> tuple[float, float]:
     return start, end
 
 
-def _corners(profile: Any) -> list[float]:
-    """Times where the shape bends, so that a sampled chart keeps its corners."""
-    kind = kind_of(profile)
-    if kind == "steps":
-        out = []
-        for start, level in zip(level_starts(profile), profile.levels, strict=True):
-            a = start + level.ramp_up
-            b = a + level.hold
-            out += [start, a, b, b + level.ramp_down, b + level.ramp_down + level.quiet]
-        return out
-    if kind == "constant":
-        return [0.0, profile.hold]
-    a = profile.ramp_up
-    b = a + profile.hold
-    return [0.0, a, b, b + (0.0 if kind == "arrival_rate" else profile.ramp_down)]
-
-
 def preview(profile: Any, points: int = 200) -> dict[str, Any]:
     """The planned shape for a chart: ``{"kind", "duration", "t", "users" | "rate", "windows"}``.
 
@@ -324,20 +222,20 @@ def preview(profile: Any, points: int = 200) -> dict[str, Any]:
     points = max(2, int(points))
     duration = total_duration(profile)
     times = {duration * i / (points - 1) for i in range(points)}
-    for c in _corners(profile):
+    for c in _kind(profile).corners(profile):
         if 0 <= c <= duration:
             times.add(c)
             if c > 0:
                 times.add(max(0.0, c - min(1e-3, duration / (points * 100))))
     t = sorted(times)
     out: dict[str, Any] = {"kind": kind_of(profile), "duration": duration, "t": [round(x, 6) for x in t]}
-    kind = kind_of(profile)
-    if kind == "arrival_rate":
+    kind = _kind(profile)
+    if kind.open_model:
         out["rate"] = [_rate_for_chart(x, profile, duration) for x in t]
         out["max_users"] = profile.users
     else:
         out["users"] = [users_at(x, profile) for x in t]
-        if kind == "pacing":
+        if kind.rate_at(0.0, profile) is not None:  # a closed model that sets its rate (pacing)
             out["rate"] = [round(rate_at(x, profile) or 0.0, 6) for x in t]
     out["windows"] = [{"start": a, "end": b, "label": label} for a, b, label in measurement_windows(profile)]
     return out

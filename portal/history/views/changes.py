@@ -16,7 +16,8 @@ from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_http_methods, require_POST
 
-from portal.accounts.access import get_for_user, membership_for, team_of
+from portal.accounts import access
+from portal.accounts.access import get_for_user
 from portal.projects.models import Environment
 from portal.runs.models import Run
 
@@ -28,11 +29,6 @@ from ..models import ExternalMeasurement, TuningChange, apply_edits
 # --------------------------------------------------------------------------------------
 # Views
 # --------------------------------------------------------------------------------------
-
-
-def _can_write(user, obj) -> bool:
-    membership = membership_for(user, team_of(obj))
-    return membership is not None and membership.can_write
 
 
 def _environment(request, code, *, write: bool = False) -> Environment:
@@ -109,7 +105,7 @@ def change_detail(request, code):
     )
     environment = change.environment
     experiment = getattr(change, "experiment", None)
-    can_write = _can_write(request.user, change)
+    can_write = access.can_write(request.user, change)
     response = change.hook_response or {}
     context = {
         "change": change,

@@ -18,7 +18,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from portal.accounts.access import get_for_user, membership_for
+from portal.accounts import access
+from portal.accounts.access import get_for_user
+from portal.common import is_fragment
 from portal.projects.models import Plan, Project
 from portal.runs.services import RunError
 
@@ -29,16 +31,6 @@ from ..selectors import experiment_steps, experiment_waiting_for, spread, trial_
 
 # The reason services.trialset_stop and experiment_stop record.
 STOPPED_BY_USER = "Stopped by a user."
-
-
-def _fragment(request) -> bool:
-    """HTMX asks for a page region (a boosted link wants the whole page)."""
-    return bool(request.htmx) and not request.htmx.boosted
-
-
-def _can_write(user, project: Project) -> bool:
-    membership = membership_for(user, project.team)
-    return membership is not None and membership.can_write
 
 
 def _trialset_context(request, trial_set: TrialSet) -> dict:
@@ -62,7 +54,7 @@ def _trialset_context(request, trial_set: TrialSet) -> dict:
         "compare_url": compare_url,
         # A set a person stopped is a notice; one a failed trial stopped is an error.
         "stopped_by_user": trial_set.error_message == STOPPED_BY_USER,
-        "can_write": _can_write(request.user, project),
+        "can_write": access.can_write(request.user, project),
         "nav": "projects",
     }
 
@@ -132,7 +124,7 @@ def trialset_detail(request, code):
         code=code,
     )
     context = _trialset_context(request, trial_set)
-    if _fragment(request):
+    if is_fragment(request):
         return render(request, "history/trialset_detail.html#live", context)
     return render(request, "history/trialset_detail.html", context)
 
@@ -170,7 +162,7 @@ def _experiment_context(request, experiment: Experiment) -> dict:
         "steps": experiment_steps(experiment),
         "waiting_for": experiment_waiting_for(experiment),
         "report": choices.experiment_report(experiment),
-        "can_write": _can_write(request.user, experiment.project),
+        "can_write": access.can_write(request.user, experiment.project),
         "nav": "projects",
     }
 
@@ -187,7 +179,7 @@ def experiment_list(request, code):
     context = {
         "project": project,
         "experiments": experiments,
-        "can_write": _can_write(request.user, project),
+        "can_write": access.can_write(request.user, project),
         "nav": "projects",
     }
     return render(request, "history/experiment_list.html", context)
@@ -268,7 +260,7 @@ def _experiment_save(request, plan: Plan, form: ExperimentForm, change_form) -> 
 def experiment_detail(request, code):
     experiment = get_for_user(request.user, selectors.experiments_related(Experiment.objects.all()), code=code)
     context = _experiment_context(request, experiment)
-    if _fragment(request):
+    if is_fragment(request):
         response = render(request, "history/experiment_detail.html#live", context)
         if not experiment.is_active:
             # It has ended: reload the whole page (the comparison and its charts, no more polling).

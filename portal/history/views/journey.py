@@ -10,7 +10,8 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
 
-from portal.accounts.access import get_for_user, membership_for
+from portal.accounts import access
+from portal.accounts.access import get_for_user
 from portal.projects.models import Environment, Project
 from portal.schedules import change_points
 from portal.stats.shifts import MIN_RUNS
@@ -24,11 +25,6 @@ def _chosen(request, choices: list[dict]):
         return journey.chosen_plan(choices, request.GET.get("plan"))
     except LookupError:
         raise Http404("No such plan here.") from None
-
-
-def _can_write(user, project) -> bool:
-    membership = membership_for(user, project.team)
-    return membership is not None and membership.can_write
 
 
 def _plans(choices: list[dict]) -> list[dict]:
@@ -69,7 +65,7 @@ def environment_journey(request, code):
         "plan": plan,
         "sections": [data],
         "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
-        "can_write": _can_write(request.user, environment.project),
+        "can_write": access.can_write(request.user, environment.project),
         "nav": "projects",
         **_change_points(plan),
     }
@@ -93,7 +89,7 @@ def project_journey(request, code):
         "sections": data["sections"],
         "ledger": data["ledger"],
         "data_url": f"{data_url}?plan={plan.code}" if plan else data_url,
-        "can_write": _can_write(request.user, project),
+        "can_write": access.can_write(request.user, project),
         "nav": "projects",
         **_change_points(plan),
     }

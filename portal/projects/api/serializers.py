@@ -225,16 +225,19 @@ class MixItemSerializer(StrictSerializer):
     )
 
 
+def profile_parameter_fields() -> dict:
+    """A field per load-profile parameter (Plan.PROFILE_INPUTS), typed as its column: whole or decimal number."""
+    fields = {}
+    for name in Plan.PROFILE_INPUTS:
+        integer = Plan._meta.get_field(name).get_internal_type() == "PositiveIntegerField"
+        field = serializers.IntegerField if integer else serializers.FloatField
+        fields[name] = field(required=False, allow_null=True)
+    return fields
+
+
 PLAN_FIELDS = (
     "profile_kind",
-    "users",
-    "ramp_up",
-    "hold",
-    "ramp_down",
-    "pacing",
-    "rate",
-    "rate_start",
-    "max_users",
+    *Plan.PROFILE_INPUTS,  # every kind's parameters (workers/engine/profiles.py PARAMETERS)
     "think_time_mode",
     "request_timeout",
     "protocol",
@@ -267,14 +270,7 @@ class PlanSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     profile_kind = serializers.ChoiceField(choices=Plan.ProfileKind.choices, default=Plan.ProfileKind.RAMP)
-    users = serializers.IntegerField(required=False, allow_null=True)
-    ramp_up = serializers.FloatField(required=False, allow_null=True)
-    hold = serializers.FloatField(required=False, allow_null=True)
-    ramp_down = serializers.FloatField(required=False, allow_null=True)
-    pacing = serializers.FloatField(required=False, allow_null=True)
-    rate = serializers.FloatField(required=False, allow_null=True)
-    rate_start = serializers.FloatField(required=False, allow_null=True)
-    max_users = serializers.IntegerField(required=False, allow_null=True)
+    locals().update(profile_parameter_fields())  # users, rate, …: each a kind's parameter, checked by the kind
     think_time_mode = serializers.ChoiceField(choices=Plan.ThinkTimeMode.choices, default=Plan.ThinkTimeMode.FIXED)
     request_timeout = serializers.FloatField(default=30)
     protocol = serializers.ChoiceField(

@@ -4,6 +4,7 @@ from rest_framework import serializers
 
 from portal.api.base import AbsoluteUrls
 from portal.runs.models import Run, RunShard
+from portal.runs.summary import RunSummary
 from portal.schedules.baselines import pending_for
 from portal.schedules.models import ROW_VERDICTS, RunVerdict
 
@@ -251,11 +252,7 @@ class RunDetailSerializer(RunSerializer):
         return run_queue(run)
 
     def get_thresholds(self, run) -> list[dict]:
-        rows = []
-        for window in (run.summary or {}).get("windows") or []:
-            for t in window.get("thresholds") or []:
-                rows.append({"window": window["label"], **t})
-        return rows
+        return RunSummary.of(run).threshold_rows()
 
 
 class PageRowSerializer(serializers.Serializer):

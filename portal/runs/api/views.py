@@ -16,8 +16,9 @@ from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet, re
 from portal.api.errors import TargetRefused, error_responses
 from portal.common import Invalid
 from portal.projects.models import Plan
-from portal.runs import reports, selectors, services
+from portal.runs import exports, selectors, services
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 from portal.schedules.models import RunVerdict
 
 from .serializers import (
@@ -404,7 +405,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def pages(self, request, code=None):
-        return Response((self.get_object().summary or {}).get("pages") or [])
+        return Response(RunSummary.of(self.get_object()).pages)
 
     @extend_schema(
         summary="Errors by kind, with a sample and the pages they hit",
@@ -412,7 +413,7 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def errors(self, request, code=None):
-        return Response((self.get_object().summary or {}).get("errors") or [])
+        return Response(RunSummary.of(self.get_object()).errors)
 
     @extend_schema(
         summary="Per-second figures over the whole run (the charts' data)",
@@ -430,41 +431,29 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
     def shards(self, request, code=None):
         return Response(ShardSerializer(self.get_object().shards.all(), many=True).data)
 
-    @_file_schema("application/xml", "JUnit XML: a test case per threshold per measured window")
-    def junit(self, request, code=None):
-        run = self.get_object()
-        return _file(reports.junit_xml(run), "application/xml; charset=utf-8", f"plimsoll-run-{run.number}.xml")
-
-    @_file_schema("text/csv", "The per-page table as CSV")
-    def pages_csv(self, request, code=None):
-        run = self.get_object()
-        return _file(reports.pages_csv(run), "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-pages.csv")
-
-    @_file_schema("text/csv", "Streams, WebSocket sessions and protocols per page as CSV (empty without any)")
-    def protocols_csv(self, request, code=None):
-        run = self.get_object()
-        body = reports.protocols_csv(run)
-        return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-protocols.csv")
-
     @extend_schema(
         summary="Streams, WebSocket sessions and protocols of the measured window(s), per page and in total",
         responses={200: ProtocolsSerializer, **error_responses(404)},
     )
     @action(detail=True, methods=["get"], pagination_class=None)
     def protocols(self, request, code=None):
-        section = (self.get_object().summary or {}).get("protocols") or {"pages": [], "totals": {}}
-        return Response(section)
+        return Response(RunSummary.of(self.get_object()).protocols or {"pages": [], "totals": {}})
 
-    @_file_schema("text/csv", "The per-second series as CSV")
-    def series_csv(self, request, code=None):
-        run = self.get_object()
-        body = reports.series_csv(selectors.run_series(run))
-        return _file(body, "text/csv; charset=utf-8", f"plimsoll-run-{run.number}-series.csv")
 
-    @_file_schema("application/json", "Status, verdict and the whole summary as one JSON file", OpenApiTypes.OBJECT)
-    def summary_json(self, request, code=None):
+def _export_view(fmt: exports.ExportFormat):
+    """The API's view of one export format: the run's file, as the format renders it."""
+
+    def view(self, request, code=None):
         run = self.get_object()
-        return _file(reports.summary_json(run), "application/json", f"plimsoll-run-{run.number}-summary.json")
+        return _file(fmt.render(run), fmt.content_type, fmt.download_name(run))
+
+    view.__name__ = fmt.method
+    return _file_schema(fmt.media_type, fmt.summary, fmt.schema_type)(view)
+
+
+# One view per export format (portal/runs/exports/), routed by portal/api/urls.py.
+for _fmt in exports.FORMATS.values():
+    setattr(RunViewSet, _fmt.method, _export_view(_fmt))
 
 
 class StartRunSerializer(StrictSerializer):

@@ -27,6 +27,7 @@ from workers.engine.histogram import Histogram
 
 from ..analysis import cut_windows, distribution_of, last_second
 from ..models import PageInterval, PageRollup, Run, SlowTrace
+from ..summary import RunSummary
 from . import protocols, storage
 
 MAX_POINTS = 2000
@@ -257,7 +258,7 @@ def window_distribution(run: Run, label: str | None = None) -> dict:
     A finished run's summary keeps the one of all pages (computed at finalize from the same
     merged histogram as its totals), so opening the report of a 12-hour soak reads no rows for it.
     """
-    stored = (run.summary or {}).get("distribution") if not run.is_active and label is None else None
+    stored = RunSummary.of(run).distribution if not run.is_active and label is None else None
     if stored is None:
         stored = distribution_of(window_histogram(run, label))
     return {"page": label, "distribution": stored, "range": {"of": "measurement window"}}

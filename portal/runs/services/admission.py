@@ -126,10 +126,10 @@ def team_limits(team_id: int) -> Limits:
 def planned_user_seconds(snapshot: dict) -> float:
     """The plan's user-seconds (for an arrival rate: its user pool over its duration, the most it can hold)."""
     from workers.engine.plan import Plan as EnginePlan
-    from workers.engine.schedule import kind_of, total_duration, user_windows
+    from workers.engine.schedule import total_duration, user_windows
 
     profile = EnginePlan.from_dict(snapshot).profile
-    if kind_of(profile) == "arrival_rate":
+    if profile.open_model:
         return profile.users * total_duration(profile)
     return sum(b - a for k in range(profile.users) for a, b in user_windows(k, profile))
 

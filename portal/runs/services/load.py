@@ -17,7 +17,7 @@ import math
 from django.conf import settings
 from django.db import connection
 
-from workers.engine.schedule import arrival_count, arrival_time, arrivals_until, kind_of, shard_user_ids, user_windows
+from workers.engine.schedule import arrival_count, arrival_time, arrivals_until, shard_user_ids, user_windows
 
 from ..models import GeneratorWorker, RunShard, ShardInterval
 
@@ -57,7 +57,7 @@ def _first_arrival_at(t: float, profile) -> int:
 
 def shard_load(profile, shard_no: int, shard_count: int, spans: Spans | None) -> tuple[float, float]:
     """(planned, achieved) load of one shard; ``spans`` None counts the whole schedule as achieved."""
-    if kind_of(profile) == "arrival_rate":
+    if profile.open_model:
         total = arrival_count(profile)
         planned = float(len(range(shard_no, total, shard_count)))
         if spans is None:
@@ -83,7 +83,7 @@ def _pct(achieved: float, planned: float) -> float:
 def run_load(run, shards: list[RunShard]) -> dict:
     """The run's planned and achieved load, per shard and in total, and whether it is complete (see the module)."""
     profile = run.engine_profile
-    unit = "iterations" if kind_of(profile) == "arrival_rate" else "user-seconds"
+    unit = "iterations" if profile.open_model else "user-seconds"
     below = settings.PLIMSOLL_INCOMPLETE_BELOW_PCT
     spans = covered_spans(run.id)
     # Which worker (Celery node), pool and labels ran each shard, for the report (issue 25): the labels

@@ -4,6 +4,7 @@ from django import template
 
 from portal import formatting
 from portal.common import plural
+from portal.projects import profiles
 
 register = template.Library()
 MISSING = formatting.MISSING
@@ -56,10 +57,15 @@ def load_of(profile):
     """The size of a load profile in a few words: 20 users, 50 iterations/s, 5 levels up to 200 users."""
     if not isinstance(profile, dict):
         return MISSING
-    if profile.get("kind") == "arrival_rate":
-        return f"{profile.get('rate')} iterations/s"
-    if profile.get("kind") == "steps":
-        levels = profile.get("levels") or []
-        top = max((lv["users"] for lv in levels), default=0)
-        return f"{plural(len(levels), 'level')} up to {plural(top, 'user')}"
-    return plural(profile.get("users"), "user")
+    kind = profiles.KINDS.get(profile.get("kind") or "ramp")
+    if kind is None:
+        return plural(profile.get("users"), "user")
+    return kind.size_words(kind.unchecked(profile), profiles.WORDS)
+
+
+@register.simple_tag
+def export_formats(run=None):
+    """The run's export formats in the page's order (portal/runs/exports/): those that have something for it."""
+    from portal.runs import exports
+
+    return [fmt for fmt in exports.ordered() if run is None or fmt.offered_for(run)]

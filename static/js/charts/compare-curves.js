@@ -4,11 +4,12 @@
 // Data: the comparison's curves.json (portal/history/curves.py); the series are each run's own.
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const box = document.getElementById("compare-curves");
   if (!box || !window.Chart) return;
   const F = window.PlimsollFormat;
-  const BEFORE = "#d9822b";
-  const AFTER = ["#1f5fbf", "#1c7c3c", "#6b4fa3", "#b3261e", "#0f7c8a", "#7a8aa6"];
+  const BEFORE = C.orange;
+  const AFTER = PC.compare;
   const TICKS = [[50, "p50"], [90, "p90"], [99, "p99"], [99.9, "p99.9"], [99.99, "p99.99"]];
   const toX = (p) => 1 / (1 - p / 100);
   const charts = {};

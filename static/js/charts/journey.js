@@ -16,11 +16,12 @@
 // grey and are not joined into the trend line, unless a user included them (`counts`).
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const root = document.getElementById("journey");
   if (!root || !window.Chart || !root.dataset.url) return;
 
-  const BLUE = "#1f5fbf", AMBER = "#9a6300", GREEN = "#1c7c3c", RED = "#b3261e", PURPLE = "#6b4fa3";
-  const DOUBT = "#8a94a6", MARK = "#d9822b";
+  const BLUE = C.blue, AMBER = C.amber, GREEN = C.green, RED = C.red, PURPLE = C.purple;
+  const DOUBT = C.doubt, MARK = C.orange;
 
   // Figures are written by static/js/format.js, the twin of portal/formatting.py.
   const F = window.PlimsollFormat;
@@ -41,15 +42,8 @@
       (opts.changes || []).forEach((c, i) => {
         const px = x.getPixelForValue(c.seq);
         if (px < area.left - 1 || px > area.right + 1) return;
+        PC.vline(chart, c.seq, { color: MARK, dash: [5, 4], clip: false });
         ctx.save();
-        ctx.strokeStyle = MARK;
-        ctx.lineWidth = 1.5;
-        ctx.setLineDash([5, 4]);
-        ctx.beginPath();
-        ctx.moveTo(px, area.top);
-        ctx.lineTo(px, area.bottom);
-        ctx.stroke();
-        ctx.setLineDash([]);
         ctx.fillStyle = MARK;
         ctx.font = "600 11px system-ui, sans-serif";
         const right = px > area.right - 120;
@@ -129,7 +123,7 @@
       if (!doubtful.length) return;
       datasets.push({
         label: line.label + " (in doubt)", data: doubtful.map((p) => ({ x: p.seq, y: line.value(p), p: p })),
-        showLine: false, borderColor: DOUBT, backgroundColor: "#fff", pointBackgroundColor: "#fff",
+        showLine: false, borderColor: DOUBT, backgroundColor: C.white, pointBackgroundColor: C.white,
         pointBorderColor: DOUBT, pointBorderWidth: 1.8, pointRadius: 4.5, pointHoverRadius: 6.5,
       });
     });

@@ -4,6 +4,7 @@
 // form: each change posts the form's values and redraws, or lists the errors instead.
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const box = document.getElementById("profile-preview");
   if (!box || !window.Chart) return;
   const canvas = document.getElementById("profile-chart");
@@ -15,16 +16,14 @@
   const windowBands = {
     id: "windowBands",
     beforeDatasetsDraw(chart, args, opts) {
-      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+      const area = chart.chartArea, ctx = chart.ctx;
       (opts.windows || []).forEach(([start, end, label]) => {
-        const left = Math.max(x.getPixelForValue(start), area.left);
-        const right = Math.min(x.getPixelForValue(end), area.right);
-        if (right <= left) return;
+        const shown = PC.band(chart, start, end, PC.rgba(C.blue, 0.09));
+        if (!shown) return;
+        const { left, right } = shown;
         ctx.save();
-        ctx.fillStyle = "rgba(31, 95, 191, 0.09)";
-        ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
         if (label && right - left > 30) {
-          ctx.fillStyle = "#35618f";
+          ctx.fillStyle = C.steel;
           ctx.font = "11px system-ui, sans-serif";
           ctx.textAlign = "center";
           ctx.fillText(label, (left + right) / 2, area.top + 12, right - left - 4);
@@ -41,17 +40,9 @@
     return { div: 1, name: "seconds" };
   }
 
-  function humanDuration(s) {
-    s = Math.round(s);
-    if (s < 60) return s + " s";
-    if (s < 3600) return Math.floor(s / 60) + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
-    const m = Math.floor((s % 3600) / 60);
-    return Math.floor(s / 3600) + " h" + (m ? " " + m + " min" : "");
-  }
-
   const chart = new Chart(canvas, {
     type: "line",
-    data: { datasets: [{ label: "users", data: [], borderColor: "#1f5fbf", backgroundColor: "rgba(31, 95, 191, 0.15)",
+    data: { datasets: [{ label: "users", data: [], borderColor: C.blue, backgroundColor: PC.rgba(C.blue, 0.15),
       borderWidth: 1.8, pointRadius: 0, tension: 0, fill: "origin" }] },
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
@@ -83,7 +74,7 @@
     chart.update("none");
     box.classList.remove("has-errors");
     box.dataset.points = String(data.t.length);
-    if (summary) summary.textContent = (data.description || "") + (data.duration ? " · " + humanDuration(data.duration) + " in all" : "");
+    if (summary) summary.textContent = (data.description || "") + (data.duration ? " · " + window.PlimsollFormat.seconds(data.duration) + " in all" : "");
     errorList.replaceChildren();
   }
 

@@ -4,27 +4,16 @@
 (function () {
   "use strict";
   const el = document.getElementById("degradation-data");
-  if (!el || !window.Chart) return;
+  const PC = window.PlimsollCharts;
+  if (!el || !window.Chart || !PC) return;
   const d = JSON.parse(el.textContent);
   if (d.began_s == null || d.crossed_s == null) return;
-  Chart.register({
-    id: "degradationBegan",
-    beforeDatasetsDraw(chart) {
-      if (!chart.canvas.closest("#charts")) return;
-      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+  Chart.register(PC.runChartMarkers("degradationBegan", {
+    before(chart) {
       // At least a second wide, so a step that crossed in the second it began still shows.
-      const left = Math.max(x.getPixelForValue(d.began_s), area.left);
-      const right = Math.min(x.getPixelForValue(Math.max(d.crossed_s, d.began_s + 1)), area.right);
-      if (right <= left) return;
-      ctx.save();
-      ctx.fillStyle = "rgba(214, 120, 0, 0.22)";
-      ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
-      ctx.fillStyle = "#9a4f00";
-      ctx.font = "11px sans-serif";
-      ctx.textAlign = "right";
-      ctx.fillText("began @ " + d.began_s + " s", left - 3, area.top + 26);
-      ctx.restore();
+      const shown = PC.band(chart, d.began_s, Math.max(d.crossed_s, d.began_s + 1), PC.rgba(PC.colors.handoff, 0.22));
+      if (shown) PC.label(chart, "began @ " + d.began_s + " s", shown.left - 3, chart.chartArea.top + 26, PC.colors.brown, "right");
     },
-  });
+  }));
   document.getElementById("charts")?.setAttribute("data-began", String(d.began_s));
 })();

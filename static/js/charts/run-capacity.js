@@ -9,60 +9,35 @@
   const c = JSON.parse(el.textContent);
   const F = window.PlimsollFormat;
   const levels = c.levels;
-  const held = levels.map((l) => (l.held ? "#1c7c3c" : "#b3261e"));
+  const PC = window.PlimsollCharts, C = PC.colors;
+  const held = levels.map((l) => (l.held ? C.green : C.red));
   const model = c.model && c.model.fitted ? c.model : null;
   const lastLevel = model ? model.last_level : null;
   const marks = {
     id: "capacityMarks",
     afterDraw(chart) {
-      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
-      const lines = [[c.capacity_users, "capacity", "#1c7c3c", 14], [c.knee_users, "knee", "#9a6300", 28]];
+      const area = chart.chartArea;
+      const lines = [[c.capacity_users, "capacity", C.green, 14], [c.knee_users, "knee", C.amber, 28]];
       const drawn = [];
       for (const [users, label, color, dy] of lines) {
         if (users == null) continue;
-        const px = x.getPixelForValue(users);
-        ctx.save();
-        ctx.strokeStyle = color;
-        ctx.lineWidth = 1.5;
-        ctx.setLineDash([5, 3]);
-        ctx.beginPath();
-        ctx.moveTo(px, area.top);
-        ctx.lineTo(px, area.bottom);
-        ctx.stroke();
-        ctx.fillStyle = color;
-        ctx.font = "11px sans-serif";
         const text = label + ": " + users + (users === 1 ? " user" : " users");
-        const width = ctx.measureText(text).width;
-        // Right of the line, unless that runs past the plot (the top level is the capacity):
-        // then left of it, so the label is never cut off by the canvas or hidden under the axis.
-        const left = px + 4 + width <= area.right ? px + 4 : Math.max(area.left, px - 4 - width);
-        ctx.fillText(text, left, area.top + dy);
-        drawn.push({ label, left: Math.round(left), right: Math.round(left + width) });
-        ctx.restore();
+        const at = PC.vline(chart, users, { color, label: text, labelY: dy, align: "fit", clip: false });
+        drawn.push({ label, left: Math.round(at.left), right: Math.round(at.right) });
       }
       // Where the labels went, for tests (a canvas has no DOM to inspect).
       chart.canvas.dataset.marks = JSON.stringify({ area: [Math.round(area.left), Math.round(area.right)], drawn });
-      if (lastLevel != null) {
-        // The extrapolated part of the curve is shaded and named, so nobody reads it as measured.
-        const left = Math.max(x.getPixelForValue(lastLevel), area.left);
-        if (left < area.right) {
-          ctx.save();
-          ctx.fillStyle = "rgba(120, 120, 120, 0.08)";
-          ctx.fillRect(left, area.top, area.right - left, area.bottom - area.top);
-          ctx.fillStyle = "#555";
-          ctx.font = "11px sans-serif";
-          ctx.textAlign = "right";
-          ctx.fillText("extrapolation", area.right - 4, area.bottom - 6);
-          ctx.restore();
-        }
+      // The extrapolated part of the curve is shaded and named, so nobody reads it as measured.
+      if (lastLevel != null && PC.band(chart, lastLevel, chart.scales.x.max, PC.rgba(C.shade, 0.08))) {
+        PC.label(chart, "extrapolation", area.right - 4, area.bottom - 6, C.grey, "right");
       }
     },
   };
   const datasets = [
-    { label: "pages/s", yAxisID: "y", borderColor: "#1f5fbf", backgroundColor: "#1f5fbf",
+    { label: "pages/s", yAxisID: "y", borderColor: C.blue, backgroundColor: C.blue,
       pointBackgroundColor: held, pointBorderColor: held, pointRadius: levels.map((l) => (l.capacity ? 7 : 4)),
       showLine: !model, data: levels.map((l) => ({ x: l.users, y: l.pages_per_s })) },
-    { label: "APD (ms)", yAxisID: "y1", borderColor: "#9a6300", backgroundColor: "#9a6300",
+    { label: "APD (ms)", yAxisID: "y1", borderColor: C.amber, backgroundColor: C.amber,
       pointBackgroundColor: held, pointBorderColor: held, pointRadius: 4, borderDash: [4, 2],
       data: levels.map((l) => ({ x: l.users, y: l.apd_ms })) },
   ];
@@ -71,9 +46,9 @@
     const beyond = model.curve.filter((p) => p.extrapolated);
     if (fitted.length && beyond.length) beyond.unshift(fitted[fitted.length - 1]);
     datasets.push(
-      { label: "USL model", yAxisID: "y", borderColor: "#6a3fb5", backgroundColor: "#6a3fb5", pointRadius: 0,
+      { label: "USL model", yAxisID: "y", borderColor: C.violet, backgroundColor: C.violet, pointRadius: 0,
         borderWidth: 2, data: fitted.map((p) => ({ x: p.n, y: p.x })) },
-      { label: "USL model (extrapolated)", yAxisID: "y", borderColor: "#6a3fb5", backgroundColor: "#6a3fb5",
+      { label: "USL model (extrapolated)", yAxisID: "y", borderColor: C.violet, backgroundColor: C.violet,
         pointRadius: 0, borderWidth: 2, borderDash: [6, 4], data: beyond.map((p) => ({ x: p.n, y: p.x })) },
     );
   }

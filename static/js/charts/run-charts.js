@@ -4,6 +4,7 @@
 // and the newer ones, and the page replaces its points from there on.
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const box = document.getElementById("charts");
   if (!box || !window.Chart) return;
   const url = box.dataset.seriesUrl;
@@ -21,17 +22,7 @@
   const windowBand = {
     id: "windowBand",
     beforeDatasetsDraw(chart, args, opts) {
-      const windows = opts.windows || [];
-      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
-      ctx.save();
-      for (const w of windows) {
-        const left = Math.max(x.getPixelForValue(w[0]), area.left);
-        const right = Math.min(x.getPixelForValue(w[1]), area.right);
-        if (right <= left) continue;
-        ctx.fillStyle = "rgba(31, 95, 191, 0.07)";
-        ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
-      }
-      ctx.restore();
+      for (const w of opts.windows || []) PC.band(chart, w[0], w[1], PC.rgba(C.blue, 0.07));
     },
   };
 
@@ -64,15 +55,15 @@
 
   // A chart point of a long run is a bucket of seconds: besides its mean, the bucket's worst
   // second (highest APD, lowest pages/s) is drawn dashed, so a one-second stall stays visible.
-  charts.users = makeChart("chart-users", "Active users", [{ label: "users", color: "#1f5fbf" }], "users", "users");
+  charts.users = makeChart("chart-users", "Active users", [{ label: "users", color: C.blue }], "users", "users");
   charts.latency = makeChart("chart-latency", "Page duration", [
-    { label: "APD (ms)", color: "#1c7c3c" }, { label: "p95 (ms)", color: "#9a6300" },
-    { label: "worst second's APD (ms)", color: "#b3261e", dashed: true }], "ms", "ms");
+    { label: "APD (ms)", color: C.green }, { label: "p95 (ms)", color: C.amber },
+    { label: "worst second's APD (ms)", color: C.red, dashed: true }], "ms", "ms");
   charts.throughput = makeChart("chart-throughput", "Throughput", [
-    { label: "pages/s", color: "#1f5fbf" }, { label: "hits/s", color: "#7a8aa6" },
-    { label: "slowest second's pages/s", color: "#b3261e", dashed: true }], "per second", "rate");
+    { label: "pages/s", color: C.blue }, { label: "hits/s", color: C.slate },
+    { label: "slowest second's pages/s", color: C.red, dashed: true }], "per second", "rate");
   charts.errors = makeChart("chart-errors", "Errors and dropped iterations", [
-    { label: "errors/s", color: "#b3261e" }, { label: "dropped/s", color: "#9a6300" }], "per second", "rate");
+    { label: "errors/s", color: C.red }, { label: "dropped/s", color: C.amber }], "per second", "rate");
   const resetButton = document.getElementById("zoom-reset");
   if (resetButton && zoom) resetButton.addEventListener("click", () => zoom.reset());
   window.PlimsollRunCharts = { charts: charts, zoom: zoom };

@@ -4,6 +4,7 @@
 // from the rows of the range; figures are written by format.js, the twin of portal/formatting.py.
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const box = document.getElementById("charts");
   const url = box && box.dataset.detailUrl;
   if (!url || !window.Chart) return;
@@ -126,9 +127,9 @@
   function drawDistribution() {
     const canvas = document.getElementById("chart-distribution");
     if (!canvas || !state.overall) return;
-    const datasets = [{ label: "all pages", data: curve(state.overall), borderColor: "#1f5fbf", backgroundColor: "#1f5fbf" }];
+    const datasets = [{ label: "all pages", data: curve(state.overall), borderColor: C.blue, backgroundColor: C.blue }];
     if (state.page && state.pageDistribution) {
-      datasets.push({ label: state.page, data: curve(state.pageDistribution), borderColor: "#b3261e", backgroundColor: "#b3261e" });
+      datasets.push({ label: state.page, data: curve(state.pageDistribution), borderColor: C.red, backgroundColor: C.red });
     }
     for (const d of datasets) Object.assign(d, { borderWidth: 1.8, pointRadius: 2, tension: 0 });
     if (distribution) distribution.destroy();
@@ -210,16 +211,16 @@
       protocolFigures(document.getElementById("page-detail-protocols"), (data.protocols || [])[0]);
       clearPageCharts();
       pageCharts.push(lineChart(document.getElementById("chart-page-latency"), "Page duration", "ms", [
-        { label: "APD", color: "#1c7c3c", data: pts(s.apd_ms) }, { label: "p50", color: "#5b8c5a", data: pts(s.p50_ms) },
-        { label: "p95", color: "#9a6300", data: pts(s.p95_ms) }, { label: "p99", color: "#6b4fa3", data: pts(s.p99_ms) },
-        { label: "worst second's APD", color: "#b3261e", dashed: true, data: s.bucket_s > 1 ? pts(s.apd_max_ms) : [] },
+        { label: "APD", color: C.green, data: pts(s.apd_ms) }, { label: "p50", color: C.sage, data: pts(s.p50_ms) },
+        { label: "p95", color: C.amber, data: pts(s.p95_ms) }, { label: "p99", color: C.purple, data: pts(s.p99_ms) },
+        { label: "worst second's APD", color: C.red, dashed: true, data: s.bucket_s > 1 ? pts(s.apd_max_ms) : [] },
       ]));
       pageCharts.push(lineChart(document.getElementById("chart-page-throughput"), "Pages and errors per second", "rate", [
-        { label: "pages/s", color: "#1f5fbf", data: pts(s.pages_per_s) }, { label: "errors/s", color: "#b3261e", data: pts(s.errors_per_s) },
-        { label: "slowest second's pages/s", color: "#7a8aa6", dashed: true, data: s.bucket_s > 1 ? pts(s.pages_per_s_min) : [] },
+        { label: "pages/s", color: C.blue, data: pts(s.pages_per_s) }, { label: "errors/s", color: C.red, data: pts(s.errors_per_s) },
+        { label: "slowest second's pages/s", color: C.slate, dashed: true, data: s.bucket_s > 1 ? pts(s.pages_per_s_min) : [] },
       ]));
       pageCharts.push(lineChart(document.getElementById("chart-page-timing"), "Connect time and time to first byte", "ms", [
-        { label: "time to first byte", color: "#1f5fbf", data: pts(s.ttfb_ms) }, { label: "connect", color: "#9a6300", data: pts(s.connect_ms) },
+        { label: "time to first byte", color: C.blue, data: pts(s.ttfb_ms) }, { label: "connect", color: C.amber, data: pts(s.connect_ms) },
       ]));
       const errors = document.querySelector("#page-detail-errors tbody");
       errors.replaceChildren();

@@ -2,6 +2,7 @@
 // Data: the json_script "schedule-sparklines" ({schedule code: [{due, run, apd_ms, pages_per_s}]}).
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const source = document.getElementById("schedule-sparklines");
   if (!source || typeof Chart === "undefined") return;
   const data = JSON.parse(source.textContent);
@@ -17,8 +18,8 @@
       data: {
         labels: points.map((p) => "#" + p.run),
         datasets: [
-          { label: "APD (ms)", data: points.map((p) => p.apd_ms), yAxisID: "apd", borderColor: "#2563eb", borderWidth: 1.5, pointRadius: 1.5 },
-          { label: "pages/s", data: points.map((p) => p.pages_per_s), yAxisID: "rate", borderColor: "#16a34a", borderWidth: 1.5, pointRadius: 1.5 },
+          { label: "APD (ms)", data: points.map((p) => p.apd_ms), yAxisID: "apd", borderColor: C.sparkBlue, borderWidth: 1.5, pointRadius: 1.5 },
+          { label: "pages/s", data: points.map((p) => p.pages_per_s), yAxisID: "rate", borderColor: C.sparkGreen, borderWidth: 1.5, pointRadius: 1.5 },
         ],
       },
       options: {

@@ -4,26 +4,18 @@
 // Data: servers.json and series.json (fetched again every 5 s while the run is active).
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const box = document.getElementById("server-charts");
   if (!box || !window.Chart) return;
-  const palette = ["#1f5fbf", "#9a6300", "#1c7c3c", "#7b3fa0", "#b3261e"];
+  const palette = PC.series;
+  const F = window.PlimsollFormat;
   const charts = {};
 
   const bands = {
     id: "serverBands",
     beforeDatasetsDraw(chart, args, opts) {
-      const x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
-      const paint = (from, to, color) => {
-        const left = Math.max(x.getPixelForValue(from), area.left);
-        const right = Math.min(x.getPixelForValue(to), area.right);
-        if (right <= left) return;
-        ctx.fillStyle = color;
-        ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
-      };
-      ctx.save();
-      for (const w of opts.windows || []) paint(w.start, w.end, "rgba(31, 95, 191, 0.07)");
-      for (const g of opts.gaps || []) paint(g.from, g.to, "rgba(179, 38, 30, 0.15)");
-      ctx.restore();
+      for (const w of opts.windows || []) PC.band(chart, w.start, w.end, PC.rgba(C.blue, 0.07));
+      for (const g of opts.gaps || []) PC.band(chart, g.from, g.to, PC.rgba(C.red, 0.15));
     },
   };
 
@@ -54,7 +46,7 @@
   // polls: the datasets are rebuilt whenever the set of main series changes.
   function mainDatasets(main) {
     return main.map((s, i) => ({
-      label: s.name + (s.unit ? " (" + s.unit + ")" : ""), yAxisID: i === 0 ? "y" : "y1", data: [], $key: s.key,
+      label: s.name + (s.unit ? " (" + s.unit + ")" : ""), yAxisID: i === 0 ? "y" : "y1", data: [], $key: s.key, $unit: s.unit || "",
       borderColor: palette[i % palette.length], backgroundColor: palette[i % palette.length],
       borderWidth: 1.6, pointRadius: 2, tension: 0.1, spanGaps: false,
     }));
@@ -68,25 +60,33 @@
     chart.data.datasets = mainDatasets(main).concat([pages]);
     const first = main[0];
     chart.options.scales.y.title.text = first ? first.unit || first.name : "";
+    chart.$unit = first ? first.unit || "" : "";
     chart.$main = keys;
   }
 
   function chartFor(server) {
     const el = canvasFor(server);
     if (charts[server.id]) return charts[server.id];
-    const pages = { label: "Plimsoll pages/s", yAxisID: "y1", data: [], borderColor: "#7a8aa6",
-      backgroundColor: "#7a8aa6", borderDash: [4, 3], borderWidth: 1.2, pointRadius: 0, spanGaps: true };
+    const pages = { label: "Plimsoll pages/s", yAxisID: "y1", data: [], $unit: "/s", borderColor: C.slate,
+      backgroundColor: C.slate, borderDash: [4, 3], borderWidth: 1.2, pointRadius: 0, spanGaps: true };
     charts[server.id] = new Chart(el, {
       type: "line",
       data: { datasets: [pages] },
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
         interaction: { mode: "nearest", axis: "x", intersect: false },
-        plugins: { title: { display: true, text: server.name }, legend: { position: "bottom" }, serverBands: {} },
+        plugins: { title: { display: true, text: server.name }, legend: { position: "bottom" }, serverBands: {},
+          // Figures written by format.js, as the tables below write them (portal/formatting.py figure).
+          tooltip: { callbacks: {
+            title: (items) => (items.length ? "second " + F.number(items[0].parsed.x) : ""),
+            label: (item) => item.dataset.label + ": " + F.figure(item.parsed.y, item.dataset.$unit),
+          } } },
         scales: {
           x: { type: "linear", title: { display: true, text: "seconds since start" }, min: 0 },
-          y: { position: "left", beginAtZero: true, title: { display: true, text: "" } },
-          y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "per second" } },
+          y: { position: "left", beginAtZero: true, title: { display: true, text: "" },
+            ticks: { callback: (v) => F.figure(v, charts[server.id] ? charts[server.id].$unit : "") } },
+          y1: { position: "right", beginAtZero: true, grid: { drawOnChartArea: false }, title: { display: true, text: "per second" },
+            ticks: { callback: (v) => F.rate(v) } },
         },
       },
       plugins: [bands],

@@ -2,10 +2,11 @@
 // chart. The runs' series come from the share link's own data URLs (compare-runs).
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const el = document.getElementById("compare-runs"), canvas = document.getElementById("chart-compare");
   if (!el || !canvas || !window.Chart) return;
   const sides = JSON.parse(el.textContent);
-  const COLORS = ["#9a6300", "#1c7c3c"];
+  const COLORS = [C.amber, C.green];
   const chart = new Chart(canvas, {
     type: "line",
     data: { datasets: [] },

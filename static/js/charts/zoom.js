@@ -7,6 +7,7 @@
 //   group.set(from, to) / group.reset()  → from code (the Playwright tests use the mouse)
 (function () {
   "use strict";
+  const PC = window.PlimsollCharts, C = PC.colors;
   const MIN_DRAG_PX = 6;
 
   const band = {
@@ -18,8 +19,8 @@
       const left = Math.max(area.left, Math.min(drag.from, drag.to));
       const right = Math.min(area.right, Math.max(drag.from, drag.to));
       ctx.save();
-      ctx.fillStyle = "rgba(31, 95, 191, 0.15)";
-      ctx.strokeStyle = "rgba(31, 95, 191, 0.6)";
+      ctx.fillStyle = PC.rgba(C.blue, 0.15);
+      ctx.strokeStyle = PC.rgba(C.blue, 0.6);
       ctx.fillRect(left, area.top, right - left, area.bottom - area.top);
       ctx.strokeRect(left, area.top, right - left, area.bottom - area.top);
       ctx.restore();

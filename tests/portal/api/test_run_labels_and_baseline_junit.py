@@ -4,7 +4,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from portal.runs import reports
+from portal.runs.exports import junit, summary_json
 from portal.runs.models import Run
 from portal.schedules.baselines import run_judge
 from tests.portal.schedules.test_baselines import SEARCH, make_run
@@ -41,7 +41,7 @@ def test_labels_and_a_note_are_stored_shown_and_filterable(plan, alice, client):
     client.force_login(alice)
     html = client.get(run.get_absolute_url()).content.decode()
     assert 'id="run-labels"' in html and "build: 3f2a1c" in html and "merge of #412" in html
-    assert '"build": "3f2a1c"' in reports.summary_json(run)
+    assert '"build": "3f2a1c"' in summary_json.summary_json(run)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_junit_has_a_test_case_per_judged_figure_failing_where_it_regressed(plan
     run_judge(run_id=slow.id)
     slow = Run.objects.select_related("baseline_verdict").get(id=slow.id)
 
-    root = ET.fromstring(reports.junit_xml(slow))
+    root = ET.fromstring(junit.junit_xml(slow))
 
     suite = next(s for s in root.iter("testsuite") if s.get("name").endswith("against the baseline"))
     cases = {c.get("name"): c for c in suite.iter("testcase")}

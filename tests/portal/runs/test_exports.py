@@ -12,7 +12,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from portal.accounts.services import token_create
-from portal.runs import reports, selectors
+from portal.runs import selectors
+from portal.runs.exports.pages_csv import pages_csv
+from portal.runs.exports.series_csv import series_csv
 from tests.portal.runs.test_store import PROFILES, _finish, _record
 
 pytestmark = pytest.mark.django_db
@@ -50,8 +52,8 @@ def test_the_report_links_the_apis_files_and_the_session_gets_the_tokens_bytes(a
         assert f"plimsoll-run-{finished.number}" in by_session["Content-Disposition"]
 
     # And they are the report's own figures, not some other computation.
-    assert alice_client.get(links["pages.csv"]).content.decode() == reports.pages_csv(finished)
-    series = reports.series_csv(selectors.run_series(finished))
+    assert alice_client.get(links["pages.csv"]).content.decode() == pages_csv(finished)
+    series = series_csv(selectors.run_series(finished))
     assert alice_client.get(links["series.csv"]).content.decode() == series
     assert alice_client.get(links["summary.json"]).json()["summary"] == finished.summary
 
@@ -96,7 +98,7 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised_and_numbers_stay
     ] + [{**template, "label": "-12.5", "apd_ms": 12.5}]
 
     # when
-    rows = list(csv.DictReader(io.StringIO(reports.pages_csv(finished), newline="")))
+    rows = list(csv.DictReader(io.StringIO(pages_csv(finished), newline="")))
 
     # then: each payload is read back as text behind a quote, whole (no cell split off), never as a formula
     labels = [row["label"] for row in rows]

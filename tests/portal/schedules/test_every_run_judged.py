@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from portal.runs import reports
+from portal.runs.exports.summary_json import summary_json
 from portal.runs.models import Run
 from portal.runs.signals import run_finished
 from portal.schedules.baselines import PENDING_RETRY_S, verdicts_catch_up
@@ -51,7 +51,7 @@ def test_a_run_of_a_plan_without_schedule_is_pending_then_judged(
     assert RunVerdict.objects.get(run=slow).verdict == "pending"
     api = session(alice).get(f"/api/v1/runs/{slow.code}/").json()
     assert api["baseline_verdict"]["verdict"] == "pending"
-    assert json.loads(reports.summary_json(Run.objects.get(id=slow.id)))["baseline_verdict"]["verdict"] == "pending"
+    assert json.loads(summary_json(Run.objects.get(id=slow.id)))["baseline_verdict"]["verdict"] == "pending"
     assert len(callbacks) == 1
 
     # when: committed, the (eager) bookkeeping task judges it
@@ -63,7 +63,7 @@ def test_a_run_of_a_plan_without_schedule_is_pending_then_judged(
     api = session(alice).get(f"/api/v1/runs/{slow.code}/").json()
     assert api["baseline_verdict"]["verdict"] == "regressed"
     assert api["baseline_verdict"]["method"] == verdict.method != ""
-    summary = json.loads(reports.summary_json(Run.objects.get(id=slow.id)))
+    summary = json.loads(summary_json(Run.objects.get(id=slow.id)))
     assert summary["baseline_verdict"]["verdict"] == "regressed"
 
 
@@ -77,7 +77,7 @@ def test_a_finished_run_without_its_row_yet_reads_pending_never_null(plan, alice
 
     assert body["baseline_verdict"]["verdict"] == "pending"
     assert listed["baseline_verdict"]["verdict"] == "pending"
-    assert json.loads(reports.summary_json(run))["baseline_verdict"]["verdict"] == "pending"
+    assert json.loads(summary_json(run))["baseline_verdict"]["verdict"] == "pending"
 
 
 def test_an_active_run_or_one_without_a_plan_has_no_verdict(plan, alice):

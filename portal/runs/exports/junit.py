@@ -1,44 +1,10 @@
-"""A finished run's results as files for pipelines: JUnit XML, CSV, JSON.
+"""JUnit XML: a test case per threshold per measured window, and one per figure judged against the baseline."""
 
-Everything here reads the run's ``summary`` (and the chart series), the same figures as the
-report page, so a build's test results never disagree with what people see.
-"""
-
-import io
-import json
 from xml.etree import ElementTree as ET
 
-from portal import csvsafe
-
-from .models import VERDICT_PENDING_HEADLINE, Run
-
-PAGE_COLUMNS = (
-    "label",
-    "pages",
-    "errors",
-    "error_rate_pct",
-    "pages_per_s",
-    "apd_ms",
-    "p50_ms",
-    "p90_ms",
-    "p95_ms",
-    "p99_ms",
-    "max_ms",
-    "ttfb_ms",
-    "connect_ms",
-    "bytes_in",
-)
-SERIES_COLUMNS = (
-    "t",
-    "users",
-    "pages_per_s",
-    "hits_per_s",
-    "errors_per_s",
-    "dropped_per_s",
-    "apd_ms",
-    "p95_ms",
-    "bytes_per_s",
-)
+from ..models import Run
+from ..summary import RunSummary
+from . import ExportFormat
 
 
 def _number(value) -> str:
@@ -53,6 +19,22 @@ def threshold_text(t: dict) -> str:
 NO_VERDICT = "The plan sets no thresholds, so the run finished with no pass/fail verdict."
 
 
+class JUnit(ExportFormat):
+    method = "junit"
+    file_name = "junit.xml"
+    media_type = "application/xml"
+    content_type = "application/xml; charset=utf-8"
+    summary = "JUnit XML: a test case per threshold per measured window"
+    label = "Thresholds (JUnit XML)"
+    position = 40
+
+    def download_name(self, run: Run) -> str:
+        return f"plimsoll-run-{run.number}.xml"
+
+    def render(self, run: Run) -> str:
+        return junit_xml(run)
+
+
 def junit_xml(run: Run) -> str:
     """One test case per threshold per measured window; a failure carries the measured value and the limit.
 
@@ -62,10 +44,9 @@ def junit_xml(run: Run) -> str:
     a CI system never shows green for a run whose figures cannot be trusted. A run without
     thresholds (*finished*) has one test case, "run completed", skipped: nothing was judged.
     """
-    summary = run.summary or {}
     root = ET.Element("testsuites", name=f"Plimsoll run #{run.number} of {run.plan_name}")
     totals = {"tests": 0, "failures": 0, "errors": 0}
-    for window in summary.get("windows") or []:
+    for window in RunSummary.of(run).windows:
         suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: {window['label']}")
         counts = {"tests": 0, "failures": 0, "errors": 0}
         for t in window.get("thresholds") or []:
@@ -172,91 +153,3 @@ def _baseline_suite(root, run: Run, totals: dict) -> None:
     suite.attrib.update({k: str(v) for k, v in counts.items()})
     for k in totals:
         totals[k] += counts[k]
-
-
-def pages_csv(run: Run) -> str:
-    """The per-page table of the measured window(s), one row per page label."""
-    out = io.StringIO()
-    # Labels come from people and imported files: a formula-like one is written so that no spreadsheet runs it.
-    writer = csvsafe.dict_writer(out, PAGE_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in (run.summary or {}).get("pages") or []:
-        writer.writerow(row)
-    return out.getvalue()
-
-
-def protocols_csv(run: Run) -> str:
-    """Streams, WebSocket sessions and protocols per page label of the measured window(s) (issue 26): one row per
-    label that has any (portal/runs/results/protocols.py); only the header for a run without."""
-    from .results import protocols
-
-    out = io.StringIO()
-    writer = csvsafe.dict_writer(out, protocols.CSV_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for p in ((run.summary or {}).get("protocols") or {}).get("pages") or []:
-        writer.writerow(protocols.csv_row(p))
-    return out.getvalue()
-
-
-def series_csv(series: dict) -> str:
-    """The charts' per-second (or per-bucket) figures, one row per point."""
-    out = io.StringIO()
-    writer = csvsafe.writer(out, lineterminator="\n")
-    writer.writerow(SERIES_COLUMNS)
-    for i in range(len(series.get("t", []))):
-        writer.writerow(["" if series[c][i] is None else series[c][i] for c in SERIES_COLUMNS])
-    return out.getvalue()
-
-
-def _baseline_verdict(run: Run) -> dict | None:
-    """The run against its plan's baseline, as the API shows it (pending until judged); None without a plan."""
-    verdict = getattr(run, "baseline_verdict", None)
-    if verdict is None:
-        if run.plan_id is None or run.status not in Run.FINISHED:
-            return None
-        # The row is written when the run ends (portal.schedules.baselines); a reader in between sees pending.
-        return {
-            "verdict": "pending",
-            "headline": VERDICT_PENDING_HEADLINE,
-            "provisional": False,
-            "provisional_reason": "",
-            "method": "",
-            "basis": "",
-            "baseline": "",
-            "tolerance_pct": None,
-            "computed_at": None,
-            "rows": [],
-        }
-    return {
-        "verdict": verdict.verdict,
-        "headline": verdict.headline,
-        "provisional": verdict.provisional,
-        "provisional_reason": verdict.provisional_reason,
-        "method": verdict.method,
-        "basis": verdict.basis,
-        "baseline": verdict.baseline_label,
-        "tolerance_pct": verdict.tolerance_pct,
-        "computed_at": verdict.computed_at.isoformat(),
-        "rows": verdict.rows,
-    }
-
-
-def summary_json(run: Run) -> str:
-    return json.dumps(
-        {
-            "run": str(run.code),
-            "number": run.number,
-            "plan": run.plan_name,
-            "environment": run.environment_name,
-            "status": run.status,
-            "verdict": run.verdict,
-            "error": run.error_message,
-            "started_by": run.started_by,
-            "labels": run.labels,
-            "note": run.note,
-            "stopped_by": run.stopped_by,
-            "baseline_verdict": _baseline_verdict(run),
-            "summary": run.summary,
-        },
-        indent=2,
-    )

@@ -1,0 +1,208 @@
+"""A run's summary as a type: what ``Run.summary`` holds, read through one class instead of by string key.
+
+The analysis writes the summary once, when the run ends (``portal.runs.analysis.summarize``), as JSON in
+``Run.summary``; everything that reads it — pages, the API, exports, notifications, history, server
+metrics, share pages — reads it through ``RunSummary.of(run)``, whose attributes are typed below. An
+imported run's or an old run's summary may lack parts: each attribute then reads as empty (``{}``,
+``[]``, None), never a KeyError. ``to_json`` gives back the stored form (the one serializer: the API's
+``summary`` field and ``summary.json`` write it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+Verdict = Literal["passed", "failed"] | None
+
+
+class Latency(TypedDict, total=False):
+    """A histogram's figures, in ms (None without pages)."""
+
+    apd_ms: float | None
+    min_ms: float | None
+    max_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+
+class Totals(Latency, total=False):
+    """The figures of a measured window (or of all of them)."""
+
+    pages: int
+    hits: int
+    errors: int
+    error_rate_pct: float
+    bytes_in: int
+    bytes_out: int
+    transactions: int
+    iterations_started: int
+    iterations_dropped: int
+    users: int
+    pages_per_s: float
+    hits_per_s: float
+    bytes_per_s: float
+    transactions_per_s: float
+    ttfb_ms: float | None
+    ttfb_p95_ms: float | None
+    connect_ms: float | None
+
+
+class Threshold(TypedDict):
+    """A plan's threshold judged on a window: "APD ≤ 1000 ms", measured ``actual``."""
+
+    name: str
+    limit: float
+    actual: float | None
+    unit: str
+    op: str  # "≤" (a ceiling) or "≥" (a floor)
+    passed: bool
+
+
+class Window(TypedDict, total=False):
+    """A measured window: the hold, or one level of a steps profile."""
+
+    label: str
+    start: int
+    end: int
+    seconds: int
+    note: str
+    index: int
+    handoffs: int
+    reduced_seconds: int
+    missing_seconds: int
+    totals: Totals
+    thresholds: list[Threshold]
+    verdict: Verdict
+
+
+class Span(TypedDict, total=False):
+    """All the measured windows together: from the first one's start to the last one's end."""
+
+    start: int
+    end: int
+    seconds: int
+    note: str
+
+
+class PageRow(Latency, total=False):
+    """One page label's figures over the measured windows."""
+
+    label: str
+    pages: int
+    errors: int
+    error_rate_pct: float
+    pages_per_s: float
+    bytes_in: int
+    ttfb_ms: float | None
+    connect_ms: float | None
+
+
+class ErrorRow(TypedDict):
+    kind: str
+    count: int
+    sample: str
+    pages: list[str]
+
+
+class WholeRun(TypedDict, total=False):
+    pages: int
+    hits: int
+    errors: int
+    bytes_in: int
+    seconds: int
+
+
+class Generator(TypedDict, total=False):
+    """The load generator's own health in the measured seconds; saturated: its figures are suspect."""
+
+    loop_lag_p99_ms: float | None
+    cpu_pct_max: float | None
+    saturated: Any
+    lagged: Any
+
+
+class Handoff(TypedDict, total=False):
+    """A shard handed from one worker to another during the run (portal.runs.analysis.handoff_timeline)."""
+
+    kind: str  # "stopped" or "silent"
+    shard: int
+    worker: str
+    stopped_at_s: int
+    resumed_at_s: int | None
+    resumed_on: str | None
+    gap_s: float | None
+    text: str
+    window: str | None
+    missing_s: int | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The typed view of ``Run.summary``; ``of(run)`` reads it, ``to_json()`` writes the stored form."""
+
+    window: Span = field(default_factory=dict)  # type: ignore[assignment]
+    windows: list[Window] = field(default_factory=list)
+    totals: Totals = field(default_factory=dict)  # type: ignore[assignment]
+    distribution: list[list[float]] = field(default_factory=list)
+    pages: list[PageRow] = field(default_factory=list)
+    errors: list[ErrorRow] = field(default_factory=list)
+    whole_run: WholeRun = field(default_factory=dict)  # type: ignore[assignment]
+    generator: Generator = field(default_factory=dict)  # type: ignore[assignment]
+    handoffs: list[Handoff] = field(default_factory=list)
+    thresholds: list[Threshold] = field(default_factory=list)
+    verdict: Verdict = None
+    capacity: dict[str, Any] = field(default_factory=dict)  # steps runs: portal.runs.analysis capacity
+    degradation: dict[str, Any] = field(default_factory=dict)  # one-window runs: portal.stats degradation
+    # streams, WebSocket sessions and protocols per page and in total (portal/runs/results/protocols.py); {} without
+    protocols: dict[str, Any] = field(default_factory=dict)
+    stopped_by: dict[str, Any] | None = None  # the stop criterion that ended the run (services/criteria.py)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as stored, every key
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RunSummary:
+        """The stored summary (None or {} while a run has none): parts it lacks read as empty."""
+        data = data or {}
+        return cls(
+            window=data.get("window") or {},
+            windows=data.get("windows") or [],
+            totals=data.get("totals") or {},
+            distribution=data.get("distribution") or [],
+            pages=data.get("pages") or [],
+            errors=data.get("errors") or [],
+            whole_run=data.get("whole_run") or {},
+            generator=data.get("generator") or {},
+            handoffs=data.get("handoffs") or [],
+            thresholds=data.get("thresholds") or [],
+            verdict=data.get("verdict"),
+            capacity=data.get("capacity") or {},
+            degradation=data.get("degradation") or {},
+            protocols=data.get("protocols") or {},
+            stopped_by=data.get("stopped_by"),
+            raw=data,
+        )
+
+    @classmethod
+    def of(cls, run) -> RunSummary:
+        return cls.from_json(run.summary)
+
+    def to_json(self) -> dict[str, Any] | None:
+        """The stored form, every key as the analysis wrote it (None for a run without a summary)."""
+        return self.raw or None
+
+    def __bool__(self) -> bool:
+        return bool(self.raw)
+
+    @property
+    def saturated(self) -> Any:
+        """Whether the generator was saturated in the measured seconds (None: not known)."""
+        return self.generator.get("saturated")
+
+    def page(self, label: str) -> PageRow | None:
+        return next((p for p in self.pages if p.get("label") == label), None)
+
+    def threshold_rows(self) -> list[dict[str, Any]]:
+        """Each threshold of each measured window, with the window's label (the API's ``thresholds``)."""
+        return [{"window": w["label"], **t} for w in self.windows for t in w.get("thresholds") or []]
