@@ -20,8 +20,14 @@ def finished(run):
     return _finish(_record(run, PROFILES["constant"]))
 
 
-def test_the_registry_holds_the_four_formats_of_the_run_page():
-    assert [fmt.file_name for fmt in FORMATS] == ["pages.csv", "series.csv", "summary.json", "junit.xml"]
+def test_the_registry_holds_the_five_formats_of_the_run_page():
+    assert [fmt.file_name for fmt in FORMATS] == [
+        "pages.csv",
+        "series.csv",
+        "protocols.csv",
+        "summary.json",
+        "junit.xml",
+    ]
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.method)
@@ -32,9 +38,11 @@ def test_each_format_is_served_linked_and_documented(fmt, alice_client, finished
     assert response["Content-Type"] == fmt.content_type
     assert response["Content-Disposition"] == f'inline; filename="{fmt.download_name(finished)}"'
     assert response.content.decode() == fmt.render(finished)
-    # the run page links it with its label
+    # the run page links it with its label where it has something for the run (protocols.csv: streams only)
     page = alice_client.get(finished.get_absolute_url()).content.decode()
-    assert f'href="/api/v1/runs/{finished.code}/{fmt.file_name}">{fmt.label}</a>' in page
+    link = f'href="/api/v1/runs/{finished.code}/{fmt.file_name}">{fmt.label}</a>'
+    assert (link in page) == fmt.offered_for(finished)
+    assert fmt.offered_for(finished) == (fmt.file_name != "protocols.csv")  # this run has no stream
     # the API's docs name it
     assert f"`{fmt.file_name}`" in API_DOCS.read_text() or f"/{fmt.file_name}`" in API_DOCS.read_text()
 

@@ -12,7 +12,8 @@ from portal.projects import services as project_services
 from portal.projects.forms import PlanForm
 from portal.projects.models import Plan
 from portal.projects.services import Invalid
-from portal.runs import reports
+from portal.runs.exports.junit import junit_xml
+from portal.runs.exports.summary_json import summary_json
 from portal.runs.models import Run, RunShard
 from portal.runs.services import criteria, interval_write, run_finalize
 from tests.portal.runs.factories import hist_of, plan_run
@@ -245,12 +246,12 @@ def stopped(guarded):
 
 
 def test_junit_and_summary_json_name_the_rule_and_its_window(stopped):
-    root = ET.fromstring(reports.junit_xml(stopped).split("\n", 1)[1])
+    root = ET.fromstring(junit_xml(stopped).split("\n", 1)[1])
     case = next(c for c in root.iter("testcase") if c.get("name") == "stop criteria: error rate > 50 % over 10 s")
     failure = case.find("failure")
     assert failure.get("message") == f"stopped by its criteria: {stopped.stopped_by['sentence']}"
     assert "error_rate_pct=100" in failure.text and "pages=100" in failure.text
-    assert json.loads(reports.summary_json(stopped))["stopped_by"]["window"]["errors"] == 100
+    assert json.loads(summary_json(stopped))["stopped_by"]["window"]["errors"] == 100
 
 
 def test_the_api_and_the_run_page_show_the_rule_and_the_window(stopped, alice_client):
