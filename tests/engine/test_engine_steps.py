@@ -656,6 +656,7 @@ def test_the_missing_value_message_says_when_only_a_later_step_extracts_it(serve
     }
 
 
+@pytest.mark.serial  # the 0.6 s hold ends in a think time (a late user ends between two steps)
 def test_histograms_of_a_templated_run_merge_like_any_other(server):
     cases = one_case(
         {
