@@ -81,6 +81,9 @@ SERIAL_MODULES = {
     "test_server_metrics.py",  # request rates against hits/s, CPU at the knee
     "test_baseline_end_to_end.py",  # latencies against a baseline: regressed, or within noise
     "test_experiment_end_to_end.py",  # the same, before and after a change
+    # a change point in the search page's APD over ten nights: it failed in the parallel pass on a loaded
+    # machine (at two, three and four processes) and passed alone
+    "test_change_points_end_to_end.py",
     "test_profiles_end_to_end.py",  # iterations started at the rate asked
     "test_run_end_to_end.py",  # page durations, and Stop within two seconds
     "test_distribution.py",  # two shards on two workers starting within 50 ms of each other
