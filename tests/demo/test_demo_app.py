@@ -305,6 +305,7 @@ def test_knobs_get_post_and_schema(base):
     asyncio.run(scenario())
 
 
+@pytest.mark.serial  # admin pages within 0.1 s
 def test_latency_knob_delays_pages_not_admin(base):
     async def scenario():
         async with client() as s:
@@ -384,6 +385,7 @@ def _plan(db: Path) -> str:
     return " ".join(row[3] for row in rows)
 
 
+@pytest.mark.serial  # a search's time with and without the index
 def test_search_index_knob_changes_plan_not_results(base, server):
     db = server[2]
     workitems = server[1][STATE].workitems

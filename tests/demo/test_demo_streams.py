@@ -13,7 +13,6 @@ import pytest
 
 from workers.engine.h2 import H2Client
 
-pytestmark = pytest.mark.serial
 ROOT = Path(__file__).resolve().parents[2]
 
 

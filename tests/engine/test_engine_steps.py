@@ -161,6 +161,7 @@ def label_totals(totals, label):
 # -- variables and extraction in a run ------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # three iterations within a 0.6 s hold
 def test_values_extracted_from_a_page_feed_later_steps_of_the_iteration(server):
     cases = one_case(
         {
@@ -227,6 +228,7 @@ def test_a_content_type_given_by_the_user_is_kept(server):
     assert server.records[0]["body"] == '{"a": 1}'
 
 
+@pytest.mark.serial  # three pages within a 0.5 s hold
 def test_an_unknown_variable_fails_the_step_and_sends_nothing(server):
     cases = one_case({"name": "Use", "path": "/record?x={{csrf}}", "think_time": 0.1})
 
@@ -262,6 +264,7 @@ def test_a_json_body_that_a_value_breaks_is_not_sent(server):
     )
 
 
+@pytest.mark.serial  # three pages within a 0.5 s hold
 def test_a_failed_extraction_ends_the_iteration(server):
     cases = one_case(
         {"name": "Page", "path": "/page", "extract": [{"name": "id", "source": "json", "expression": "$.id"}]},
@@ -280,6 +283,7 @@ def test_a_failed_extraction_ends_the_iteration(server):
     assert totals.iterations_completed == 0
 
 
+@pytest.mark.serial  # four pages within a 1 s hold
 def test_extracted_values_do_not_outlive_their_iteration(server):
     # One user alternates between two test cases; "Use" needs a value only "Give" extracts.
     cases = [
@@ -337,6 +341,7 @@ class Recording:
         return Client()
 
 
+@pytest.mark.serial  # two iterations a user within a 1.5 s hold
 def test_the_demo_login_flow_with_a_csrf_token_runs_without_errors(demo):
     cases = one_case(
         {
@@ -379,6 +384,7 @@ def test_the_demo_login_flow_with_a_csrf_token_runs_without_errors(demo):
 # -- resources ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # page durations between 0.2 and 2 s
 def test_resources_are_hits_of_the_page_and_its_duration_runs_to_the_last_one(server):
     cases = one_case(
         {
@@ -401,6 +407,7 @@ def test_resources_are_hits_of_the_page_and_its_duration_runs_to_the_last_one(se
     assert home.histogram.max < 2_000_000
 
 
+@pytest.mark.serial  # two waves of 0.3 s, under 1.5 s
 def test_resources_are_fetched_in_parallel_on_at_most_six_connections(server):
     cases = one_case({"name": "Gallery", "path": "/page", "resources": [f"/r/{i}.png?d=0.3" for i in range(8)]})
 
@@ -436,6 +443,7 @@ def test_a_failed_resource_fails_its_page(server):
 # -- checks and timeouts --------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # a page's duration between 0.3 and 2 s
 def test_a_page_slower_than_max_duration_is_a_check_failure(server):
     cases = one_case(
         {"name": "Slow", "path": "/slow?d=0.3", "max_duration_ms": 100},
@@ -454,6 +462,7 @@ def test_a_page_slower_than_max_duration_is_a_check_failure(server):
     assert server.records == []  # the iteration ended there
 
 
+@pytest.mark.serial  # two pages within a 0.3 s hold
 def test_a_page_within_max_duration_passes(server):
     cases = one_case({"name": "Fast", "path": "/slow?d=0.01", "max_duration_ms": 5000, "think_time": 0.1})
 
@@ -462,6 +471,7 @@ def test_a_page_within_max_duration_passes(server):
     assert totals.errors == 0 and totals.pages >= 2
 
 
+@pytest.mark.serial  # the run within 2.5 s
 def test_a_step_timeout_overrides_the_plan_timeout(server):
     cases = one_case(
         {"name": "Quick", "path": "/slow?d=3", "timeout": 0.3},
@@ -646,6 +656,7 @@ def test_the_missing_value_message_says_when_only_a_later_step_extracts_it(serve
     }
 
 
+@pytest.mark.serial  # the 0.6 s hold ends in a think time (a late user ends between two steps)
 def test_histograms_of_a_templated_run_merge_like_any_other(server):
     cases = one_case(
         {

@@ -151,6 +151,7 @@ def demo(tmp_path_factory):
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.serial  # every response within 1 s
 def test_keep_alive_reuses_one_connection(app, loop):
     async def main():
         client = H1Client()
@@ -190,6 +191,7 @@ def test_connection_close_opens_a_fresh_connection(app):
     assert app.connections == 4
 
 
+@pytest.mark.serial  # the seventh response waits one server delay, the batch within 2 s
 def test_six_connections_at_most_and_fifo_wait(app):
     async def main():
         client = H1Client()
@@ -225,6 +227,7 @@ def test_a_limit_of_one_serialises_requests_and_reuses_the_connection(app):
     assert app.max_in_flight == 1
 
 
+@pytest.mark.serial  # a 0.6 s pause against a 0.2 s keep-alive
 def test_idle_connection_closed_by_the_server_is_replaced():
     server = AppServer(keepalive_timeout=0.2)
     try:
@@ -617,6 +620,7 @@ def test_cookie_jar_rules_for_names_secure_and_order():
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.serial  # the timeout fires within 0.3 to 0.6 s
 def test_timeout_raises_timeouterror_and_drops_the_connection(app, loop):
     async def main():
         client = H1Client()
@@ -636,6 +640,7 @@ def test_timeout_raises_timeouterror_and_drops_the_connection(app, loop):
     assert app.connections == 2
 
 
+@pytest.mark.serial  # a 0.05 s head start decides which request holds the connection
 def test_timeout_while_waiting_for_a_connection_and_outside_cancellation(app):
     async def main():
         client = H1Client(limit=1)
@@ -661,6 +666,7 @@ def test_timeout_while_waiting_for_a_connection_and_outside_cancellation(app):
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+@pytest.mark.serial  # the server accepts the connection within the 0.3 s timeout
 def test_timeout_during_a_stalled_tls_handshake(raw_server, loop):
     async def handler(reader, writer, number):
         await reader.read()  # reads the ClientHello, never answers
@@ -904,6 +910,7 @@ def test_demo_login_flow_compression_and_bytes_counted_like_the_server(demo):
     run(main, limit_s=30)
 
 
+@pytest.mark.serial  # more than 50 requests in a 1 s hold: a rate
 def test_the_runner_drives_h1_clients(app):
     from workers.engine.plan import Plan
     from workers.engine.runner import run_sync

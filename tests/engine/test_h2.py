@@ -24,8 +24,6 @@ from workers.engine.targets import TargetNotAllowed
 from .protocol_servers import NginxH2, RawH2Server, StreamsServer, tls_server_context
 from .servers import NGINX, AppServer
 
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
@@ -63,6 +61,7 @@ def _plan(base_url: str, protocol: str, *, users: int = 2, hold: float = 0.6, **
     }
 
 
+@pytest.mark.serial  # three pages within a 0.6 s hold
 def test_h2c_multiplexes_a_page_and_its_resources_on_one_connection_per_user(demo):
     totals = run_sync(_plan(demo.http_url, "h2c"), sink=None)
 
@@ -94,6 +93,7 @@ def test_auto_negotiates_h2_by_alpn_over_tls_and_stays_http1_in_clear(demo):
     assert demo.app.counters.snapshot()["by_protocol"] == {"2": tls.requests, "1.1": clear.requests}
 
 
+@pytest.mark.serial  # two handshakes within a 0.3 s hold
 def test_tls_is_verified_by_default_and_a_failed_handshake_is_a_named_error(demo):
     refused = run_sync(_plan(demo.https_url, "auto", users=1, hold=0.3), sink=None)
     unverified = run_sync(_plan(demo.https_url, "auto", users=1, hold=0.3, tls_verify=False), sink=None)

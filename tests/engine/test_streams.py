@@ -19,8 +19,6 @@ from workers.engine.streams import StreamIncomplete, StreamObserver
 
 from .protocol_servers import StreamsServer
 
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
@@ -49,6 +47,7 @@ def _plan(base_url: str, path: str, *, protocol: str = "h2c", users: int = 2, ho
 
 
 @pytest.mark.parametrize("protocol", ["h2c", "http1"])
+@pytest.mark.serial  # time to first event p50 under 100 ms
 def test_sse_figures_match_what_the_target_streamed(demo, protocol):
     plan = _plan(demo.http_url, "/sse?tokens=8&first_ms=60&gap_ms=15", protocol=protocol, last_event_contains="[DONE]")
 
@@ -82,6 +81,7 @@ def test_chunked_lines_are_events(demo):
     assert 8 <= label.to_dict()["gap_ms"]["mean"] <= 20
 
 
+@pytest.mark.serial  # 5 ms gaps against a 0.15 s idle timeout
 def test_a_stalled_stream_is_a_named_error_and_only_its_stream_is_reset(demo):
     demo.set_knobs(**{"sse.stall_after": 2})
     plan = _plan(demo.http_url, "/sse?gap_ms=5", users=1, hold=0.5, idle_timeout=0.15)
@@ -96,6 +96,7 @@ def test_a_stalled_stream_is_a_named_error_and_only_its_stream_is_reset(demo):
     assert served["connections"] == 1  # HTTP/2: the stalled streams were reset, the connection kept
 
 
+@pytest.mark.serial  # two streams within a 0.3 s hold
 def test_an_event_without_its_final_newline_is_incomplete(demo):
     demo.set_knobs(**{"sse.final_newline": "off"})
     totals = run_sync(_plan(demo.http_url, "/sse?tokens=3&gap_ms=1", users=1, hold=0.3), sink=None)
@@ -105,6 +106,7 @@ def test_an_event_without_its_final_newline_is_incomplete(demo):
     assert "'event: done\\ndata: [DONE]' has no blank line after it" in totals.error_samples[errors.STREAM_INCOMPLETE]
 
 
+@pytest.mark.serial  # two streams within a 0.3 s hold
 def test_a_dropped_stream_and_a_failed_last_event_check_are_errors(demo):
     demo.set_knobs(**{"sse.drop_after": 3})
     dropped = run_sync(_plan(demo.http_url, "/sse?gap_ms=1", protocol="http1", users=1, hold=0.3), sink=None)
@@ -120,6 +122,7 @@ def test_a_dropped_stream_and_a_failed_last_event_check_are_errors(demo):
     assert checked.error_samples[errors.CHECK_FAILED] == "the last event '[DONE]' does not contain 'nope'"
 
 
+@pytest.mark.serial  # the engine sees the first event within 3 ms
 def test_time_to_first_event_against_the_servers_send_time(demo):
     async def go():
         client = H2Client(protocol="h2c")

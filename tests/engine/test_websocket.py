@@ -19,8 +19,6 @@ from workers.engine.ws import open_websocket
 
 from .protocol_servers import StreamsServer
 
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
@@ -59,6 +57,7 @@ ECHO = [
 ]
 
 
+@pytest.mark.serial  # four sessions within a 0.6 s hold
 def test_a_session_sends_expects_extracts_and_times_each_round_trip(demo):
     totals = run_sync(_plan(demo.http_url, ECHO, users=2, hold=0.6), sink=None)
 
@@ -74,6 +73,7 @@ def test_a_session_sends_expects_extracts_and_times_each_round_trip(demo):
     assert 0 < d["rtt_ms"]["p50"] < d["latency_ms"]["p50"]  # a round trip is a part of the session
 
 
+@pytest.mark.serial  # round trips of at least the server's 40 ms
 def test_a_slower_server_shows_in_the_round_trips(demo):
     demo.set_knobs(**{"ws.delay_ms": 40})
     totals = run_sync(_plan(demo.http_url, ECHO[:2], hold=0.3), sink=None)
@@ -98,6 +98,7 @@ def test_the_handshake_carries_the_users_cookies_and_the_steps_headers(demo):
     assert json.loads(asyncio.run(go())) == {"cookie": "sid=abc123", "x-team": "blue"}
 
 
+@pytest.mark.serial  # two sessions within a 0.4 s hold
 def test_a_session_the_server_closes_is_a_named_error_with_its_code_and_the_user_goes_on(demo):
     demo.set_knobs(**{"ws.drop_after": 1})
     totals = run_sync(_plan(demo.http_url, ECHO, hold=0.4), sink=None)
@@ -111,6 +112,7 @@ def test_a_session_the_server_closes_is_a_named_error_with_its_code_and_the_user
     )
 
 
+@pytest.mark.serial  # two sessions within a 0.3 s hold
 def test_a_message_over_the_limit_ends_the_session(demo):
     actions = [{"send": "x" * 5000}, {"expect": {"contains": "x"}}]
     totals = run_sync(_plan(demo.http_url, actions, hold=0.3, max_message_bytes=1000), sink=None)
@@ -118,6 +120,7 @@ def test_a_message_over_the_limit_ends_the_session(demo):
     assert totals.pages >= 2 and totals.errors_by_kind == {errors.MESSAGE_TOO_BIG: totals.pages}
 
 
+@pytest.mark.serial  # two upgrades within a 0.2 s hold
 def test_an_unmatched_expectation_and_a_refused_upgrade_are_errors(demo):
     unmatched = run_sync(
         _plan(demo.http_url, [{"send": "a"}, {"expect": {"contains": "b"}, "timeout": 0.1}], hold=0.3), sink=None
