@@ -14,11 +14,11 @@ belongs to the organization and shows on every dashboard whose annotation query 
 The token is stored Fernet-encrypted (keyed from SECRET_KEY, as the Prometheus token) and never shown.
 """
 
-import base64
-import hashlib
 import re
 from datetime import datetime
 from html import escape
+
+from portal.tokens import SealBroken, seal, unseal
 
 UID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 ANNOTATIONS_PATH = "/api/annotations"
@@ -28,26 +28,14 @@ class TokenUnreadable(ValueError):
     """The stored token cannot be decrypted (SECRET_KEY changed)."""
 
 
-def _fernet():
-    from cryptography.fernet import Fernet
-    from django.conf import settings
-
-    key = hashlib.sha256(b"plimsoll grafana token\0" + settings.SECRET_KEY.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(key))
-
-
 def token_encrypt(token: str) -> str:
-    return _fernet().encrypt(token.encode()).decode() if token else ""
+    return seal("grafana token", token)
 
 
 def token_decrypt(stored: str) -> str:
-    from cryptography.fernet import InvalidToken
-
-    if not stored:
-        return ""
     try:
-        return _fernet().decrypt(stored.encode()).decode()
-    except InvalidToken:
+        return unseal("grafana token", stored)
+    except SealBroken:
         raise TokenUnreadable(
             "The stored Grafana token cannot be read (the site's SECRET_KEY changed): enter it again."
         ) from None

@@ -13,12 +13,12 @@ a message for the run's gaps or the environment's page, never an exception out o
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import re
 import urllib.parse
 from collections import defaultdict
+
+from portal.tokens import SealBroken, seal, unseal
 
 from .countersets import CounterSet
 from .exposition import ExpositionError, extract_samples, metric_names
@@ -79,26 +79,14 @@ def query_for(counter_set: CounterSet, selector: str) -> str:
 # The token: encrypted at rest, decrypted only to send it.
 
 
-def _fernet():
-    from cryptography.fernet import Fernet
-    from django.conf import settings
-
-    key = hashlib.sha256(b"plimsoll prometheus token\0" + settings.SECRET_KEY.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(key))
-
-
 def token_encrypt(token: str) -> str:
-    return _fernet().encrypt(token.encode()).decode() if token else ""
+    return seal("prometheus token", token)
 
 
 def token_decrypt(stored: str) -> str:
-    from cryptography.fernet import InvalidToken
-
-    if not stored:
-        return ""
     try:
-        return _fernet().decrypt(stored.encode()).decode()
-    except InvalidToken:
+        return unseal("prometheus token", stored)
+    except SealBroken:
         raise PrometheusError(
             "The stored Prometheus token cannot be read (the site's SECRET_KEY changed): enter it again."
         ) from None
