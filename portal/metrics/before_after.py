@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from portal.runs.models import Run
+from portal.telemetry.countersets import COUNTER_SETS
+from portal.telemetry.exposition import figures
 
-from .countersets import COUNTER_SETS
-from .exposition import figures
 from .history import MORE_IS_BETTER
 
 WINDOW_S = 15 * 60
@@ -157,7 +157,7 @@ def _mean(values: list[float | None]) -> float | None:
 
 def _side_figures(server, env, token: str, side: Side, step: int) -> dict[str, float] | str:
     """{series key: mean over the side} for one server, or why there is none."""
-    from .promql import PrometheusError, window
+    from portal.telemetry.promql import PrometheusError, window
 
     counter_set = COUNTER_SETS[server.counter_set]
     start, end = side.start.timestamp(), side.end.timestamp()
@@ -196,7 +196,7 @@ def change_before_after(change, *, now: datetime | None = None) -> BeforeAfter |
 
     None: the change is not applied, the environment has no Prometheus, or no server names its labels there.
     """
-    from .promql import PrometheusError, token_decrypt
+    from portal.telemetry.promql import PrometheusError, token_decrypt
 
     environment = change.environment
     if change.status != "applied" or change.applied_at is None or not environment.prometheus_url:
