@@ -3166,6 +3166,65 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "tuning_changes_prometheus_retrieve": {
+        "summary": "Runs of one plan on both sides",
+        "request": None,
+        "response": {
+            "change": "1cfea671-0cc3-41f3-ab80-a606cddac1fd",
+            "available": True,
+            "reason": "",
+            "message": "",
+            "basis": "runs",
+            "note": "Under the same load: Run #1 (Smoke), the last run before the change, against Run #2 (Smoke), the first under it, each over its measured seconds.",
+            "step_s": 1,
+            "before": {
+                "label": "Run #1 (Smoke)",
+                "start": "2026-11-26T02:39:41.120544Z",
+                "end": "2026-11-26T02:39:47.121871Z",
+                "run": "5a0d3c52-2f0c-4a57-9d0b-0c6d4f4b7e61",
+                "run_number": 1,
+            },
+            "after": {
+                "label": "Run #2 (Smoke)",
+                "start": "2026-11-26T02:39:49.136417Z",
+                "end": "2026-11-26T02:39:55.201113Z",
+                "run": "d2b1a0c9-8a51-4b8e-bf1a-58e1f3a1c0d2",
+                "run_number": 2,
+            },
+            "servers": [
+                {
+                    "name": "demo",
+                    "selector": 'job="demo", instance="127.0.0.1:40123"',
+                    "error": "",
+                    "figures": [
+                        {
+                            "key": "cpu",
+                            "name": "Process CPU (of one core)",
+                            "unit": "%",
+                            "main": True,
+                            "before": 38.1,
+                            "after": 6.4,
+                            "change_pct": -83.2,
+                            "lower_is_better": True,
+                            "better": True,
+                        },
+                        {
+                            "key": "requests",
+                            "name": "Requests",
+                            "unit": "/s",
+                            "main": True,
+                            "before": 412.5,
+                            "after": 9.6,
+                            "change_pct": -97.67,
+                            "lower_is_better": False,
+                            "better": False,
+                        },
+                    ],
+                }
+            ],
+        },
+        "status": 200,
+    },
     "tuning_changes_revert_create": {
         "request": None,
         "response": {

@@ -30,9 +30,9 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from portal.runs.models import Run
+from portal.telemetry.countersets import COUNTER_SETS
+from portal.telemetry.exposition import figures
 
-from .countersets import COUNTER_SETS
-from .exposition import figures
 from .history import MORE_IS_BETTER
 
 WINDOW_S = 15 * 60
@@ -157,7 +157,7 @@ def _mean(values: list[float | None]) -> float | None:
 
 def _side_figures(server, env, token: str, side: Side, step: int) -> dict[str, float] | str:
     """{series key: mean over the side} for one server, or why there is none."""
-    from .promql import PrometheusError, window
+    from portal.telemetry.promql import PrometheusError, window
 
     counter_set = COUNTER_SETS[server.counter_set]
     start, end = side.start.timestamp(), side.end.timestamp()
@@ -191,19 +191,40 @@ def _side_figures(server, env, token: str, side: Side, step: int) -> dict[str, f
     return out
 
 
+def _servers(environment) -> list:
+    return [s for s in environment.servers.all() if s.prometheus_selector and s.counter_set in COUNTER_SETS]
+
+
+UNAVAILABLE = {
+    "not_applied": "The change is not applied yet: it has no before and after.",
+    "no_prometheus": "The environment has no Prometheus data source (set its URL on the environment).",
+    "no_servers": "None of the environment's servers names its Prometheus labels (its selector).",
+}
+
+
+def unavailable(change) -> str | None:
+    """Why the change has no figures to read (a key of UNAVAILABLE), or None when it has."""
+    if change.status != "applied" or change.applied_at is None:
+        return "not_applied"
+    if not change.environment.prometheus_url:
+        return "no_prometheus"
+    if not _servers(change.environment):
+        return "no_servers"
+    return None
+
+
 def change_before_after(change, *, now: datetime | None = None) -> BeforeAfter | None:
     """The change's server figures before → after from the environment's Prometheus; None when it has none to read.
 
-    None: the change is not applied, the environment has no Prometheus, or no server names its labels there.
+    None: the change is not applied, the environment has no Prometheus, or no server names its labels there
+    (``unavailable`` says which).
     """
-    from .promql import PrometheusError, token_decrypt
+    from portal.telemetry.promql import PrometheusError, token_decrypt
 
     environment = change.environment
-    if change.status != "applied" or change.applied_at is None or not environment.prometheus_url:
+    if unavailable(change) is not None:
         return None
-    servers = [s for s in environment.servers.all() if s.prometheus_selector and s.counter_set in COUNTER_SETS]
-    if not servers:
-        return None
+    servers = _servers(environment)
     basis, before, after, note = sides(change, now=now)
     longest = max((before.end - before.start).total_seconds(), (after.end - after.start).total_seconds(), 1)
     step = max(environment.metrics_interval_s, math.ceil(longest / MAX_STEPS))

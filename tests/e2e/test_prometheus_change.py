@@ -94,6 +94,21 @@ def test_a_changes_before_and_after_come_from_prometheus(demo_target, demo_env, 
     fragment = alice_client.get(fragment_url).content.decode()
     assert 'data-key="requests"' in fragment and "the last run before the change" in fragment
 
+    # The API answers the same figures, for automation.
+    api = alice_client.get(f"/api/v1/tuning-changes/{change.code}/prometheus/").json()
+    assert api["available"] is True and api["basis"] == "runs" and api["step_s"] == 1
+    assert (api["before"]["label"], api["after"]["label"]) == ("Run #1 (Smoke)", "Run #2 (Smoke)")
+    assert (api["before"]["run_number"], api["after"]["run_number"]) == (1, 2)
+    assert api["before"]["start"] == figures.before.start.isoformat().replace("+00:00", "Z")
+    (api_server,) = api["servers"]
+    assert api_server["error"] == "" and api_server["name"] == "demo"
+    api_rows = {r["key"]: r for r in api_server["figures"]}
+    assert api_rows.keys() == rows.keys()
+    for key, row in rows.items():
+        assert (api_rows[key]["before"], api_rows[key]["after"]) == (row.before, row.after), key
+        assert api_rows[key]["better"] == row.better
+    assert api_rows["requests"]["change_pct"] == pytest.approx(rows["requests"].change_pct, abs=0.01)
+
     # Without a run of the plan under it, the change's own time ± 15 minutes (cut at now).
     Run.objects.filter(tuning_change=change).delete()
     figures = change_before_after(change)
@@ -114,6 +129,9 @@ def test_a_bad_prometheus_is_said_per_server(demo_target, demo_env, plan, alice,
     assert "Prometheus answered an error (execution): query timed out" in server.error and not server.rows
     fragment = alice_client.get(reverse("history:change-prometheus", args=[change.code])).content.decode()
     assert "No figures from Prometheus" in fragment
+    api = alice_client.get(f"/api/v1/tuning-changes/{change.code}/prometheus/").json()
+    assert api["available"] is True and api["servers"][0]["figures"] == []
+    assert "Prometheus answered an error (execution): query timed out" in api["servers"][0]["error"]
 
 
 def test_no_prometheus_no_section(plan, alice, alice_client):
@@ -123,3 +141,5 @@ def test_no_prometheus_no_section(plan, alice, alice_client):
     assert 'id="prometheus"' not in alice_client.get(change.get_absolute_url()).content.decode()
     fragment = alice_client.get(reverse("history:change-prometheus", args=[change.code])).content.decode()
     assert 'id="prometheus-none"' in fragment
+    api = alice_client.get(f"/api/v1/tuning-changes/{change.code}/prometheus/").json()
+    assert (api["available"], api["reason"]) == (False, "no_prometheus")

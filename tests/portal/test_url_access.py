@@ -49,7 +49,7 @@ environments/<uuid:code>/trialsets/from-runs/
 teams/<uuid:code>/invitations/ teams/<uuid:code>/invitations/<id:pk>/revoke/ runs/<uuid:code>/servers.json
 projects/<uuid:code>/schedules/ projects/<uuid:code>/schedules/new/ projects/<uuid:code>/schedules/preview/
 schedules/<uuid:code>/ schedules/<uuid:code>/toggle/ schedules/<uuid:code>/delete/ schedules/<uuid:code>/baseline/
-runs/<uuid:code>/accept/
+runs/<uuid:code>/accept/ runs/<uuid:code>/protocols.json
 projects/<uuid:code>/notifications/ projects/<uuid:code>/notifications/new/ channels/<uuid:code>/test/
 channels/<uuid:code>/delete/ channels/<uuid:code>/edit/
 """
@@ -58,12 +58,13 @@ password-reset/ password-reset/sent/ password-reset/<uidb64>/<token>/ password-r
 """
 TOKEN_ROUTES = """
 s/<str:token>/ s/<str:token>/runs/<uuid:run_code>/series.json s/<str:token>/runs/<uuid:run_code>/detail.json
-s/<str:token>/journey.json invitations/<str:token>/ mail-addresses/confirm/<str:token>/
+s/<str:token>/journey.json s/<str:token>/runs/<uuid:run_code>/protocols.json
+invitations/<str:token>/ mail-addresses/confirm/<str:token>/
 """
 API_ROUTES = """
 api/v1/^experiments/$ api/v1/^experiments/(?P<code>[^/]+)/$ api/v1/^experiments/(?P<code>[^/]+)/start/$
 api/v1/^experiments/(?P<code>[^/]+)/confirm/$ api/v1/^experiments/(?P<code>[^/]+)/stop/$
-api/v1/^tuning-changes/(?P<code>[^/]+)/revert/$
+api/v1/^tuning-changes/(?P<code>[^/]+)/revert/$ api/v1/^tuning-changes/(?P<code>[^/]+)/prometheus/$
 api/v1/^projects/(?P<code>[^/]+)/compare/$
 api/v1/^projects/(?P<code>[^/]+)/journey/$ api/v1/^environments/(?P<code>[^/]+)/journey/$
 api/v1/plans/<str:code>/trials/ api/v1/^trial-sets/$ api/v1/^trial-sets/(?P<code>[^/]+)/$
@@ -75,7 +76,7 @@ api/v1/^projects/$ api/v1/^projects/(?P<code>[^/]+)/$ api/v1/^environments/$ api
 api/v1/^test-cases/$ api/v1/^test-cases/(?P<code>[^/]+)/$ api/v1/^test-cases/(?P<code>[^/]+)/data-set/$
 api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
 api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/plans/<str:code>/change-points/
-api/v1/runs/<str:code>/junit.xml
+api/v1/runs/<str:code>/junit.xml api/v1/runs/<str:code>/protocols.csv api/v1/^runs/(?P<code>[^/]+)/protocols/$
 api/v1/runs/<str:code>/pages.csv
 api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^runs/$ api/v1/^runs/(?P<code>[^/]+)/$
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$

@@ -14,6 +14,8 @@ from portal.accounts.models import ApiToken
 from portal.api.base import QueryParams, StrictSerializer, TeamScopedViewSet, request_token
 from portal.api.errors import error_responses
 from portal.history import choices, comparison, services
+from portal.history.api.prometheus import ChangePrometheusSerializer
+from portal.history.api.prometheus import payload as prometheus_payload
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
 from portal.history.forms import ChangeForm, MeasurementForm, revert_prefill
 from portal.history.models import Experiment, ExternalMeasurement, TrialSet, TuningChange
@@ -201,6 +203,15 @@ class TuningChangeViewSet(mixins.CreateModelMixin, _EnvironmentDocumentViewSet):
     @action(detail=True, methods=["post"])
     def apply(self, request, code=None):
         return Response(self.get_serializer(self._apply(self.get_object())).data)
+
+    @extend_schema(
+        summary="The change's server figures before → after, from the environment's Prometheus (as its page shows)",
+        responses={200: ChangePrometheusSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"])
+    def prometheus(self, request, code=None):
+        change = self.get_object()
+        return Response(ChangePrometheusSerializer(prometheus_payload(change)).data)
 
 
 @extend_schema_view(
