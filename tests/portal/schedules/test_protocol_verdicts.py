@@ -6,7 +6,8 @@ import random
 import pytest
 
 from portal.runs import analysis
-from portal.schedules import noise
+from portal.runs.models import Run
+from portal.schedules import baselines, noise
 from portal.schedules.baselines import run_judge
 from tests.portal.runs.factories import plan_run
 from tests.portal.runs.test_protocols import stream_label, write
@@ -99,3 +100,20 @@ def test_the_noise_of_a_p95_shrinks_with_the_streams_behind_it():
     # 100 streams, quantile slope 60/0.09 ms: se = 666.7 × √(0.0475/100) = 14.5 ms, 7.3 % of 200 ms
     assert few**0.5 == pytest.approx(0.0727, abs=0.001)
     assert noise.percentile_var(None, 200.0, 240.0, 100) is None
+
+
+def test_a_run_without_streams_gets_no_stream_rows(plan):
+    from tests.portal.schedules.test_baselines import make_run
+
+    plan.hold = 20
+    plan.save()
+    for seed in (1, 2, 3):
+        make_run(plan, seed)
+    run = make_run(plan, 4)
+
+    verdict = run_judge(run_id=run.id)
+
+    assert not baselines.protocol_cells(list(Run.objects.exclude(id=run.id)), run)
+    figures = {r["figure"] for r in verdict.rows}
+    assert figures == {"APD", "p95", "pages/s", "error rate"}
+    assert verdict.verdict == "within_noise"
