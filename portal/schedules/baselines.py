@@ -16,10 +16,12 @@ from django.utils import timezone
 from portal.common import task
 from portal.history.comparison import (
     FIGURES,
+    PROTOCOL_FIGURES,
     Report,
     Row,
     _summary_value,
     compare_sides,
+    format_figure,
     run_batches,
     side_for_run,
     side_for_runs,
@@ -202,6 +204,109 @@ def noise_cells(report: Report, baseline_runs: list[Run], run: Run) -> list[nois
     return cells
 
 
+# The protocol figures the verdict judges (noise.PROTOCOL_KEYS): where each is in a page's (and the total's)
+# ``summary["protocols"]`` section, and what its samples are.
+_PROTOCOL_PLACES = {
+    "ttfe_p95_ms": ("stream", "ttfe_ms", "streams"),
+    "gap_p95_ms": ("stream", "gap_ms", "streams"),
+    "rtt_p95_ms": ("websocket", "rtt_ms", "round trips"),
+}
+
+
+def _protocol_figure(run: Run, page: str | None, key: str) -> tuple[dict, int] | None:
+    """A run's percentiles ({p90, p95, p99 …} in ms) of a protocol figure of a page (or of all pages) and
+    the streams or round trips behind them; None when the run has none."""
+    proto = (run.summary or {}).get("protocols") or {}
+    part, field, _ = _PROTOCOL_PLACES[key]
+    pages = proto.get("pages") or []
+    if page is None:
+        totals = proto.get("totals") or {}
+        if part == "stream":
+            n = totals.get("streams") or 0
+        else:
+            n = sum(((p.get("websocket") or {}).get("round_trips") or 0) for p in pages)
+        figures = totals.get(field)
+    else:
+        found = next((p.get(part) for p in pages if p.get("label") == page), None) or {}
+        n = found.get("responses" if part == "stream" else "round_trips") or 0
+        figures = found.get(field)
+    if not figures or figures.get("p95") is None:
+        return None
+    return figures, int(n)
+
+
+def protocol_cells(baseline_runs: list[Run], run: Run) -> list[noise.Cell]:
+    """The stream and WebSocket rows (per page and in total) of the figures the judged run and every baseline
+    run have: none for a run without streams or WebSocket sessions. Their noise within a run is the standard
+    error of a percentile (``noise.percentile_var``): the runs keep no batch figures of them."""
+    proto = (run.summary or {}).get("protocols") or {}
+    if not proto or not baseline_runs:
+        return []
+    pages = [None, *sorted(p["label"] for p in proto.get("pages") or [] if p.get("label") is not None)]
+    cells = []
+    for page in pages:
+        for fig in PROTOCOL_FIGURES:
+            if fig.key not in _PROTOCOL_PLACES:
+                continue
+            after = _protocol_figure(run, page, fig.key)
+            before = [_protocol_figure(r, page, fig.key) for r in baseline_runs]
+            if after is None or any(b is None for b in before):
+                continue
+
+            def v(found):
+                figures, n = found
+                return noise.percentile_var(figures.get("p90"), figures.get("p95"), figures.get("p99"), n)
+
+            cells.append(
+                noise.Cell(
+                    page=page,
+                    key=fig.key,
+                    lower_is_better=fig.lower_is_better,
+                    baseline=[float(b[0]["p95"]) for b in before],
+                    value=float(after[0]["p95"]),
+                    baseline_batches=[[] for _ in before],
+                    batches=[],
+                    baseline_pages=[b[1] for b in before],
+                    pages=after[1],
+                    figure=fig.name,
+                    baseline_v=[v(b) for b in before],
+                    v=v(after),
+                    samples=_PROTOCOL_PLACES[fig.key][2],
+                )
+            )
+    return cells
+
+
+def protocol_row(cell: noise.Cell, judged: noise.Judged) -> dict:
+    """A stream or WebSocket row of the verdict (the comparison has no per-page rows of them)."""
+    before = sum(cell.baseline) / len(cell.baseline)
+    change = judged.change_pct
+    if change is None:
+        change_text = "—"
+    elif change == 0:
+        change_text = "no change"
+    else:
+        change_text = f"{abs(change):.3g} % {'more' if change > 0 else 'less'}"
+    row = {
+        "page": cell.page,
+        "figure": cell.figure,
+        "verdict": judged.verdict,
+        "before": format_figure(before, "ms"),
+        "after": format_figure(cell.value, "ms"),
+        "change": change_text,
+        "noise": f"±{judged.noise_pct:.3g} % a night" if judged.noise_pct is not None else "",
+        "basis": (
+            f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows); the noise "
+            f"within a run from the p95's order statistic over its {cell.pages} {cell.samples}"
+            if judged.p is not None
+            else ""
+        ),
+    }
+    if judged.note:
+        row["basis"] = row["note"] = judged.note
+    return row
+
+
 def run_judge(*, run_id: int) -> RunVerdict | None:
     """Compares a finished run with its plan's baseline and stores the verdict on the run (idempotent)."""
     run = Run.objects.select_related("plan", "project").filter(id=run_id, status__in=Run.FINISHED).first()
@@ -219,8 +324,14 @@ def run_judge(*, run_id: int) -> RunVerdict | None:
         return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
     extra = soak.soak_rows(run.summary, [r.summary for r in side.runs], tolerance)
     cells = noise_cells(report, side.runs, run)
+    page_cells = len(cells)
+    cells += protocol_cells(side.runs, run)  # one family with the page figures (none for a run without streams)
     family = noise.judge_cells(cells, tolerance_pct=tolerance)
-    judged = {(c.page, c.figure): j for c, j in zip(cells, family.rows, strict=True)}
+    judged = {(c.page, c.figure): j for c, j in zip(cells[:page_cells], family.rows, strict=False)}
+    extra = [
+        *extra,
+        *(protocol_row(c, j) for c, j in zip(cells[page_cells:], family.rows[page_cells:], strict=True)),
+    ]
     verdict, headline, rows = judge(report, run=run, tolerance_pct=tolerance, extra_rows=extra, family=judged)
     basis = report.basis
     if report.problems:

@@ -22,6 +22,11 @@ of a verdict (pages × figures and the totals) are one family: Holm's step-down 
 a night with nothing changed calls any row regressed at most ``FALSE_ALARM`` (and improved, apart).
 A row moved only when it is significant after Holm *and* beyond the plan's tolerance.
 
+A page's streams and WebSocket sessions (issue 26) join the family where every run has them: time to first
+event p95, gap between events p95 and WebSocket round trip p95, as ratios like the p95. Their runs keep no
+batch figures, so their noise within a run is the standard error of a percentile (``percentile_var``: the
+binomial spread of the p95's rank, turned into milliseconds by the slope between the summary's p90 and p99).
+
 APD, p95 and pages/s are compared as ratios (their noise grows with their level); the error rate in
 percentage points (it is often 0).
 """
@@ -44,7 +49,12 @@ PROVISIONAL_BELOW = 3
 # so 100 pages put at least 5 of them above it; an error rate from fewer than 100 pages moves in
 # steps of more than 1 %; pages/s, a count per second, has Poisson noise above 18 % under 30.
 MIN_PAGES = {"apd_ms": 30, "p95_ms": 100, "pages_per_s": 30, "error_rate_pct": 100}
-RELATIVE = {"apd_ms", "p95_ms", "pages_per_s"}
+# Streams and WebSocket sessions (issue 26): a p95 again, so 100 of what it is the p95 of, counted in streams
+# (time to first event; the gaps too: a stream's gaps move together, so its gaps are not independent samples)
+# and in round trips.
+MIN_SAMPLES = {"ttfe_p95_ms": 100, "gap_p95_ms": 100, "rtt_p95_ms": 100}
+PROTOCOL_KEYS = set(MIN_SAMPLES)
+RELATIVE = {"apd_ms", "p95_ms", "pages_per_s", *PROTOCOL_KEYS}
 # The night's common drift is taken out of the pages' changes when at least this many pages are judged
 # (the median of fewer is moved by the one page that regressed).
 MIN_PAGES_FOR_DRIFT = 3
@@ -78,6 +88,30 @@ class Cell:
     # The change as the row shows it (the sides' pooled figures), for the tolerance; else from the means.
     shown_change_pct: float | None = None
     figure: str = ""  # its name as the report shows it (APD, p95 …)
+    # A figure without batch figures (the protocol p95s): each run's noise within it given directly (``v``, the
+    # squared relative standard error, ``percentile_var``), the baseline runs' and the judged run's.
+    baseline_v: list[float | None] | None = None
+    v: float | None = None
+    samples: str = "pages"  # what ``pages`` counts: pages, streams or round trips
+
+
+def percentile_var(
+    p90: float | None, p95: float | None, p99: float | None, n: int | None, q: float = 0.95
+) -> float | None:
+    """The squared relative standard error of a p95 of ``n`` samples, from the percentiles around it.
+
+    The p95 of ``n`` samples is the order statistic of rank ≈ ``q·n``; how far that rank moves from sample to
+    sample is binomial, with a standard deviation of ``√(n·q·(1−q))`` ranks. A rank is turned into a duration
+    by the slope of the quantile function there, read from the figures the summary keeps (p90 and p99:
+    ``(p99 − p90) / 0.09``). So ``se ≈ slope · √(q(1−q)/n)``: the asymptotic (sparsity) standard error of a
+    sample quantile, the same interval as the order-statistic (binomial) one, mapped linearly. None without
+    the figures.
+    """
+    if not n or p95 is None or p90 is None or p99 is None or p95 <= 0:
+        return None
+    slope = max(p99 - p90, 0.0) / (0.99 - 0.90)
+    se = slope * math.sqrt(q * (1 - q) / n)
+    return (se / p95) ** 2
 
 
 @dataclass
@@ -128,6 +162,10 @@ def _within_noise(cell: Cell, relative: bool) -> tuple[float, float, float]:
     run whose pages became erratic: ``ERRATIC`` times the pooled, which 9 degrees of freedom pass by chance
     about 1 time in 100), is kept: a move is not weighed against a noise much smaller than its own.
     """
+    if cell.baseline_v is not None:  # given per run (no batch figures): each run keeps its own
+        own_b = [v for v in cell.baseline_v if v is not None]
+        run_v = cell.v if cell.v is not None else (statistics.fmean(own_b) if own_b else 0.0)
+        return (statistics.fmean(own_b) if own_b else run_v), run_v, BATCH_DF
     own = [_within_var(b, relative) for b in cell.baseline_batches]
     run_v = _within_var(cell.batches, relative)
     sides = [(v, p) for v, p in zip([*own, run_v], [*cell.baseline_pages, cell.pages], strict=False) if v is not None]
@@ -152,10 +190,10 @@ def _scaled(values: Sequence[float], relative: bool) -> list[float] | None:
 
 
 def _too_few(cell: Cell) -> str:
-    need = MIN_PAGES.get(cell.key, 0)
+    need = MIN_PAGES.get(cell.key, MIN_SAMPLES.get(cell.key, 0))
     fewest = min([*cell.baseline_pages, cell.pages])
     if fewest < need:
-        return f"too few pages to judge ({fewest} < {need} in a run)"
+        return f"too few {cell.samples} to judge ({fewest} < {need} in a run)"
     return ""
 
 
@@ -255,6 +293,8 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
             continue
         v_base = [v for b in cell.baseline_batches if (v := _within_var(b, relative)) is not None]
         v_run = _within_var(cell.batches, relative)
+        if cell.baseline_v is not None:
+            v_base, v_run = [v for v in cell.baseline_v if v is not None], cell.v
         if not v_base and v_run is None and len(cell.baseline) < 2:
             out[i].note = "no batches and a single baseline run: nothing to estimate the noise from"
             continue
