@@ -64,24 +64,30 @@ if not SECRET_KEY:
         key_file.chmod(0o600)
     SECRET_KEY = key_file.read_text().strip()
 
-ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
-]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
-# The bundled demo target's address (`make run DEMO_PORT=…` passes its port): the example in forms' hints.
-DEMO_BASE_URL = f"http://127.0.0.1:{os.environ.get('PLIMSOLL_DEMO_PORT') or '8001'}"
 # Links in mail and webhooks. Without SITE_URL: the address `make run PORT=…` serves on (portal/site_url.py).
 SITE_URL = (
     os.environ.get("SITE_URL")
     or _site_url.default_site_url(os.environ.get("PLIMSOLL_HOST"), os.environ.get("PLIMSOLL_PORT"))
 ).rstrip("/")
+# Without ALLOWED_HOSTS: the loopback names, and the host of a SITE_URL that is set, since the links the
+# portal sends out must open it (issue 30: with SITE_URL=https://… alone, a deployment refused its own
+# name and check --deploy gave four warnings). The host `make run HOST=…` derives is not added.
+_SITE_HOST = _site_url.host_header(SITE_URL) if os.environ.get("SITE_URL") else None
+_DEFAULT_HOSTS = ",".join(dict.fromkeys(["localhost", "127.0.0.1", "[::1]", *filter(None, [_SITE_HOST])]))
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", _DEFAULT_HOSTS).split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+# The bundled demo target's address (`make run DEMO_PORT=…` passes its port): the example in forms' hints.
+DEMO_BASE_URL = f"http://127.0.0.1:{os.environ.get('PLIMSOLL_DEMO_PORT') or '8001'}"
 
 # HTTPS and browser protections (issue 10). Each reads its variable; the default is secure
-# when DEBUG is off and the portal answers more than loopback names (ALLOWED_HOSTS), i.e.
-# when it is deployed, and off for a checkout on 127.0.0.1 (whose browser would be refused
-# the Secure cookies over plain http). docker/.env.example sets them for HTTPS behind a proxy.
+# when DEBUG is off and the portal answers more than loopback names (ALLOWED_HOSTS) or its links
+# are https (SITE_URL), i.e. when it is deployed, and off for a checkout on 127.0.0.1 (whose
+# browser would be refused the Secure cookies over plain http). docker/.env.example sets them for
+# HTTPS behind a proxy.
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
-DEPLOYED = not DEBUG and any(h not in _LOOPBACK_HOSTS for h in ALLOWED_HOSTS)
+DEPLOYED = not DEBUG and (
+    any(h not in _LOOPBACK_HOSTS for h in ALLOWED_HOSTS) or SITE_URL.lower().startswith("https://")
+)
 _secure = "true" if DEPLOYED else "false"
 SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", _secure)
 CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", _secure)

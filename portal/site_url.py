@@ -52,3 +52,14 @@ def mismatch(site_url: str, bound: list[tuple[str, int]]) -> str | None:
         f"SITE_URL is {site_url} but this server answers on {served}: links in mail and webhooks "
         f"will not reach it. Unset SITE_URL (it then follows PLIMSOLL_PORT) or set it to the address people open."
     )
+
+
+def host_header(site_url: str) -> str | None:
+    """The Host a browser sends for ``site_url`` as ALLOWED_HOSTS spells it (``[::1]`` bracketed); None if none."""
+    try:
+        host = urlsplit(site_url).hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    return f"[{host}]" if ":" in host else host

@@ -16,7 +16,14 @@ SECURE_NAMES = ["SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", "SECURE_SSL_REDIR
 
 def _env(tmp_path, **values) -> dict:
     """This process's environment without the variables the settings read, plus ``values``."""
-    read = SECURE_NAMES + ["DEBUG", "ALLOWED_HOSTS", "SECRET_KEY", "SECURE_PROXY_SSL_HEADER", "DATABASE_URL"]
+    read = SECURE_NAMES + [
+        "DEBUG",
+        "ALLOWED_HOSTS",
+        "SECRET_KEY",
+        "SECURE_PROXY_SSL_HEADER",
+        "DATABASE_URL",
+        "SITE_URL",
+    ]
     # The browser fixture sets DJANGO_ALLOW_ASYNC_UNSAFE in this process; a deployment never has it.
     read.append("DJANGO_ALLOW_ASYNC_UNSAFE")
     env = {k: v for k, v in os.environ.items() if k not in read and not k.startswith("SECURE_")}
@@ -78,6 +85,27 @@ def test_the_deploy_check_is_clean_with_nothing_but_a_host_name_and_a_key(tmp_pa
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues (1 silenced)." in result.stdout
     assert _settings(env, "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SILENCED_SYSTEM_CHECKS") == ["True", "['security.W021']"]
+
+
+def test_the_deploy_check_is_clean_with_an_https_site_url_and_a_key(tmp_path):
+    """Issue 30 item 8: DEBUG off, a SECRET_KEY and SITE_URL=https://… (ALLOWED_HOSTS unset) gave W004, W008,
+    W012 and W016, and the portal refused requests for its own name."""
+    env = _env(tmp_path, DEBUG="false", SITE_URL="https://plimsoll.example.com", SECRET_KEY=secrets.token_urlsafe(50))
+    # when
+    result = subprocess.run(
+        [PYTHON, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues (1 silenced)." in result.stdout
+    assert _settings(env, *SECURE_NAMES) == ["True", "True", "True", "31536000"]
+    # the portal answers the name its links carry
+    assert " ".join(_settings(env, "ALLOWED_HOSTS")) == "['localhost', '127.0.0.1', '[::1]', 'plimsoll.example.com']"
 
 
 def test_a_deployed_portal_is_secure_by_default(tmp_path):
