@@ -481,10 +481,14 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "Plimsoll <plimsoll@lo
 # default unless DEBUG is on (issue 30: anyone could make themselves an editor of a team of their own).
 PLIMSOLL_SIGNUP = envbool("PLIMSOLL_SIGNUP", "true" if DEBUG else "false")
 # Abuse limits (issue 30), counted in the shared cache by portal.limits: sign-ups per client address an
-# hour, password-reset mails per address an hour, invitations per team a day.
+# hour; password-reset mails per address and reset requests per client address an hour; invitations per
+# team, per inviting user and per invited address (over the site) a day.
 PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR = envint("PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR", "5", minimum=1)
 PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR = envint("PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR", "3", minimum=1)
+PLIMSOLL_RESET_REQUESTS_PER_CLIENT_HOUR = envint("PLIMSOLL_RESET_REQUESTS_PER_CLIENT_HOUR", "10", minimum=1)
 PLIMSOLL_INVITATIONS_PER_TEAM_DAY = envint("PLIMSOLL_INVITATIONS_PER_TEAM_DAY", "30", minimum=1)
+PLIMSOLL_INVITATIONS_PER_USER_DAY = envint("PLIMSOLL_INVITATIONS_PER_USER_DAY", "50", minimum=1)
+PLIMSOLL_INVITATIONS_PER_ADDRESS_DAY = envint("PLIMSOLL_INVITATIONS_PER_ADDRESS_DAY", "5", minimum=1)
 # E-mail channels (issue 30: no open relay): an address gets mail only once confirmed through a link; mail
 # is limited per recipient and per team an hour, confirmation mails per address a day and per user an
 # hour, Send test per user an hour (portal/notifications/addresses.py).

@@ -4,7 +4,7 @@ from django.templatetags.static import static
 from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
-from portal.accounts.forms import MailingPasswordResetForm
+from portal.accounts.views import PasswordResetView
 from portal.runs.exporter import metrics_view
 
 
@@ -29,12 +29,10 @@ register_converter(IdConverter, "id")
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="accounts/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    # Password reset by e-mail, with Django's own views (issue 13); the mail goes through portal.notifications.
+    # Password reset by e-mail, with Django's own views (issue 13; the request page limited per client, issue 30).
     path(
         "password-reset/",
-        auth_views.PasswordResetView.as_view(
-            template_name="accounts/password_reset.html", form_class=MailingPasswordResetForm
-        ),
+        PasswordResetView.as_view(),
         name="password_reset",
     ),
     path(

@@ -79,12 +79,24 @@ def invitation_create(*, team: Team, email: str, role: str, invited_by: Abstract
     from portal.mail import mail_enqueue
     from portal.tokens import token_new
 
-    per_day = settings.PLIMSOLL_INVITATIONS_PER_TEAM_DAY
-    allowed, wait = limits.take(f"invitations:team-{team.code}", per_day, 24 * 3600)
-    if not allowed:
-        raise limits.TooMany(
-            f"{team} has sent {per_day} invitations in the last 24 hours: try again in {limits.minutes(wait)}.", wait
-        )
+    # Per team, per inviting user (an owner of several teams) and per invited address over the whole site (many
+    # teams' owners aiming at one inbox). In that order: a refusal may have spent a count of the checks before it,
+    # and those are the inviter's own, never the address's.
+    day = 24 * 3600
+    team_day, user_day, address_day = (
+        settings.PLIMSOLL_INVITATIONS_PER_TEAM_DAY,
+        settings.PLIMSOLL_INVITATIONS_PER_USER_DAY,
+        settings.PLIMSOLL_INVITATIONS_PER_ADDRESS_DAY,
+    )
+    checks = (
+        (f"invitations:team-{team.code}", team_day, f"{team} has sent {team_day} invitations"),
+        (f"invitations-by:user-{invited_by.pk}", user_day, f"You have sent {user_day} invitations"),
+        (f"invitations-to:{email.strip().lower()}", address_day, f"{email} has been sent {address_day} invitations"),
+    )
+    for key, per_day, what in checks:
+        allowed, wait = limits.take(key, per_day, day)
+        if not allowed:
+            raise limits.TooMany(f"{what} in the last 24 hours: try again in {limits.minutes(wait)}.", wait)
     token, digest = token_new()
     invitation = Invitation.objects.create(
         team=team,

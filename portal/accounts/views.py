@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -15,7 +16,15 @@ from django.views.decorators.http import require_POST
 from portal import limits
 
 from . import selectors, services
-from .forms import InvitationForm, InvitedSignUpForm, MemberAddForm, RoleForm, SignUpForm, TokenForm
+from .forms import (
+    InvitationForm,
+    InvitedSignUpForm,
+    MailingPasswordResetForm,
+    MemberAddForm,
+    RoleForm,
+    SignUpForm,
+    TokenForm,
+)
 from .models import ApiToken, Invitation, Membership, Team
 from .services import LastOwner, membership_remove, membership_set, token_create, token_revoke
 from .throttle import LOCKOUT_RECORD_DAYS, client_ip, lockouts_for_owner
@@ -211,6 +220,31 @@ def signup(request):
         messages.success(request, f"Welcome, {user.get_username()}: {user.teams.get()} is yours.")
         return redirect(settings.LOGIN_REDIRECT_URL)
     return render(request, "accounts/signup.html", {"form": form}, status=400 if form.errors else 200)
+
+
+class PasswordResetView(auth_views.PasswordResetView):
+    """Django's reset page, limited per client address (issue 30: reset mails were unlimited).
+
+    Every request from the client counts, whether its address has an account or not, so the refusal
+    tells nothing about any address. The mails to one address are limited too (MailingPasswordResetForm).
+    """
+
+    template_name = "accounts/password_reset.html"
+    form_class = MailingPasswordResetForm
+
+    def form_valid(self, form):
+        per_hour = settings.PLIMSOLL_RESET_REQUESTS_PER_CLIENT_HOUR
+        allowed, wait = limits.take(f"password-reset-from:{client_ip(self.request)}", per_hour, 3600)
+        if not allowed:
+            form.add_error(
+                None,
+                f"{per_hour} password resets were asked from your address in the last hour: "
+                f"try again in {limits.minutes(wait)}.",
+            )
+            response = self.render_to_response(self.get_context_data(form=form), status=429)
+            response["Retry-After"] = str(max(1, round(wait)))
+            return response
+        return super().form_valid(form)
 
 
 @login_required

@@ -11,6 +11,7 @@ import subprocess
 import pytest
 from django.urls import reverse
 
+from portal import limits
 from portal.accounts import services
 from portal.accounts.models import Invitation, Membership
 from tests.processes import PYTHON, ROOT
@@ -25,13 +26,37 @@ def test_reset_mails_to_one_address_stop_at_the_limit(client, alice, settings, m
     settings.PLIMSOLL_RESET_MAILS_PER_ADDRESS_HOUR = 3
     alice.email = "alice@example.com"
     alice.save()
-    # when: twenty requests for her address
-    for _ in range(20):
+    # when: twenty requests for her address, each from another client (the limit per client is another test's)
+    for n in range(20):
         with mail_sent_at_commit():
-            response = client.post(reverse("password_reset"), {"email": "Alice@Example.com"})
+            response = client.post(
+                reverse("password_reset"), {"email": "Alice@Example.com"}, REMOTE_ADDR=f"198.51.100.{n + 1}"
+            )
         # then: the page never tells whether a mail went
         assert response.status_code == 302 and response["Location"].endswith("/password-reset/sent/")
     assert len(mailoutbox) == 3
+
+
+def test_reset_requests_from_one_client_stop_at_the_limit(client, alice, settings, mail_sent_at_commit, mailoutbox):
+    """Issue 30 item 7: one client could ask for resets without end (to one address, or to many in turn)."""
+    settings.PLIMSOLL_RESET_REQUESTS_PER_CLIENT_HOUR = 4
+    alice.email = "alice@example.com"
+    alice.save()
+    # when: one client asks for addresses without an account, then for alice's
+    statuses = []
+    for email in ["x1@example.com", "x2@example.com", "x3@example.com", "alice@example.com", "alice@example.com"]:
+        with mail_sent_at_commit():
+            response = client.post(reverse("password_reset"), {"email": email}, REMOTE_ADDR="203.0.113.7")
+        statuses.append(response.status_code)
+    # then: four requests count, whether their address has an account or not; the fifth is refused, with the wait
+    assert statuses == [302, 302, 302, 302, 429]
+    assert "4 password resets were asked from your address in the last hour" in response.content.decode()
+    assert int(response["Retry-After"]) > 0
+    assert [m.to for m in mailoutbox] == [["alice@example.com"]]
+    # another client is not held back
+    with mail_sent_at_commit():
+        other = client.post(reverse("password_reset"), {"email": "alice@example.com"}, REMOTE_ADDR="203.0.113.8")
+    assert other.status_code == 302 and len(mailoutbox) == 2
 
 
 def test_sign_ups_from_one_client_stop_at_the_limit(client, settings, django_user_model):
@@ -88,6 +113,52 @@ def test_invitations_per_team_stop_at_the_limit_on_the_page_and_the_api(alice_cl
     assert response.status_code == 429
     assert response.json()["code"] == "throttled" and int(response["Retry-After"]) > 0
     assert Invitation.objects.count() == 3
+
+
+def test_invitations_by_one_owner_of_several_teams_stop_at_the_limit(alice_client, alice, team, charlie, settings):
+    """Issue 30 item 7: the limit per team let an owner of several teams send that many from each."""
+    settings.PLIMSOLL_INVITATIONS_PER_TEAM_DAY = 10
+    settings.PLIMSOLL_INVITATIONS_PER_USER_DAY = 3
+    second = charlie.teams.get()
+    Membership.objects.create(team=second, user=alice, role=Membership.Role.OWNER)
+    # when: alice invites from both her teams
+    statuses = [
+        invite(alice_client, t, email=f"guest{n}@example.com").status_code for n, t in enumerate([team, second])
+    ]
+    statuses.append(invite(alice_client, team, email="guest2@example.com").status_code)
+    page = alice_client.post(
+        reverse("accounts:invitation-create", args=[second.code]),
+        {"email": "more@example.com", "role": "viewer"},
+        follow=True,
+    )
+    # then: three in all, whichever team they came from
+    assert statuses == [302, 302, 302]
+    assert "You have sent 3 invitations in the last 24 hours" in page.content.decode()
+    response = alice_client.post(
+        f"/api/v1/teams/{team.code}/invitations/",
+        {"email": "api@example.com", "role": "viewer"},
+        content_type="application/json",
+    )
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert Invitation.objects.filter(invited_by=alice).count() == 3
+    # another owner is not held back
+    assert services.invitation_create(team=second, email="c@example.com", role="viewer", invited_by=charlie)
+
+
+def test_invitations_to_one_address_stop_at_the_limit_whichever_team_sends_them(alice, team, charlie, settings):
+    """Issue 30 item 7: many fresh teams' owners could each mail one inbox their team's name and their own."""
+    settings.PLIMSOLL_INVITATIONS_PER_ADDRESS_DAY = 2
+    services.invitation_create(team=team, email="dana@example.com", role="viewer", invited_by=alice)
+    services.invitation_create(team=charlie.teams.get(), email="Dana@Example.com", role="viewer", invited_by=charlie)
+    # when: a third team's owner
+    with pytest.raises(limits.TooMany) as refused:
+        services.invitation_create(team=team, email="DANA@example.com", role="editor", invited_by=alice)
+    # then
+    assert "DANA@example.com has been sent 2 invitations in the last 24 hours: try again in" in str(refused.value)
+    assert refused.value.retry_after > 0
+    assert Invitation.objects.count() == 2
+    # another address is not held back
+    assert services.invitation_create(team=team, email="erin@example.com", role="viewer", invited_by=alice)
 
 
 def test_an_invitation_cannot_be_accepted_by_an_account_of_another_address(

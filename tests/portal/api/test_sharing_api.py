@@ -12,6 +12,7 @@ from portal.accounts.services import invitation_accept, team_create
 from portal.runs.models import Run
 from portal.sharing.models import ShareEvent, ShareLink
 from portal.sharing.services import share_create, sharing_set
+from tests.portal.accounts.conftest import limits_of_this_test  # noqa: F401 (autouse: invitations per address a day)
 
 from .conftest import PERSONAS, READERS, bearer, expected, session
 
