@@ -50,11 +50,14 @@ def addresses_request(*, team, emails: list[str], requested_by) -> list[str]:
             settings.PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY,
             settings.PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR,
         )
-        to_ok, _ = limits.take(f"mail-confirm-to:{email}", per_address, 86400)
-        by_ok = to_ok
-        if to_ok and requested_by is not None:
+        # The requester's count first: a user over their own limit must not spend the address's (a few a day),
+        # or they could keep an address from being confirmed by anyone else.
+        if requested_by is not None:
             by_ok, _ = limits.take(f"mail-confirm-by:user-{requested_by.pk}", per_user, 3600)
-        if not (to_ok and by_ok):
+            if not by_ok:
+                continue
+        to_ok, _ = limits.take(f"mail-confirm-to:{email}", per_address, 86400)
+        if not to_ok:
             continue
         token, digest = token_new()
         MailAddress.objects.filter(pk=address.pk).update(
@@ -124,9 +127,11 @@ def recipients_allowed(channel: Channel) -> tuple[list[str], list[str]]:
         if email not in confirmed:
             held.append(f"{email}: not confirmed yet")
             continue
-        ok, _ = limits.take(f"mail-to:{email}", settings.PLIMSOLL_MAIL_PER_RECIPIENT_HOUR, 3600)
+        # The sending team's count first: a team over its limit must not spend a recipient's (their mail from
+        # other teams would stop too).
+        ok, _ = limits.take(f"mail-from:team-{channel.project.team_id}", settings.PLIMSOLL_MAIL_PER_TEAM_HOUR, 3600)
         if ok:
-            ok, _ = limits.take(f"mail-from:team-{channel.project.team_id}", settings.PLIMSOLL_MAIL_PER_TEAM_HOUR, 3600)
+            ok, _ = limits.take(f"mail-to:{email}", settings.PLIMSOLL_MAIL_PER_RECIPIENT_HOUR, 3600)
         if ok:
             allowed.append(email)
         else:

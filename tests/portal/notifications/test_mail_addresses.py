@@ -110,3 +110,49 @@ def test_mail_to_one_recipient_is_limited_per_hour(project, team, smtp, settings
         services.delivery_attempt(delivery_id=delivery.id)
     assert len(smtp) == 2
     assert Delivery.objects.order_by("-id").first().error == "Not sent: o@x.t: over the mail limit this hour"
+
+
+def test_mail_from_one_team_is_limited_per_hour_and_spends_no_recipients_count(project, team, charlie, smtp, settings):
+    """The sender's limit: one team's channels send at most PLIMSOLL_MAIL_PER_TEAM_HOUR mails an hour, counted per
+    recipient; what they send over it leaves the recipient's own count alone."""
+    settings.PLIMSOLL_MAIL_PER_TEAM_HOUR = 3
+    settings.PLIMSOLL_MAIL_PER_RECIPIENT_HOUR = 4
+    channel = services.channel_create(
+        project=project, name="Ops", kind="email", events=["regression"], emails="a@x.t, b@x.t"
+    )
+    confirm_addresses(team, "a@x.t", "b@x.t")
+    # when: three tests to two addresses
+    for _ in range(3):
+        services.delivery_attempt(delivery_id=services.channel_test(channel=channel).id)
+    # then: three mails in all, and the log names what was held
+    assert [rcpt for rcpt, _ in smtp] == [["a@x.t", "b@x.t"], ["a@x.t"]]
+    errors = list(Delivery.objects.order_by("id").values_list("error", flat=True))
+    assert errors[1] == "not sent to b@x.t: over the mail limit this hour"
+    assert errors[2] == "Not sent: a@x.t: over the mail limit this hour; b@x.t: over the mail limit this hour"
+    # another team's channel still reaches a@x.t up to a@x.t's own limit: the refusals above spent none of it
+    other = charlie.teams.get()
+    theirs = services.channel_create(
+        project=other.projects.create(name="Theirs"), name="Ops", kind="email", events=["regression"], emails="a@x.t"
+    )
+    confirm_addresses(other, "a@x.t")
+    for _ in range(3):
+        services.delivery_attempt(delivery_id=services.channel_test(channel=theirs).id)
+    assert len(smtp) == 4  # a@x.t: 2 above + 2 more = its limit of 4
+
+
+def test_confirmations_one_user_asks_for_are_limited_and_spend_no_addresss_count(
+    alice_client, project, smtp, mail_sent_at_commit, settings, django_user_model
+):
+    settings.PLIMSOLL_MAIL_CONFIRMATIONS_PER_USER_HOUR = 2
+    settings.PLIMSOLL_MAIL_CONFIRMATIONS_PER_ADDRESS_DAY = 1
+    # when: alice names four addresses
+    with mail_sent_at_commit():
+        new_channel(alice_client, project, "a@x.t, b@x.t, c@x.t, d@x.t")
+    # then: two confirmation mails; the others wait, and their own counts are untouched
+    assert sorted(rcpt for (rcpt,), _ in smtp) == ["a@x.t", "b@x.t"]
+    other = django_user_model.objects.create_user("frank", password="x")
+    client = alice_client.__class__()
+    client.force_login(other)
+    with mail_sent_at_commit():
+        new_channel(client, other.teams.get().projects.create(name="P"), "c@x.t")
+    assert sorted(rcpt for (rcpt,), _ in smtp) == ["a@x.t", "b@x.t", "c@x.t"]
