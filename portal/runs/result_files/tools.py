@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
+from workers.engine import safejson
 from workers.engine.errors import CHECK_FAILED, CONNECTION_ERROR, CONNECTION_REFUSED, HTTP_STATUS, TIMEOUT
 from workers.engine.histogram import Histogram, bucket_index
 
@@ -62,7 +62,7 @@ def read_k6_json(results: ImportedResults, source: _Input) -> None:
 
 
 def _k6_line(results: ImportedResults, raw: bytes) -> None:
-    doc = json.loads(raw)
+    doc = safejson.loads(raw)
     if doc["type"] != "Point":
         return
     metric, data = doc["metric"], doc["data"]
