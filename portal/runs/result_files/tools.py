@@ -57,7 +57,7 @@ def read_k6_json(results: ImportedResults, source: _Input) -> None:
                 _k6_line(results, raw)
             if number & 0x3FF == 0:
                 source.tick()
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # "[[[[…": too deep for json
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # "[[[[…" too deep is a ValueError (safejson)
         raise _bad_line(number, "k6 JSON", exc) from None
 
 
