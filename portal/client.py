@@ -27,6 +27,7 @@ When several apply, the first in this order wins: 2, 1, 6, 7, 8.
 import argparse
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -99,7 +100,9 @@ def _request(
                 raise
             path = urllib.parse.urlsplit(url).path
             _say(f"Plimsoll asks to slow down (429 on {method} {path}); asking again in {exc.retry_after:.0f} s.")
-            time.sleep(exc.retry_after)
+            # Up to a tenth more (1 s at most), at random: pipelines throttled together do not all come back
+            # in the same instant, where all but the limit's worth would be refused again.
+            time.sleep(exc.retry_after + random.uniform(0, min(1.0, exc.retry_after / 10)))
 
 
 def _request_once(method: str, url: str, token: str, *, body: dict | None, timeout: float):
