@@ -27,6 +27,7 @@ When several apply, the first in this order wins: 2, 1, 6, 7, 8.
 import argparse
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -50,6 +51,9 @@ BUSY_RETRY_S = 5.0
 VERDICT_POLL_S = 2.0
 # A 429 without a usable Retry-After waits this long.
 THROTTLED_S = 5.0
+# Every call waits out a 429 (its Retry-After) and asks again, for this long at most in all (while
+# waiting for a run, until --timeout instead): the start, the plan's look-up, the JUnit download alike.
+THROTTLE_BUDGET_S = 300.0
 
 
 class ApiError(Exception):
@@ -76,8 +80,32 @@ def _retry_after(value: str | None) -> float:
 
 
 def _request(
-    method: str, url: str, token: str, *, body: dict | None = None, timeout: float = POLL_S + 30
+    method: str,
+    url: str,
+    token: str,
+    *,
+    body: dict | None = None,
+    timeout: float = POLL_S + 30,
+    until: float | None = None,
 ) -> tuple[int, bytes, HTTPMessage]:
+    """One call; a 429 is waited out (its Retry-After) and the call made again while that ends before
+    ``until`` (THROTTLE_BUDGET_S from now by default). A throttled request was refused before anything
+    was done, so asking again is safe for a POST too."""
+    until = time.monotonic() + THROTTLE_BUDGET_S if until is None else until
+    while True:
+        try:
+            return _request_once(method, url, token, body=body, timeout=timeout)
+        except ApiError as exc:
+            if exc.retry_after is None or time.monotonic() + exc.retry_after > until:
+                raise
+            path = urllib.parse.urlsplit(url).path
+            _say(f"Plimsoll asks to slow down (429 on {method} {path}); asking again in {exc.retry_after:.0f} s.")
+            # Up to a tenth more (1 s at most), at random: pipelines throttled together do not all come back
+            # in the same instant, where all but the limit's worth would be refused again.
+            time.sleep(exc.retry_after + random.uniform(0, min(1.0, exc.retry_after / 10)))
+
+
+def _request_once(method: str, url: str, token: str, *, body: dict | None, timeout: float):
     req = urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {token}"})
     if method == "POST":
         req.add_header("Content-Type", "application/json")
@@ -129,15 +157,12 @@ class Waiter:
         failing_since = None
         while True:
             try:
-                _status, raw, headers = _request("GET", url, self.token)
+                _status, raw, headers = _request("GET", url, self.token, until=self.deadline)
             except ApiError as exc:
-                if exc.retry_after is not None:
-                    _say(f"Plimsoll asks to slow down (429); asking again in {exc.retry_after:.0f} s.")
-                    if time.monotonic() + exc.retry_after > self.deadline:
-                        _sleep(exc.retry_after, self.deadline)
-                        return None
-                    time.sleep(exc.retry_after)
-                    continue
+                if exc.retry_after is not None:  # still throttled when --timeout comes: could not tell
+                    _say(f"Plimsoll asks to slow down (429) past --timeout: {exc}")
+                    _sleep(exc.retry_after, self.deadline)
+                    return None
                 if not exc.transient:
                     raise
                 failing_since = failing_since or time.monotonic()
@@ -192,13 +217,9 @@ def start(base: str, token: str, plan_code: str, body: dict, wait_for_environmen
     until = time.monotonic() + wait_for_environment
     while True:
         try:
-            return _json("POST", url, token, body=body)
+            return _json("POST", url, token, body=body)  # a 429 is waited out in _request
         except ApiError as exc:
             left = until - time.monotonic()
-            if exc.retry_after is not None and left > 0:
-                _say(f"Plimsoll asks to slow down (429); starting again in {exc.retry_after:.0f} s.")
-                _sleep(exc.retry_after, until)
-                continue
             if exc.status == 409 and left > 0:
                 _say(f"The environment is busy ({exc}); trying again in {BUSY_RETRY_S:.0f} s ({left:.0f} s left).")
                 _sleep(BUSY_RETRY_S, until)
@@ -208,7 +229,8 @@ def start(base: str, token: str, plan_code: str, body: dict, wait_for_environmen
 
 def stop(run: dict, token: str, why: str) -> None:
     try:
-        _request("POST", f"{run['url']}stop/", token, timeout=30)
+        # A cancelled CI job is killed soon after its signal: a throttled stop is asked again for 30 s at most.
+        _request("POST", f"{run['url']}stop/", token, timeout=30, until=time.monotonic() + 30)
         _say(f"Stopped run #{run['number']} ({why}): {run['web_url']}")
     except ApiError as exc:
         _say(f"Could not stop run #{run['number']} ({why}): {exc}. Stop it at {run['web_url']}")

@@ -12,15 +12,18 @@
 set -euo pipefail
 
 root="${PLIMSOLL_TEST_DEPS_ROOT:-}"  # tests point this at a folder of their own
-missing=()
-[ -x "$root/usr/bin/chromium" ] || missing+=(chromium)
-[ -f "$root/usr/share/jmeter/bin/ApacheJMeter.jar" ] || missing+=(jmeter)
-[ -f "$root/usr/share/jmeter/lib/ext/ApacheJMeter_http.jar" ] || missing+=(jmeter-http)
-[ -x "$root/usr/bin/javac" ] || missing+=(default-jdk-headless)
-[ -x "$root/usr/sbin/nginx" ] || missing+=(nginx-light)
-[ -x "$root/usr/bin/prometheus" ] || missing+=(prometheus)
-[ -x "$root/sbin/ip" ] || missing+=(iproute2)
+find_missing() {
+  missing=()
+  [ -x "$root/usr/bin/chromium" ] || missing+=(chromium)
+  [ -f "$root/usr/share/jmeter/bin/ApacheJMeter.jar" ] || missing+=(jmeter)
+  [ -f "$root/usr/share/jmeter/lib/ext/ApacheJMeter_http.jar" ] || missing+=(jmeter-http)
+  [ -x "$root/usr/bin/javac" ] || missing+=(default-jdk-headless)
+  [ -x "$root/usr/sbin/nginx" ] || missing+=(nginx-light)
+  [ -x "$root/usr/bin/prometheus" ] || missing+=(prometheus)
+  [ -x "$root/sbin/ip" ] || missing+=(iproute2)
+}
 
+find_missing
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 command="apt-get update && apt-get install -y ${missing[*]}"
@@ -29,7 +32,13 @@ if [ "${1:-}" != "--check" ] && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev
   # No daemon started by a package's install (nginx): the tests start their own.
   export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1
   apt-get update -q && apt-get install -y -q "${missing[@]}"
-  exit 0
+  # What the packages installed is checked again: a distribution that names or places them otherwise
+  # (Ubuntu's chromium-browser snap, say) stops here, not in the middle of the tests.
+  find_missing
+  [ ${#missing[@]} -eq 0 ] && exit 0
+  echo "install-test-deps: installed, but still missing what the tests run: ${missing[*]}" >&2
+  echo "The tests expect Debian's packages and paths (docs/development/tests.md)." >&2
+  exit 1
 fi
 echo "The tests need Debian packages that are missing: ${missing[*]}" >&2
 echo "Install them (as root), then run make test again:" >&2

@@ -66,3 +66,51 @@ def test_make_test_and_ci_run_the_script_before_the_tests():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/install-test-deps.sh" in ci
     assert ci.index("\nbash scripts/install-test-deps.sh") < ci.rindex("\nmake test")
+
+
+def as_root(tmp_path: Path, root: Path, installs: tuple[str, ...]) -> subprocess.CompletedProcess:
+    """The script as root on a machine whose apt-get (a stand-in on PATH: the real one needs root and the
+    network) records what it was asked and lays down the files of the packages in ``installs``."""
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "id").write_text("#!/bin/sh\necho 0\n")
+    lays = " ".join(f"{root}/{FILES[p]}" for p in installs)
+    (shims / "apt-get").write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {tmp_path}/apt.log\n'
+        f'if [ "$1" = install ]; then for f in {lays}; do\n'
+        '  mkdir -p "$(dirname "$f")"; : > "$f"; chmod +x "$f"\n'
+        "done; fi\n"
+    )
+    for shim in shims.iterdir():
+        shim.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PLIMSOLL_TEST_DEPS_ROOT": str(root), "PATH": f"{shims}:/usr/bin:/bin"},
+    )
+
+
+def test_as_root_it_installs_exactly_what_is_missing_then_checks_again(tmp_path):
+    root = tmp_path / "machine"
+    lay(root, "chromium", "nginx-light", "prometheus", "iproute2")
+
+    result = as_root(tmp_path, root, ("jmeter", "jmeter-http", "default-jdk-headless"))
+
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "apt.log").read_text().splitlines() == [
+        "update -q",
+        "install -y -q jmeter jmeter-http default-jdk-headless",
+    ]
+
+
+def test_as_root_a_package_that_installs_elsewhere_stops_before_the_tests(tmp_path):
+    root = tmp_path / "machine"
+    lay(root, *(p for p in FILES if p != "chromium"))
+
+    result = as_root(tmp_path, root, ())  # apt-get succeeds, but no /usr/bin/chromium appears
+
+    assert result.returncode == 1
+    assert "installed, but still missing what the tests run: chromium" in result.stderr

@@ -17,6 +17,7 @@ from django.utils import timezone
 from portal import outbound
 from portal.projects.forms import format_configuration, parse_configuration
 from portal.runs.models import Run
+from workers.engine import safejson
 
 from .models import ExternalMeasurement, TuningChange, apply_edits, config_diff
 
@@ -62,7 +63,7 @@ def revert_prefill(change: TuningChange) -> dict:
     restore = [{"key": d["key"], "value": d["before"]} for d in change.diff]
     hook_body, body_reverted = change.hook_body, False
     try:
-        body = json.loads(change.hook_body) if change.hook_body.strip() else None
+        body = safejson.loads(change.hook_body) if change.hook_body.strip() else None
     except ValueError:
         body = None
     before = {d["key"]: d["before"] for d in change.diff}
@@ -204,7 +205,7 @@ class ChangeForm(forms.ModelForm):
                 self.add_error("hook_body", "A GET request carries no body: choose POST, PUT or PATCH, or empty it.")
             elif _is_json(cleaned.get("hook_content_type") or ""):
                 try:
-                    json.loads(body)
+                    safejson.loads(body)
                 except ValueError as exc:
                     self.add_error(
                         "hook_body",

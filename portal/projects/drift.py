@@ -9,11 +9,11 @@ time, a bounded body) and compares it key by key with the ledger.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from portal import outbound
+from workers.engine import safejson
 
 from .models import Environment
 
@@ -61,7 +61,7 @@ def configuration_drift(environment: Environment) -> Verification:
         result.error = f"{environment.config_url} answered {response.status}, not its configuration."
         return result
     try:
-        actual = json.loads(response.body)
+        actual = safejson.loads(response.body)
     except (ValueError, UnicodeDecodeError):
         actual = None
     if not isinstance(actual, dict):

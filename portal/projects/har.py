@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import parse_qsl, quote, quote_plus, urljoin, urlsplit
 
-from workers.engine import variables
+from workers.engine import safejson, variables
 
 MAX_HAR_BYTES = 50 * 1024 * 1024  # the upload limit; Chromium's "Save all as HAR" of a long session stays below
 MAX_BODY_CHARS = 64 * 1024  # a request body larger than this (binary, base64, a file upload) is dropped, with a note
@@ -548,7 +548,7 @@ def _body_type(e: Entry) -> str:
         return "form"
     if "json" in mime and e.post_text is not None:
         try:
-            json.loads(e.post_text)
+            safejson.loads(e.post_text, max_depth=safejson.MAX_DEPTH)  # walked recursively below
             return "json"
         except ValueError:
             return "raw"
@@ -593,7 +593,7 @@ def _producers(final: Entry, followed: bool) -> list[tuple[str, str, str, str, s
                 out.append((name, "form_field", name, value, "hidden form field"))
     if text and "json" in final.mime:
         try:
-            doc = json.loads(text)
+            doc = safejson.loads(text, max_depth=safejson.MAX_DEPTH)  # its leaves are walked recursively
         except ValueError:
             doc = None
         for path, value in _json_leaves(doc):

@@ -13,12 +13,12 @@ a message for the run's gaps or the environment's page, never an exception out o
 
 from __future__ import annotations
 
-import json
 import re
 import urllib.parse
 from collections import defaultdict
 
 from portal.tokens import SealBroken, seal, unseal
+from workers.engine import safejson
 
 from .countersets import CounterSet
 from .exposition import ExpositionError, extract_samples, metric_names
@@ -127,7 +127,7 @@ def _get(base_url: str, path: str, params: dict, token: str, timeout: float) -> 
     if response.status in (401, 403):
         raise PrometheusError(f"Prometheus refused the token (HTTP {response.status}): check the environment's token.")
     try:
-        answer = json.loads(response.body)
+        answer = safejson.loads(response.body)
     except (ValueError, UnicodeDecodeError):
         answer = None
     if not isinstance(answer, dict):

@@ -6,6 +6,7 @@ from urllib.parse import parse_qs
 import pytest
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from workers.engine import safejson
 from workers.engine.variables import (
     ExtractionError,
     Extractor,
@@ -266,3 +267,25 @@ def test_a_page_decodes_its_text_once_in_its_charset():
 def test_an_unknown_source_is_refused():
     with pytest.raises(ValueError, match="unknown extraction source"):
         Extractor("v", "xpath", "//a")
+
+
+# Issue 28 item 16: JSON nested deeper than Python's decoder follows is malformed JSON here, not a RecursionError.
+DEEP = "[" * 5000 + "]" * 5000
+
+
+def test_a_json_body_nested_too_deep_is_a_problem_not_a_crash():
+    assert "nested too deep" in json_body_problem('{"a": ' * 1200 + '"{{x}}"' + "}" * 1200)
+    with pytest.raises(VariableError, match="nested too deep"):
+        check_json_body(DEEP, compile_template('{"a": {{a}}}', "json"))
+
+
+def test_a_response_nested_too_deep_fails_its_json_check_as_not_json():
+    page = Page(DEEP.encode(), {"Content-Type": "application/json"})
+    with pytest.raises(ValueError, match="nested too deep"):
+        page.json()
+
+
+def test_the_api_depth_limit_refuses_what_parses_but_nests_past_it():
+    assert safejson.loads("[" * 64 + "]" * 64, max_depth=64) == json.loads("[" * 64 + "]" * 64)
+    with pytest.raises(safejson.TooDeep, match="more than 64 levels"):
+        safejson.loads("[" * 65 + "]" * 65, max_depth=64)

@@ -28,6 +28,7 @@ class Portal(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.runs, self.starts = list(runs), list(starts or [(201, {})])
         self.stops, self.posts, self.gets = 0, [], 0
+        self.throttled_lookups = 0  # how many look-ups (projects, plans) answer 429 first
 
     @property
     def base(self):
@@ -75,6 +76,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802
         portal = self.server
+        if self.path.startswith(("/api/v1/projects/", "/api/v1/plans/")) and portal.throttled_lookups:
+            portal.throttled_lookups -= 1
+            return self._send(429, {"detail": "Request was throttled."}, {"Retry-After": "1"})
         if self.path.startswith("/api/v1/projects/"):
             return self._send(200, {"results": [{"name": "Shop", "code": "p-1"}], "next": None})
         if self.path.startswith("/api/v1/plans/"):
@@ -202,6 +206,40 @@ def test_a_throttle_is_honoured_with_its_retry_after(portal):
     assert gate(server) == client.PASSED
     assert time.monotonic() - started >= 1.0
     assert server.gets == 2
+
+
+def test_a_throttled_start_and_look_up_are_asked_again_after_retry_after(portal, capsys):
+    """Issue 28 item 17: every call waits out a 429, not only the polls (the start exited at once)."""
+    throttled = (429, {"detail": "Request was throttled.", "headers": {"Retry-After": "1"}})
+    server = portal(runs=[ENDED], starts=[throttled, (201, {})])
+    server.throttled_lookups = 2
+    started = time.monotonic()
+
+    code = client.main(["run", "--url", server.base, "--project", "Shop", "--plan", "Nightly", "--wait"])
+
+    assert code == client.PASSED
+    assert len(server.posts) == 2 and server.throttled_lookups == 0
+    assert time.monotonic() - started >= 3.0  # three throttles, a second each
+    assert "Plimsoll asks to slow down (429 on POST /api/v1/plans/" in capsys.readouterr().out
+
+
+def test_a_throttle_longer_than_the_budget_is_refused_with_its_reason(portal, monkeypatch, capsys):
+    monkeypatch.setattr(client, "THROTTLE_BUDGET_S", 0.5)
+    throttled = (429, {"detail": "Request was throttled.", "headers": {"Retry-After": "1"}})
+    server = portal(runs=[ENDED], starts=[throttled])
+
+    assert gate(server) == client.REFUSED
+    assert len(server.posts) == 1
+    assert "HTTP 429" in capsys.readouterr().err
+
+
+def test_a_throttle_past_the_timeout_while_waiting_is_could_not_tell(portal):
+    throttled = (429, {"detail": "Request was throttled."}, {"Retry-After": "30"})
+    server = portal(runs=[throttled])
+    started = time.monotonic()
+    code = client.main(["run", "--url", server.base, "--plan", PLAN, "--wait", "--timeout", "1"])
+    assert code == client.COULD_NOT_TELL
+    assert time.monotonic() - started < 10
 
 
 def test_timeout_stops_the_run_it_started_and_says_so(portal, capsys):

@@ -127,3 +127,47 @@ def test_an_unreadable_message_is_set_aside_and_the_next_one_delivered(tmp_path)
 
         assert message.payload == {"id": "whole"}
         assert os.listdir(tmp_path / "unreadable") == ["0_cut.mended.msg"]
+
+
+BINDERS, EXCHANGES = 6, 40
+
+
+def _bind(folder: str, transport: str, binder: int, barrier, errors) -> None:
+    """Binds its queue to each exchange at the same moment as the others, then reads the table back."""
+    try:
+        with Connection("filesystem://localhost/", transport=transport, transport_options=_options(folder)) as conn:
+            channel = conn.default_channel
+            for e in range(EXCHANGES):
+                barrier.wait(10)
+                channel._queue_bind(f"fan-{e}", "", "", f"q{binder}")
+                if f"q{binder}" not in {q.queue for q in channel.get_table(f"fan-{e}")}:
+                    errors.put(f"binder {binder}: its binding to fan-{e} was lost")
+    except Exception as exc:  # reported to the test, which fails on it
+        errors.put(f"binder {binder}: {exc!r}")
+
+
+def test_concurrent_binders_keep_every_binding_of_an_exchange(tmp_path):
+    """The exchange tables (fan-out: Celery's broadcasts) are rewritten by several processes at once.
+
+    kombu's transport created a table with open("wb") (truncated, then locked): two binders that
+    found no table both wrote one and a binding was lost, and a reader could read it empty.
+    """
+    folder = str(tmp_path)
+    for sub in ("queue", "processed", "control"):
+        os.makedirs(os.path.join(folder, sub))
+    context = multiprocessing.get_context("spawn")
+    barrier, errors = context.Barrier(BINDERS), context.Queue()
+    binders = [context.Process(target=_bind, args=(folder, TRANSPORT, b, barrier, errors)) for b in range(BINDERS)]
+    for p in binders:
+        p.start()
+    for p in binders:
+        p.join(60)
+    found_errors = []
+    while not errors.empty():
+        found_errors.append(errors.get())
+
+    assert found_errors == []
+    with Connection("filesystem://localhost/", transport=TRANSPORT, transport_options=_options(folder)) as conn:
+        for e in range(EXCHANGES):
+            table = conn.default_channel.get_table(f"fan-{e}")
+            assert sorted(q.queue for q in table) == [f"q{b}" for b in range(BINDERS)], e

@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import math
 import random
@@ -76,7 +75,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import errors, health
+from . import errors, health, safejson
 from .datasets import DataFeed
 from .gcpolicy import GcPolicy
 from .h2 import make_client
@@ -545,7 +544,7 @@ class _WsCompiled:
         if a.check == "regex":
             return self.regex.search(text) is not None
         try:
-            value = jsonpath_lookup(json.loads(text), self.path)
+            value = jsonpath_lookup(safejson.loads(text), self.path)
         except (ValueError, LookupError):
             return False
         return a.equals is None or json_value_text(value) == a.equals

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 from urllib.parse import quote, quote_plus
 
+from . import safejson
 from .errors import short
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -184,7 +185,7 @@ def json_body_problem(text: str) -> str | None:
     if not text.strip() or body_needs_json_check(text):
         return None
     try:
-        json.loads(PLACEHOLDER.sub("x", text))
+        safejson.loads(PLACEHOLDER.sub("x", text))
     except ValueError as exc:
         return f"not valid JSON ({exc})"
     return None
@@ -193,7 +194,7 @@ def json_body_problem(text: str) -> str | None:
 def check_json_body(body: str, template: Template) -> None:
     """Raise VariableError when a json body is not valid JSON after substitution."""
     try:
-        json.loads(body)
+        safejson.loads(body)
     except ValueError as exc:
         names = ", ".join("{{%s}}" % n for n in template.names)  # noqa: UP031 - braces
         raise VariableError(f"the JSON body is not valid after substituting {names} ({exc})") from None
@@ -242,7 +243,7 @@ class Page:
         """The parsed body; raises ValueError (with a short reason) when it is not JSON."""
         if self._json is _UNSET and not self._json_error:
             try:
-                self._json = json.loads(self.text)
+                self._json = safejson.loads(self.text)
             except ValueError as exc:
                 self._json_error = short(str(exc))
         if self._json_error:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+
+from workers.engine import safejson
 
 from .records import (
     EXPORT_HINT,
@@ -51,7 +52,7 @@ def detect(head: bytes) -> str | None:
     if all(c.encode() in columns for c in JTL_REQUIRED) or re.match(rb"^\d{13},\d+,", first):
         return "jmeter-csv"
     try:
-        doc = json.loads(first)
+        doc = safejson.loads(first)
     except ValueError:
         return None
     if isinstance(doc, dict) and doc.get("type") in ("Metric", "Point") and "metric" in doc:

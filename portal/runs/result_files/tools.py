@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 from xml.etree import ElementTree
 
+from workers.engine import safejson
 from workers.engine.errors import CHECK_FAILED, CONNECTION_ERROR, CONNECTION_REFUSED, HTTP_STATUS, TIMEOUT
 from workers.engine.histogram import Histogram, bucket_index
 
@@ -57,12 +57,12 @@ def read_k6_json(results: ImportedResults, source: _Input) -> None:
                 _k6_line(results, raw)
             if number & 0x3FF == 0:
                 source.tick()
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # "[[[[…": too deep for json
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # "[[[[…" too deep is a ValueError (safejson)
         raise _bad_line(number, "k6 JSON", exc) from None
 
 
 def _k6_line(results: ImportedResults, raw: bytes) -> None:
-    doc = json.loads(raw)
+    doc = safejson.loads(raw)
     if doc["type"] != "Point":
         return
     metric, data = doc["metric"], doc["data"]

@@ -4,6 +4,7 @@ DRF's throttle read a token's history, appended and wrote it back; parallel requ
 history, so 8 parallel clients got 800 and 717 requests through a 600/min limit. Here 8 clients
 send 15 requests each (120) within seconds to a 2-worker × 4-thread gunicorn with a 40/min limit:
 exactly 40 pass, on the embedded default's file cache and on Redis.
+And the CI client (portal.client) waits out each 429 as its Retry-After says, on the same real server.
 """
 
 import http.client
@@ -74,3 +75,37 @@ def test_parallel_clients_get_exactly_the_limit_through(tmp_path, alice, team, c
     assert statuses.count(200) == LIMIT, (statuses.count(200), set(statuses))
     assert statuses.count(429) == CLIENTS * EACH - LIMIT
     assert all(0 < int(retry) <= 60 for status, retry in answers if status == 429)
+
+
+def test_parallel_ci_clients_wait_out_the_limit_and_all_get_through(tmp_path, alice, team, capsys):
+    """The CI client (portal.client, real) on a real gunicorn at 4 requests a second: 8 of them at once
+    are throttled, wait each Retry-After and ask again, so every call is answered and none fails."""
+    from portal import client
+
+    env = {"PLIMSOLL_API_RATE": "4/sec", "PLIMSOLL_CACHE_PREFIX": f"throttle-ci-{uuid.uuid4().hex[:8]}"}
+    secret = token_create(user=alice, team=team, name="pipeline", scope="read")[1]
+    server = Gunicorn(tmp_path, workers=1, env=env)
+    answers, failures = [], []
+
+    def pipeline():
+        for _ in range(2):
+            try:
+                answers.append(client._json("GET", f"{server.url}/api/v1/teams/", secret)["results"][0]["name"])
+            except client.ApiError as exc:
+                failures.append(str(exc))
+
+    try:
+        started = time.monotonic()
+        threads = [threading.Thread(target=pipeline) for _ in range(CLIENTS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        took = time.monotonic() - started
+    finally:
+        server.close()
+    assert failures == []
+    assert answers == [team.name] * CLIENTS * 2
+    # 16 calls at 4 a second cannot all pass in less than 3 s: the limit held while they waited
+    assert took >= 3.0, took
+    assert "Plimsoll asks to slow down (429 on GET /api/v1/teams/)" in capsys.readouterr().out

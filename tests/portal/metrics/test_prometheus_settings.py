@@ -189,3 +189,28 @@ def test_a_prometheus_outside_the_allowlist_refuses_the_run_before_it_starts(pla
     with pytest.raises(RunError, match="environment's Prometheus is refused"):
         run_create(plan=plan, user=alice)
     assert not Run.objects.exists()
+
+
+def test_an_answer_nested_too_deep_is_not_prometheus_json_not_a_recursion_error():
+    """Issue 28 item 16: JSON nested 5,000 deep from a "Prometheus" is its usual refusal."""
+    from portal.telemetry import promql
+
+    class Deep(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = ("[" * 5000 + "]" * 5000).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Deep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(promql.PrometheusError, match="not its API's JSON"):
+            promql.instant(f"http://127.0.0.1:{server.server_address[1]}", "", '{job="x"}', LINUX, 0.0, timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()

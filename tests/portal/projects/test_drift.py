@@ -91,3 +91,32 @@ def test_the_page_warns_of_another_environment_of_the_team_on_the_same_origin(al
     assert 'id="same-origin"' in page and "Staging copy" in page
     assert "Elsewhere" not in page.split('id="same-origin"')[1].split("</div>")[0]
     assert "Secret" not in page
+
+
+def test_verify_against_an_answer_nested_too_deep_says_it_is_not_a_configuration(project):
+    """Issue 28 item 16: a configuration URL answering JSON nested 5,000 deep is a refusal, not a RecursionError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Deep(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = ("[" * 5000 + "]" * 5000).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Deep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        env = Environment.objects.create(project=project, name="Deep", base_url=url, config_url=f"{url}/knobs")
+        result = drift.configuration_drift(env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.error == f"{url}/knobs did not answer a JSON object of key → value."

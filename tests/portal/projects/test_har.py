@@ -274,6 +274,17 @@ def test_large_binary_bodies_are_dropped_with_a_note_small_text_kept():
     assert small.steps[0].body == "hello" and small.steps[0].body_type == "raw"
 
 
+def test_bodies_nested_too_deep_are_kept_as_raw_text_not_a_crash():
+    """Issue 28 item 16: JSON inside a HAR nested deeper than the decoder follows, in a request or a response."""
+    deep = "[" * 5000 + "]" * 5000
+    p = preview(
+        entry(f"{SITE}/api/items", t=0, mime="application/json", text=deep),
+        entry(f"{SITE}/api/items", t=1, method="POST", body=deep, post_mime="application/json"),
+    )
+    assert p.steps[1].body == deep and p.steps[1].body_type == "raw"
+    assert p.correlations == []
+
+
 def test_base64_responses_are_searched_for_correlations():
     page = base64.b64encode(LOGIN_FORM.encode()).decode()
     p = preview(

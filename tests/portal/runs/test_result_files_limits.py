@@ -155,5 +155,5 @@ def test_a_refused_file_creates_nothing(tmp_path, environment, alice):
 
 def test_json_nested_too_deep_on_a_short_line_is_a_bad_line_not_a_crash(tmp_path):
     path = gz(tmp_path, k6_start() + b"[" * 200_000 + b"\n", "out.json.gz")
-    with pytest.raises(rf.ResultFileError, match=r"^Line 4 is not a k6 JSON line \(RecursionError"):
+    with pytest.raises(rf.ResultFileError, match=r"^Line 4 is not a k6 JSON line \(TooDeep: nested too deep"):
         rf.read(path)
