@@ -406,3 +406,40 @@ def test_the_analysis_of_a_recording_without_resource_types_is_linear(pages):
 def test_json_nested_too_deep_is_refused_with_a_reason():
     with pytest.raises(har.HarError, match="nested too deep"):
         har.load(b"[" * 200_000 + b"]" * 200_000)
+
+
+def test_the_analysis_of_a_recording_on_many_origins_is_linear():
+    """A recording whose requests go to many allowed origins (loopback ports) was walked once per origin."""
+    # given: a page, then 300 images each on a loopback port of its own (every one an allowed origin)
+    raw = [entry(f"{SITE}/", kind=None, headers=[("Accept", "text/html")], text="<p>x</p>")]
+    raw += [entry(f"http://127.0.0.1:{2000 + k}/x.png", t=0.01, kind=None, mime="image/png") for k in range(300)]
+    entries = CountingList(har.load(har_bytes(*raw)))
+
+    # when
+    preview = har.analyze(entries, allowed=allow_loopback)
+
+    # then: every origin listed, none kept for a WebSocket session, and the entries walked a fixed number of times
+    assert len(preview.hosts) == 301 and sum(h.kept for h in preview.hosts) == 1
+    assert entries.walks <= 10, f"{entries.walks} walks through {len(entries)} entries"
+
+
+def test_a_page_of_many_sub_requests_is_grouped_in_linear_time():
+    """A page's resources were deduplicated through a list (quadratic: 10,000 sub-requests took seconds)."""
+    import dataclasses
+    import time
+
+    # given: a document and 10,000 sub-requests of distinct, long paths sharing their first 1,000 characters
+    page, image = har.load(har_bytes(entry(f"{SITE}/", kind=None), entry(f"{SITE}/x.png", kind=None)))
+    prefix = "/static/" + "a" * 1000
+    subs = [dataclasses.replace(image, index=k + 1, url=f"{SITE}{prefix}/{k}.png") for k in range(10_000)]
+    subs += subs[:10]  # a path requested twice is one resource
+
+    # when
+    started = time.perf_counter()
+    step = har._step([page, *subs], har.Choices(), SITE)
+    took = time.perf_counter() - started
+
+    # then: the first 100 distinct paths, the rest counted in a note; in well under a second (the list took 3 s)
+    assert step.resources == [f"{prefix}/{k}.png" for k in range(100)]
+    assert "9900 resources beyond the first 100 dropped" in step.notes
+    assert took < 0.5, f"{took:.2f} s"
