@@ -157,3 +157,39 @@ def test_json_nested_too_deep_on_a_short_line_is_a_bad_line_not_a_crash(tmp_path
     path = gz(tmp_path, k6_start() + b"[" * 200_000 + b"\n", "out.json.gz")
     with pytest.raises(rf.ResultFileError, match=r"^Line 4 is not a k6 JSON line \(RecursionError"):
         rf.read(path)
+
+
+@pytest.mark.django_db
+def test_the_limits_are_the_settings(tmp_path, environment, alice, settings):
+    # given: limits set lower than their defaults, and a file over each in turn
+    from portal.runs.services import run_import
+    from portal.runs.services.imports import import_limits
+
+    settings.PLIMSOLL_IMPORT_MAX_LINE_MB = 1
+    settings.PLIMSOLL_IMPORT_MAX_FIELD_KB = 2
+    settings.PLIMSOLL_IMPORT_MAX_XML_DEPTH = 8
+    line = gz(tmp_path, k6_start() + b'{"metric": "' + b"a" * (2 * MB) + b'"}\n', "line.json.gz")
+    field = tmp_path / "field.jtl"
+    field.write_bytes(JTL_HEADER + b'1795543129000,80,Home,500,Error,false,"' + b"x" * 4096 + b'",300,2\n')
+    deep = tmp_path / "deep.jtl"
+    nested = b"<a>" * 9 + b"</a>" * 9
+    deep.write_bytes(b'<?xml version="1.0"?>\n<testResults version="1.2">' + nested + b"</testResults>")
+
+    # when / then: each refused by the import naming the configured limit, and no run
+    for path, limit in (
+        (line, "A line is longer than 1 MB, the limit for one line"),
+        (field, "has a field longer than 2,048 characters, the limit for one field"),
+        (deep, "XML elements nested more than 8 deep, the limit"),
+    ):
+        with pytest.raises(rf.ResultFileError, match=re.escape(limit)):
+            run_import(environment=environment, user=alice, path=path, file_name=path.name)
+    assert not Run.objects.exists()
+
+    # and the gzip limits too
+    settings.PLIMSOLL_IMPORT_MAX_GUNZIPPED_GB = 3
+    settings.PLIMSOLL_IMPORT_MAX_EXPANSION = 20
+    settings.PLIMSOLL_IMPORT_EXPANSION_ALLOWANCE_MB = 4
+    settings.PLIMSOLL_IMPORT_MAX_SAMPLE_ELEMENTS = 500
+    limits = import_limits()
+    assert (limits.max_decompressed, limits.max_expansion, limits.expansion_allowance) == (3 << 30, 20, 4 * MB)
+    assert limits.max_sample_elements == 500
