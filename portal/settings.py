@@ -511,6 +511,9 @@ LOGGING = {
 PLIMSOLL_HAR_UPLOAD_TTL_S = envint("PLIMSOLL_HAR_UPLOAD_TTL_S", "3600", minimum=60)
 # The largest HAR file accepted, in MB.
 PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
+# The most JSON values and members a HAR may hold, counted before it is parsed (issue 30: 50 MB of "[],[],…"
+# parsed to 1.3 GB; a value costs 32 to 64 bytes parsed). Playwright's compact 50 MB recording holds 4.7 M.
+PLIMSOLL_HAR_MAX_JSON_VALUES = envint("PLIMSOLL_HAR_MAX_JSON_VALUES", "6000000", minimum=10_000)
 # A HAR larger than this (MB) is analysed by a background task (har_analysis_task), its preview page
 # waiting for it, instead of in the web request (issue 30: a 30 MB recording takes seconds to analyse).
 PLIMSOLL_HAR_INLINE_MB = envint("PLIMSOLL_HAR_INLINE_MB", "5", minimum=0)

@@ -556,8 +556,10 @@ def har_too_large(size: int) -> str | None:
 
 
 def har_entries(raw: bytes) -> list[har.Entry]:
-    """The recording's entries, under the configured size limit (har.HarError says what is wrong)."""
-    return har.load(raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024)
+    """The recording's entries, under the configured limits (har.HarError says what is wrong)."""
+    return har.load(
+        raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024, max_values=settings.PLIMSOLL_HAR_MAX_JSON_VALUES
+    )
 
 
 def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:

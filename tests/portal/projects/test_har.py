@@ -7,6 +7,7 @@ is imported in test_har_import.py.
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -443,3 +444,37 @@ def test_a_page_of_many_sub_requests_is_grouped_in_linear_time():
     assert step.resources == [f"{prefix}/{k}.png" for k in range(100)]
     assert "9900 resources beyond the first 100 dropped" in step.notes
     assert took < 0.5, f"{took:.2f} s"
+
+
+def test_json_of_too_many_values_is_refused_before_it_is_parsed():
+    """Issue 30, item 2 for HARs: 50 MB of "[],[],…" parsed to 1.3 GB; the values are counted first."""
+    import tracemalloc
+
+    # given: a valid recording followed by 1.5 MB of empty arrays (500,000 values, each 32 bytes parsed)
+    raw = har_bytes(*login_journey())[:-1] + b', "x": [' + b"[]," * 500_000 + b"[]]}"
+
+    # when
+    tracemalloc.start()
+    try:
+        with pytest.raises(har.HarError) as refused:
+            har.load(raw, max_values=100_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    # then: the limit named, and nothing parsed (parsed, the arrays alone take 16 MB)
+    assert re.match(r"^The file holds 1,000,\d{3} JSON values, more than 100,000, the limit", str(refused.value))
+    assert peak < 2 * len(raw) + (1 << 20), f"peak {peak / (1 << 20):.1f} MB"
+
+
+def test_marks_inside_strings_are_not_values():
+    # given: a recording whose response texts hold 300,000 commas and brackets, and 40 or so values of structure
+    text = '{"a": [1, 2], "b": "x"},' * 20_000
+    raw = har_bytes(entry(f"{SITE}/", text=text), entry(f"{SITE}/next", t=1, text=text.replace('"', '\\"')))
+
+    # when: fewer values allowed than marks in the bytes, more than the structure's
+    entries = har.load(raw, max_values=10_000)
+
+    # then
+    assert [e.path for e in entries] == ["/", "/next"]
+    assert har._json_values(raw, 10_000) < 200

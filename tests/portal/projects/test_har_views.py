@@ -151,6 +151,13 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(alice_client, projec
     assert uploads(var_dir) == []
 
 
+def test_a_file_of_too_many_json_values_is_refused_with_the_limit_named(alice_client, project, var_dir, settings):
+    settings.PLIMSOLL_HAR_MAX_JSON_VALUES = 10_000
+    response = upload(alice_client, project, journey()[:-1] + b', "x": [' + b"0," * 20_000 + b"0]}")
+    assert "JSON values, more than 10,000, the limit" in response.content.decode()
+    assert uploads(var_dir) == [] and not TestCase.objects.exists()
+
+
 def test_outsider_gets_404_and_viewer_403(client, charlie, bob, project):
     page = reverse("projects:har-import", args=[project.code])
     preview = reverse("projects:har-import-preview", args=[project.code, "x" * 32])
