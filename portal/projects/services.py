@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
@@ -562,21 +563,23 @@ def har_entries(raw: bytes) -> list[har.Entry]:
     )
 
 
-def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:
+def har_upload_store(*, project: Project, user_id: int, upload: UploadedFile) -> str:
     """Checks a HAR (raising har.HarError with the reason) and keeps it for its preview; returns its token.
 
-    A HAR over PLIMSOLL_HAR_INLINE_MB is kept unchecked and analysed by har_analysis_task, off the web
-    request: its preview waits for the task (``har_analysis_state``) and says then why it is refused.
+    A HAR over PLIMSOLL_HAR_INLINE_MB is kept unchecked, in chunks (never whole in the web process's
+    memory), and analysed by har_analysis_task, off the web request: its preview waits for the task
+    (``har_analysis_state``) and says then why it is refused.
     """
     har_uploads_sweep()
-    large = len(raw) > settings.PLIMSOLL_HAR_INLINE_MB * 1024 * 1024
+    large = upload.size > settings.PLIMSOLL_HAR_INLINE_MB * 1024 * 1024
+    data: bytes | Iterable[bytes] = upload.chunks() if large else upload.read()
     if not large:
-        har.analyze(har_entries(raw), allowed=allowed_target)  # refuse now what the preview could not show
+        har.analyze(har_entries(data), allowed=allowed_target)  # refuse now what the preview could not show
     token = secrets.token_urlsafe(24)
     path = _har_path(project=project, user_id=user_id, token=token)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: the recording holds what the browser sent, cookies and passwords included.
-    write_private(path, raw)
+    write_private(path, data)
     if large:
         har_analysis_request(project=project, user_id=user_id, token=token, choices=har.Choices())
     return token
