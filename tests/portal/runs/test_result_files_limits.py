@@ -70,21 +70,21 @@ def test_a_jtl_with_a_huge_csv_field_is_refused_without_holding_it(tmp_path):
 
 
 def test_gzip_expanding_hundreds_of_times_is_refused_early(tmp_path):
-    # given: a valid k6 file followed by 64 MB of blank lines, 64 KB gzipped (1,000 times)
-    path = gz(tmp_path, k6_start() + b"\n" * (64 * MB), "out.json.gz")
+    # given: a valid k6 file followed by 16 MB of blank lines, 16 KB gzipped (1,000 times)
+    path = gz(tmp_path, k6_start() + b"\n" * (16 * MB), "out.json.gz")
 
     # when
-    message, _ = refused_peak(path, rf.Limits(expansion_allowance=4 * MB))
+    message, _ = refused_peak(path, rf.Limits(expansion_allowance=MB // 2))
 
-    # then: refused once past the allowance, without reading the 64 MB (the reader without the cap imported it)
+    # then: refused once past the allowance, without reading the 16 MB (the reader without the cap imported it)
     assert message.startswith("The gzipped file expands more than 100 times")
 
 
 def test_the_decompressed_size_is_capped(tmp_path):
-    lines = b"".join(JTL_ROW for _ in range(100_000))  # 4.3 MB, compressing about 400 times
+    lines = b"".join(JTL_ROW for _ in range(25_000))  # 1.1 MB, compressing about 400 times
     path = gz(tmp_path, JTL_HEADER + lines, "results.jtl.gz")
-    message, _ = refused_peak(path, rf.Limits(max_decompressed=2 * MB, max_expansion=10_000))
-    assert message.startswith("The file expands to more than 2 MB once gunzipped, the limit")
+    message, _ = refused_peak(path, rf.Limits(max_decompressed=MB // 4, max_expansion=10_000))
+    assert message.startswith("The file expands to more than 0.25 MB once gunzipped, the limit")
 
 
 def xml_sample(ts: int = 1795543128000) -> bytes:
