@@ -521,12 +521,27 @@ LOGGING = {
 PLIMSOLL_HAR_UPLOAD_TTL_S = envint("PLIMSOLL_HAR_UPLOAD_TTL_S", "3600", minimum=60)
 # The largest HAR file accepted, in MB.
 PLIMSOLL_HAR_MAX_MB = envint("PLIMSOLL_HAR_MAX_MB", "50", minimum=1)
+# The most JSON values and members a HAR may hold, counted before it is parsed (issue 30: 50 MB of "[],[],…"
+# parsed to 1.3 GB; a value costs 32 to 64 bytes parsed). Playwright's compact 50 MB recording holds 4.7 M.
+PLIMSOLL_HAR_MAX_JSON_VALUES = envint("PLIMSOLL_HAR_MAX_JSON_VALUES", "6000000", minimum=10_000)
 # A HAR larger than this (MB) is analysed by a background task (har_analysis_task), its preview page
 # waiting for it, instead of in the web request (issue 30: a 30 MB recording takes seconds to analyse).
 PLIMSOLL_HAR_INLINE_MB = envint("PLIMSOLL_HAR_INLINE_MB", "5", minimum=0)
 # The largest result file (k6, JMeter, Locust, Gatling; gzipped or not) accepted by upload (page and API), in MB.
 # Uploads are imported by a background task (result_import_task) in bounded memory, whatever their size.
 PLIMSOLL_RESULT_UPLOAD_MAX_MB = envint("PLIMSOLL_RESULT_UPLOAD_MAX_MB", "2048", minimum=1)
+# What a result file may hold (issue 30: 1 MB of gzip held a 1 GiB line; an XML JTL 40 M elements): a file over
+# one of these is refused with the limit named and nothing created (portal/runs/result_files/, docs/security.md).
+# One line (a sample a line: under a kilobyte), one CSV field (a failure message, a URL), the size a gzipped file
+# may expand to, how many times its gzipped size (checked once the first ALLOWANCE MB are read: result files
+# compress 5 to 30 times), XML nesting (a JTL nests 5 or 6) and the XML elements of one sample.
+PLIMSOLL_IMPORT_MAX_LINE_MB = envint("PLIMSOLL_IMPORT_MAX_LINE_MB", "8", minimum=1)
+PLIMSOLL_IMPORT_MAX_FIELD_KB = envint("PLIMSOLL_IMPORT_MAX_FIELD_KB", "128", minimum=1)
+PLIMSOLL_IMPORT_MAX_GUNZIPPED_GB = envint("PLIMSOLL_IMPORT_MAX_GUNZIPPED_GB", "64", minimum=1)
+PLIMSOLL_IMPORT_MAX_EXPANSION = envint("PLIMSOLL_IMPORT_MAX_EXPANSION", "100", minimum=2)
+PLIMSOLL_IMPORT_EXPANSION_ALLOWANCE_MB = envint("PLIMSOLL_IMPORT_EXPANSION_ALLOWANCE_MB", "16", minimum=1)
+PLIMSOLL_IMPORT_MAX_XML_DEPTH = envint("PLIMSOLL_IMPORT_MAX_XML_DEPTH", "32", minimum=8)
+PLIMSOLL_IMPORT_MAX_SAMPLE_ELEMENTS = envint("PLIMSOLL_IMPORT_MAX_SAMPLE_ELEMENTS", "100000", minimum=100)
 
 # Issue 29: Plimsoll's own /metrics (portal/runs/exporter.py) names every team's running plans, so it
 # answers a scrape with this bearer token, or one from these networks (default: loopback only).

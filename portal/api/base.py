@@ -170,3 +170,29 @@ class AbsoluteUrls:
 def accepted(body: dict) -> Response:
     """202 for work queued in the background: the body names the item to poll (``url``), as does Location."""
     return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["url"]})
+
+
+class BodyTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+UPLOAD_OVERHEAD = 1 << 20  # a multipart body's boundaries and small fields beside the file
+
+
+def refuse_body_over(request, limit_mb: int, setting: str) -> None:
+    """413 when the request says (Content-Length) that its body exceeds a ``limit_mb`` upload, before any is read.
+
+    ``request.data`` would first receive the whole body, spooling it to a temporary file (a 10 GB
+    body: 10 GB of disk and the transfer's time); the file's own size is checked after, for a
+    body within ``UPLOAD_OVERHEAD`` of the limit.
+    """
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit_mb * 1024 * 1024 + UPLOAD_OVERHEAD:
+        raise BodyTooLarge(
+            f"The upload is {length / 1024 / 1024:,.1f} MB; the limit is {limit_mb} MB ({setting}). "
+            "Nothing was read or kept."
+        )

@@ -1100,7 +1100,6 @@ class HarUploadForm(forms.Form):
         too_large = services.har_too_large(upload.size)
         if too_large:  # before reading it
             raise forms.ValidationError(too_large)
-        self.cleaned_data["raw"] = upload.read()
         return upload
 
 

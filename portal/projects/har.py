@@ -27,6 +27,10 @@ from urllib.parse import parse_qsl, quote, quote_plus, urljoin, urlsplit
 from workers.engine import safejson, variables
 
 MAX_HAR_BYTES = 50 * 1024 * 1024  # the upload limit; Chromium's "Save all as HAR" of a long session stays below
+# JSON values (objects, arrays, members, items) a HAR may hold: parsed, each costs 32 to 64 bytes, so 50 MB of
+# "[],[],…" took 1.3 GB and 15 s (a recording: 4.6 times its size). Playwright's compact HAR of 50 MB holds 4.7 M.
+MAX_JSON_VALUES = 6_000_000
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 MAX_BODY_CHARS = 64 * 1024  # a request body larger than this (binary, base64, a file upload) is dropped, with a note
 MAX_RESPONSE_CHARS = 5 * 1024 * 1024  # response text searched for correlations
 MAX_JSON_LEAVES = 500  # per response: more would propose noise
@@ -260,7 +264,7 @@ class Preview:
 # -- loading -------------------------------------------------------------------------------------------
 
 
-def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES) -> list[Entry]:
+def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES, max_values: int = MAX_JSON_VALUES) -> list[Entry]:
     """The entries of a HAR file, in the order they started; HarError says why a file is refused."""
     if len(raw) > max_bytes:
         raise HarError(
@@ -269,6 +273,11 @@ def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES) -> list[Entry]:
         )
     if not raw.strip():
         raise HarError("The file is empty. Save the recording with your browser's “Save all as HAR”.")
+    if (values := _json_values(raw, max_values)) > max_values:
+        raise HarError(
+            f"The file holds {values:,} JSON values, more than {max_values:,}, the limit (a recording of 50 MB holds "
+            "about 5 million); nothing was imported. Record only the journey you want to test."
+        )
     try:
         doc = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
@@ -291,6 +300,22 @@ def load(raw: bytes, *, max_bytes: int = MAX_HAR_BYTES) -> list[Entry]:
     entries = [_entry(i, e) for i, e in enumerate(log["entries"])]
     entries.sort(key=lambda e: (e.started, e.index))
     return entries
+
+
+def _json_values(raw: bytes, limit: int) -> int:
+    """The JSON values and members ``raw`` holds (``{``, ``[``, ``,`` and ``:`` outside strings), before parsing it;
+    0 when its bytes alone show it is under ``limit``.
+
+    The marks are counted in the bytes first, strings included: a file under the limit that way needs no
+    more. Only over it are the strings taken out (a regex, in C) and the marks counted again.
+    """
+    if len(raw) <= limit:
+        return 0  # a value takes at least one byte
+    marks = (b"{", b"[", b",", b":")
+    if sum(raw.count(mark) for mark in marks) <= limit:
+        return 0
+    structure = _JSON_STRING.sub(b"", raw)
+    return sum(structure.count(mark) for mark in marks)
 
 
 def _entry(index: int, e: object) -> Entry:
@@ -748,10 +773,11 @@ def analyze(entries: list[Entry], *, allowed: Callable[[str], str | None], choic
     main, hosts = classify_hosts(entries, allowed)
     # WebSocket sessions of another allowed origin (a realtime server beside the site) are kept, with their
     # own ws:// or wss:// URL: a session step may name its origin, checked like the base URL.
+    # (The origins with a session are gathered in one pass: asking every host about every entry was
+    # quadratic, 8,000 entries on as many loopback ports took 28 s.)
+    with_sessions = {e.origin for e in entries if e.websocket}
     ws_origins = frozenset(
-        host.origin
-        for host in hosts
-        if host.origin != main and host.allowed and any(e.websocket and e.origin == host.origin for e in entries)
+        host.origin for host in hosts if host.origin != main and host.allowed and host.origin in with_sessions
     )
     for host in hosts:
         if host.origin in ws_origins:
@@ -898,16 +924,12 @@ def _step(page: list[Entry], choices: Choices, site: str) -> PreviewStep:
     if len(path) > MAX_PATH:
         notes.append(f"its {len(path):,}-character URL was cut to {MAX_PATH}")
         path = path[:MAX_PATH]
-    resources = []
+    # A dict, kept in order: a list's ``in`` made a page of 16,000 sub-requests quadratic.
+    found: dict[str, None] = {}
     for e in page[len(chain) :]:
-        if (
-            e.method == "GET"
-            and e.path not in resources
-            and e.path != path
-            and len(e.path) <= MAX_PATH
-            and " " not in e.path
-        ):
-            resources.append(e.path)
+        if e.method == "GET" and (sub := e.path) != path and len(sub) <= MAX_PATH and " " not in sub:
+            found[sub] = None
+    resources = list(found)
     if len(resources) > 100:
         notes.append(f"{len(resources) - 100} resources beyond the first 100 dropped")
         resources = resources[:100]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
@@ -556,25 +557,29 @@ def har_too_large(size: int) -> str | None:
 
 
 def har_entries(raw: bytes) -> list[har.Entry]:
-    """The recording's entries, under the configured size limit (har.HarError says what is wrong)."""
-    return har.load(raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024)
+    """The recording's entries, under the configured limits (har.HarError says what is wrong)."""
+    return har.load(
+        raw, max_bytes=settings.PLIMSOLL_HAR_MAX_MB * 1024 * 1024, max_values=settings.PLIMSOLL_HAR_MAX_JSON_VALUES
+    )
 
 
-def har_upload_store(*, project: Project, user_id: int, raw: bytes) -> str:
+def har_upload_store(*, project: Project, user_id: int, upload: UploadedFile) -> str:
     """Checks a HAR (raising har.HarError with the reason) and keeps it for its preview; returns its token.
 
-    A HAR over PLIMSOLL_HAR_INLINE_MB is kept unchecked and analysed by har_analysis_task, off the web
-    request: its preview waits for the task (``har_analysis_state``) and says then why it is refused.
+    A HAR over PLIMSOLL_HAR_INLINE_MB is kept unchecked, in chunks (never whole in the web process's
+    memory), and analysed by har_analysis_task, off the web request: its preview waits for the task
+    (``har_analysis_state``) and says then why it is refused.
     """
     har_uploads_sweep()
-    large = len(raw) > settings.PLIMSOLL_HAR_INLINE_MB * 1024 * 1024
+    large = upload.size > settings.PLIMSOLL_HAR_INLINE_MB * 1024 * 1024
+    data: bytes | Iterable[bytes] = upload.chunks() if large else upload.read()
     if not large:
-        har.analyze(har_entries(raw), allowed=allowed_target)  # refuse now what the preview could not show
+        har.analyze(har_entries(data), allowed=allowed_target)  # refuse now what the preview could not show
     token = secrets.token_urlsafe(24)
     path = _har_path(project=project, user_id=user_id, token=token)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Owner-only: the recording holds what the browser sent, cookies and passwords included.
-    write_private(path, raw)
+    write_private(path, data)
     if large:
         har_analysis_request(project=project, user_id=user_id, token=token, choices=har.Choices())
     return token

@@ -755,7 +755,9 @@ def har_import(request, code):
     form = HarUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         try:
-            token = services.har_upload_store(project=project, user_id=request.user.pk, raw=form.cleaned_data["raw"])
+            token = services.har_upload_store(
+                project=project, user_id=request.user.pk, upload=form.cleaned_data["file"]
+            )
         except har.HarError as refusal:
             form.add_error("file", str(refusal))
         else:

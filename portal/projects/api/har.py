@@ -18,7 +18,7 @@ from rest_framework import exceptions, mixins, serializers, status
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 
-from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted
+from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted, refuse_body_over
 from portal.api.errors import error_responses
 from portal.projects import har, services
 from portal.projects.models import HarImport, Project
@@ -188,6 +188,7 @@ class ProjectHarImportViewSet(TeamScopedViewSet):
     )
     def create(self, request, code=None):
         project = self.get_scoped(self.safely_get_queryset(), write=True, code=code)
+        refuse_body_over(request, settings.PLIMSOLL_HAR_MAX_MB, "PLIMSOLL_HAR_MAX_MB")  # before request.data
         data = {k: v for k, v in request.data.items() if k != "reject"}
         if "reject" in request.data:
             data["reject"] = request.data.getlist("reject")

@@ -13,7 +13,7 @@ from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_v
 from rest_framework import exceptions, mixins, serializers
 from rest_framework.parsers import MultiPartParser
 
-from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted
+from portal.api.base import AbsoluteUrls, StrictSerializer, TeamScopedViewSet, accepted, refuse_body_over
 from portal.api.errors import error_responses
 from portal.projects.models import Environment
 from portal.runs import result_files, services
@@ -135,10 +135,11 @@ class EnvironmentResultImportViewSet(TeamScopedViewSet):
     )
     def create(self, request, code=None):
         environment = self.get_scoped(self.safely_get_queryset(), write=True, code=code)
+        limit = settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB
+        refuse_body_over(request, limit, "PLIMSOLL_RESULT_UPLOAD_MAX_MB")  # before request.data
         upload = ResultUploadSerializer(data={k: v for k, v in request.data.items()})
         upload.is_valid(raise_exception=True)
         data = upload.validated_data
-        limit = settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB
         if data["file"].size > limit * 1024 * 1024:
             raise exceptions.ValidationError({"file": [f"Over the {limit} MB limit. Nothing was imported."]})
         plan = None

@@ -51,7 +51,11 @@ EXPORT_HINT = (
 
 @dataclass(frozen=True)
 class Limits:
-    """What a result file may hold; a file over one is refused with the limit named (issue 30)."""
+    """What a result file may hold; a file over one is refused with the limit named (issue 30).
+
+    The defaults are the settings' (PLIMSOLL_IMPORT_*); the portal's import passes the configured
+    ones (``services.import_limits``), a script calling ``read`` directly gets these.
+    """
 
     max_line: int = 8 << 20  # bytes of one line; a JTL row or a k6 JSON line is under a kilobyte
     max_field: int = 128 << 10  # characters of one CSV field (a failure message, a URL)

@@ -34,6 +34,19 @@ def _file_sha256(path) -> str:
     return digest.hexdigest()
 
 
+def import_limits() -> result_files.Limits:
+    """What a result file may hold, from the settings (PLIMSOLL_IMPORT_*): a file over one is refused."""
+    return result_files.Limits(
+        max_line=settings.PLIMSOLL_IMPORT_MAX_LINE_MB << 20,
+        max_field=settings.PLIMSOLL_IMPORT_MAX_FIELD_KB << 10,
+        max_decompressed=settings.PLIMSOLL_IMPORT_MAX_GUNZIPPED_GB << 30,
+        max_expansion=settings.PLIMSOLL_IMPORT_MAX_EXPANSION,
+        expansion_allowance=settings.PLIMSOLL_IMPORT_EXPANSION_ALLOWANCE_MB << 20,
+        max_xml_depth=settings.PLIMSOLL_IMPORT_MAX_XML_DEPTH,
+        max_sample_elements=settings.PLIMSOLL_IMPORT_MAX_SAMPLE_ELEMENTS,
+    )
+
+
 def _configuration_at(environment, change) -> list[dict]:
     """The environment's configuration under ``change`` (None: the initial one, before any change)."""
     if change is not None:
@@ -90,7 +103,7 @@ def run_import(
     imported = Run.objects.filter(environment=environment, kind=Run.Kind.IMPORTED, source_sha256=sha256)
     if existing := imported.first():
         return existing, False
-    results = result_files.read(path, format=format, progress=progress)
+    results = result_files.read(path, format=format, progress=progress, limits=import_limits())
     try:
         return _store_import(results, environment, user, file_name, sha256, plan, imported)
     finally:

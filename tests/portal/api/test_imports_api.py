@@ -159,19 +159,40 @@ def test_a_rejected_correlation_and_bad_files_are_honoured(alice, project):
 
 
 def test_a_har_over_the_limit_is_refused_before_its_body_is_read(alice, project, settings):
-    """Issue 30, item 4: the API read the whole upload before its size check (60 MB: 180 MB peak); the form did not."""
+    """Issue 30, item 4: the API read the whole upload before its size check (60 MB: 180 MB peak); the form did not.
+
+    A body whose Content-Length is over the limit is refused before any of it is received (413), not even
+    spooled to a temporary file; a file just over the limit, within the multipart overhead, is refused by
+    its own size (400) without being read into memory.
+    """
     import tracemalloc
 
     from rest_framework.test import APIRequestFactory, force_authenticate
 
     from portal.projects.api.har import ProjectHarImportViewSet
 
-    # given: a 1 MB limit and a 4 MB upload (the request built before memory is traced: a server gets it from a socket)
-    settings.PLIMSOLL_HAR_MAX_MB = 1
-    upload = SimpleUploadedFile("big.har", b'{"log": {"entries": [' + b" " * (4 * 1024 * 1024) + b"]}}")
-    request = APIRequestFactory().post(f"/api/v1/projects/{project.code}/har-import/", {"file": upload})
-    force_authenticate(request, user=alice)
+    settings.PLIMSOLL_HAR_MAX_MB = 3
+    url = f"/api/v1/projects/{project.code}/har-import/"
     view = ProjectHarImportViewSet.as_view({"post": "create"})
+
+    # given: a body that says it is 60 MB, of which the server would have to receive every byte to parse it
+    claimed = APIRequestFactory().post(
+        url, {"file": SimpleUploadedFile("big.har", b"{}")}, CONTENT_LENGTH=str(60 << 20)
+    )
+    force_authenticate(claimed, user=alice)
+
+    # when / then: 413 naming the limit, and nothing read (reading past the two bytes sent would raise)
+    response = view(claimed, code=str(project.code))
+    assert response.status_code == 413 and response.data["code"] == "too_large"
+    assert (
+        response.data["detail"]
+        == "The upload is 60.0 MB; the limit is 3 MB (PLIMSOLL_HAR_MAX_MB). Nothing was read or kept."
+    )
+
+    # given: a file just over the limit (the request built before memory is traced: a server gets it from a socket)
+    upload = SimpleUploadedFile("big.har", b'{"log": {"entries": [' + b" " * (3 * 1024 * 1024 + 4096) + b"]}}")
+    request = APIRequestFactory().post(url, {"file": upload})
+    force_authenticate(request, user=alice)
 
     # when
     tracemalloc.start()
@@ -184,6 +205,24 @@ def test_a_har_over_the_limit_is_refused_before_its_body_is_read(alice, project,
     # then: refused with the limit named, and the file never read into memory (it waits in a temporary file)
     assert response.status_code == 400
     assert response.data["fields"]["file"] == [services.har_too_large(upload.size)]
-    assert "the limit is 1 MB" in response.data["fields"]["file"][0]
+    assert "the limit is 3 MB" in response.data["fields"]["file"][0]
     assert peak < 2 * 1024 * 1024, f"peak {peak / 1024 / 1024:.1f} MB"
     assert not TestCase.objects.exists()
+
+
+def test_a_result_file_over_the_limit_is_refused_before_its_body_is_read(alice, environment, settings):
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from portal.runs.api.imports import EnvironmentResultImportViewSet
+
+    settings.PLIMSOLL_RESULT_UPLOAD_MAX_MB = 1
+    request = APIRequestFactory().post(
+        f"/api/v1/environments/{environment.code}/result-imports/",
+        {"file": SimpleUploadedFile("results.jtl", JTL)},
+        CONTENT_LENGTH=str(3 << 30),
+    )
+    force_authenticate(request, user=alice)
+    response = EnvironmentResultImportViewSet.as_view({"post": "create"})(request, code=str(environment.code))
+    assert response.status_code == 413
+    assert response.data["detail"].startswith("The upload is 3,072.0 MB; the limit is 1 MB")
+    assert not ResultImport.objects.exists()

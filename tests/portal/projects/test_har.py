@@ -7,6 +7,7 @@ is imported in test_har_import.py.
 
 import base64
 import json
+import re
 
 import pytest
 
@@ -417,3 +418,74 @@ def test_the_analysis_of_a_recording_without_resource_types_is_linear(pages):
 def test_json_nested_too_deep_is_refused_with_a_reason():
     with pytest.raises(har.HarError, match="nested too deep"):
         har.load(b"[" * 200_000 + b"]" * 200_000)
+
+
+def test_the_analysis_of_a_recording_on_many_origins_is_linear():
+    """A recording whose requests go to many allowed origins (loopback ports) was walked once per origin."""
+    # given: a page, then 300 images each on a loopback port of its own (every one an allowed origin)
+    raw = [entry(f"{SITE}/", kind=None, headers=[("Accept", "text/html")], text="<p>x</p>")]
+    raw += [entry(f"http://127.0.0.1:{2000 + k}/x.png", t=0.01, kind=None, mime="image/png") for k in range(300)]
+    entries = CountingList(har.load(har_bytes(*raw)))
+
+    # when
+    preview = har.analyze(entries, allowed=allow_loopback)
+
+    # then: every origin listed, none kept for a WebSocket session, and the entries walked a fixed number of times
+    assert len(preview.hosts) == 301 and sum(h.kept for h in preview.hosts) == 1
+    assert entries.walks <= 10, f"{entries.walks} walks through {len(entries)} entries"
+
+
+def test_a_page_of_many_sub_requests_is_grouped_in_linear_time():
+    """A page's resources were deduplicated through a list (quadratic: 10,000 sub-requests took seconds)."""
+    import dataclasses
+    import time
+
+    # given: a document and 10,000 sub-requests of distinct, long paths sharing their first 1,000 characters
+    page, image = har.load(har_bytes(entry(f"{SITE}/", kind=None), entry(f"{SITE}/x.png", kind=None)))
+    prefix = "/static/" + "a" * 1000
+    subs = [dataclasses.replace(image, index=k + 1, url=f"{SITE}{prefix}/{k}.png") for k in range(10_000)]
+    subs += subs[:10]  # a path requested twice is one resource
+
+    # when
+    started = time.perf_counter()
+    step = har._step([page, *subs], har.Choices(), SITE)
+    took = time.perf_counter() - started
+
+    # then: the first 100 distinct paths, the rest counted in a note; in well under a second (the list took 3 s)
+    assert step.resources == [f"{prefix}/{k}.png" for k in range(100)]
+    assert "9900 resources beyond the first 100 dropped" in step.notes
+    assert took < 0.5, f"{took:.2f} s"
+
+
+def test_json_of_too_many_values_is_refused_before_it_is_parsed():
+    """Issue 30, item 2 for HARs: 50 MB of "[],[],…" parsed to 1.3 GB; the values are counted first."""
+    import tracemalloc
+
+    # given: a valid recording followed by 1.5 MB of empty arrays (500,000 values, each 32 bytes parsed)
+    raw = har_bytes(*login_journey())[:-1] + b', "x": [' + b"[]," * 500_000 + b"[]]}"
+
+    # when
+    tracemalloc.start()
+    try:
+        with pytest.raises(har.HarError) as refused:
+            har.load(raw, max_values=100_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+    # then: the limit named, and nothing parsed (parsed, the arrays alone take 16 MB)
+    assert re.match(r"^The file holds 1,000,\d{3} JSON values, more than 100,000, the limit", str(refused.value))
+    assert peak < 2 * len(raw) + (1 << 20), f"peak {peak / (1 << 20):.1f} MB"
+
+
+def test_marks_inside_strings_are_not_values():
+    # given: a recording whose response texts hold 300,000 commas and brackets, and 40 or so values of structure
+    text = '{"a": [1, 2], "b": "x"},' * 20_000
+    raw = har_bytes(entry(f"{SITE}/", text=text), entry(f"{SITE}/next", t=1, text=text.replace('"', '\\"')))
+
+    # when: fewer values allowed than marks in the bytes, more than the structure's
+    entries = har.load(raw, max_values=10_000)
+
+    # then
+    assert [e.path for e in entries] == ["/", "/next"]
+    assert har._json_values(raw, 10_000) < 200

@@ -118,3 +118,73 @@ def test_the_csv_cell_rule():
         "'=A1", "'+A1", "'-A1", "'@A1", "'\tA1", "'\rA1", "'-", "'- 3"
     ]  # fmt: skip
     assert [cell(v) for v in ("Home", "a=b", " =A1", "Search: -x")] == ["Home", "a=b", " =A1", "Search: -x"]
+
+
+def test_every_csv_export_neutralises_the_owasp_payloads(finished):
+    """Every CSV format of the registry (pages, series, protocols, and any added later), not only pages.csv."""
+    import csv
+    import io
+
+    from portal.runs.exports import FORMATS
+
+    # given: page labels and protocol rows labelled with the payloads
+    template = finished.summary["pages"][0]
+    finished.summary["pages"] = [{**template, "label": payload} for payload in OWASP_PAYLOADS]
+    finished.summary["protocols"] = {
+        "pages": [{"label": payload, "protocols": {"h2": 3}, "h2_share_pct": -0.5} for payload in OWASP_PAYLOADS]
+    }
+    finished.save(update_fields=["summary"])
+    csv_formats = [fmt for fmt in FORMATS.values() if fmt.media_type == "text/csv"]
+    assert {fmt.file_name for fmt in csv_formats} >= {"pages.csv", "series.csv", "protocols.csv"}
+
+    for fmt in csv_formats:
+        # when
+        rows = list(csv.reader(io.StringIO(fmt.render(finished), newline="")))
+
+        # then: no cell a spreadsheet would run, each payload whole in one cell, numbers as written
+        cells = [c for row in rows for c in row]
+        formulas = [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r")) and not _plain_number(c)]
+        assert formulas == [], fmt.file_name
+        if fmt.file_name != "series.csv":  # the per-second series has no text cell
+            expected = [p if p.startswith("Search") else "'" + p for p in OWASP_PAYLOADS]
+            assert [row[0] for row in rows[1:]] == expected, fmt.file_name
+        if fmt.file_name == "protocols.csv":
+            assert all("-0.5" in row for row in rows[1:])
+
+
+def _plain_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_no_csv_is_written_around_csvsafe():
+    """Every CSV writer in the portal goes through portal.csvsafe (OWASP's rule), so a new one cannot forget it."""
+    import ast
+    from pathlib import Path
+
+    import portal
+
+    root = Path(portal.__file__).parent
+    bypasses = []
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if path.name == "csvsafe.py" or "csv" not in text:
+            continue
+        for node in ast.walk(ast.parse(text, str(path))):
+            attribute = (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("writer", "DictWriter")
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "csv"
+            )
+            imported = (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "csv"
+                and any(alias.name in ("writer", "DictWriter") for alias in node.names)
+            )
+            if attribute or imported:
+                bypasses.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert bypasses == [], "write CSV through portal.csvsafe.writer/dict_writer"

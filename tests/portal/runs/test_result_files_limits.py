@@ -70,21 +70,21 @@ def test_a_jtl_with_a_huge_csv_field_is_refused_without_holding_it(tmp_path):
 
 
 def test_gzip_expanding_hundreds_of_times_is_refused_early(tmp_path):
-    # given: a valid k6 file followed by 64 MB of blank lines, 64 KB gzipped (1,000 times)
-    path = gz(tmp_path, k6_start() + b"\n" * (64 * MB), "out.json.gz")
+    # given: a valid k6 file followed by 16 MB of blank lines, 16 KB gzipped (1,000 times)
+    path = gz(tmp_path, k6_start() + b"\n" * (16 * MB), "out.json.gz")
 
     # when
-    message, _ = refused_peak(path, rf.Limits(expansion_allowance=4 * MB))
+    message, _ = refused_peak(path, rf.Limits(expansion_allowance=MB // 2))
 
-    # then: refused once past the allowance, without reading the 64 MB (the reader without the cap imported it)
+    # then: refused once past the allowance, without reading the 16 MB (the reader without the cap imported it)
     assert message.startswith("The gzipped file expands more than 100 times")
 
 
 def test_the_decompressed_size_is_capped(tmp_path):
-    lines = b"".join(JTL_ROW for _ in range(100_000))  # 4.3 MB, compressing about 400 times
+    lines = b"".join(JTL_ROW for _ in range(25_000))  # 1.1 MB, compressing about 400 times
     path = gz(tmp_path, JTL_HEADER + lines, "results.jtl.gz")
-    message, _ = refused_peak(path, rf.Limits(max_decompressed=2 * MB, max_expansion=10_000))
-    assert message.startswith("The file expands to more than 2 MB once gunzipped, the limit")
+    message, _ = refused_peak(path, rf.Limits(max_decompressed=MB // 4, max_expansion=10_000))
+    assert message.startswith("The file expands to more than 0.25 MB once gunzipped, the limit")
 
 
 def xml_sample(ts: int = 1795543128000) -> bytes:
@@ -157,3 +157,39 @@ def test_json_nested_too_deep_on_a_short_line_is_a_bad_line_not_a_crash(tmp_path
     path = gz(tmp_path, k6_start() + b"[" * 200_000 + b"\n", "out.json.gz")
     with pytest.raises(rf.ResultFileError, match=r"^Line 4 is not a k6 JSON line \(TooDeep: nested too deep"):
         rf.read(path)
+
+
+@pytest.mark.django_db
+def test_the_limits_are_the_settings(tmp_path, environment, alice, settings):
+    # given: limits set lower than their defaults, and a file over each in turn
+    from portal.runs.services import run_import
+    from portal.runs.services.imports import import_limits
+
+    settings.PLIMSOLL_IMPORT_MAX_LINE_MB = 1
+    settings.PLIMSOLL_IMPORT_MAX_FIELD_KB = 2
+    settings.PLIMSOLL_IMPORT_MAX_XML_DEPTH = 8
+    line = gz(tmp_path, k6_start() + b'{"metric": "' + b"a" * (2 * MB) + b'"}\n', "line.json.gz")
+    field = tmp_path / "field.jtl"
+    field.write_bytes(JTL_HEADER + b'1795543129000,80,Home,500,Error,false,"' + b"x" * 4096 + b'",300,2\n')
+    deep = tmp_path / "deep.jtl"
+    nested = b"<a>" * 9 + b"</a>" * 9
+    deep.write_bytes(b'<?xml version="1.0"?>\n<testResults version="1.2">' + nested + b"</testResults>")
+
+    # when / then: each refused by the import naming the configured limit, and no run
+    for path, limit in (
+        (line, "A line is longer than 1 MB, the limit for one line"),
+        (field, "has a field longer than 2,048 characters, the limit for one field"),
+        (deep, "XML elements nested more than 8 deep, the limit"),
+    ):
+        with pytest.raises(rf.ResultFileError, match=re.escape(limit)):
+            run_import(environment=environment, user=alice, path=path, file_name=path.name)
+    assert not Run.objects.exists()
+
+    # and the gzip limits too
+    settings.PLIMSOLL_IMPORT_MAX_GUNZIPPED_GB = 3
+    settings.PLIMSOLL_IMPORT_MAX_EXPANSION = 20
+    settings.PLIMSOLL_IMPORT_EXPANSION_ALLOWANCE_MB = 4
+    settings.PLIMSOLL_IMPORT_MAX_SAMPLE_ELEMENTS = 500
+    limits = import_limits()
+    assert (limits.max_decompressed, limits.max_expansion, limits.expansion_allowance) == (3 << 30, 20, 4 * MB)
+    assert limits.max_sample_elements == 500
