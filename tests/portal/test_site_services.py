@@ -20,6 +20,8 @@ from django.urls import reverse
 from portal import outbound
 from portal.history import services as history
 from portal.notifications import services as notifications
+from portal.projects import tryit
+from portal.projects.models import Environment, Step, TestCase
 from portal.telemetry.scrape import scrape
 from tests.processes import PYTHON, ROOT
 
@@ -260,3 +262,18 @@ def test_a_hooks_answer_is_shown_to_editors_only(environment, alice, bob, settin
     assert as_editor.status_code == as_viewer.status_code == 200
     assert "hook-secret" in as_editor.content.decode() and "tail-of-the-answer" not in as_editor.content.decode()
     assert "hook-secret" not in as_viewer.content.decode()
+
+
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:6379", "http://localhost:5432", "http://127.0.0.2:8000"])
+def test_try_it_on_an_environment_aimed_at_a_service_of_the_site_sends_nothing(stack_services, project, base_url):
+    # given: an environment aimed at the real Redis, PostgreSQL or the portal's port (it may be saved: the
+    # page says why a run would be refused), and a test case an editor tries on it
+    environment = Environment.objects.create(project=project, name="Probe", base_url=base_url)
+    case = TestCase.objects.create(project=project, name="Probe")
+    Step.objects.create(test_case=case, position=0, name="Ask", method="POST", path="/", body="FLUSHALL")
+
+    # when
+    result = tryit.test_case_try(test_case=case, environment=environment)
+
+    # then: refused as the site's own before any connection, nothing of an answer to show
+    assert OWN in result.refused and result.exchanges == [] and not result.completed
