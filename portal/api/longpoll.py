@@ -12,11 +12,14 @@ current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
   shared cache by ``portal.limits``), so one token cannot take every process's slots.
 """
 
+import logging
 import threading
 
 from django.conf import settings
 
 from portal import limits
+
+log = logging.getLogger(__name__)
 
 # Seconds to wait before asking again after a capped answer (sent as Retry-After).
 RETRY_AFTER_S = 5
@@ -46,20 +49,33 @@ class Slot:
 
     def release(self) -> None:
         global _held
-        limits.slot_release(self.key, self.holder)
-        with _lock:
-            _held -= 1
+        try:
+            limits.slot_release(self.key, self.holder)
+        except Exception:  # the shared cache failed: the shared count expires with its TTL
+            log.warning("long-poll slot %s not given back to the shared cache", self.key, exc_info=True)
+        finally:
+            # The process's own count goes back whatever the cache did, or the process would lose a slot for good.
+            with _lock:
+                _held -= 1
 
 
 def acquire(ident: str, wait_s: float) -> Slot | None:
-    """A slot to long-poll for ``wait_s`` seconds as ``ident`` (a token or a user), or None: answer now."""
+    """A slot to long-poll for ``wait_s`` seconds as ``ident`` (a token or a user), or None: answer now.
+
+    A failing shared cache answers now too (the state at once costs nothing; a thread held without a
+    count does), and leaves the process's own count as it was.
+    """
     global _held
     with _lock:
         if _held >= per_process_cap():
             return None
         _held += 1
     key = f"longpoll:{ident}"
-    holder = limits.slot_acquire(key, settings.PLIMSOLL_LONG_POLLS_PER_TOKEN, ttl=wait_s + 10)
+    try:
+        holder = limits.slot_acquire(key, settings.PLIMSOLL_LONG_POLLS_PER_TOKEN, ttl=wait_s + 10)
+    except Exception:
+        log.warning("long-poll slot %s: the shared cache failed, answering at once", key, exc_info=True)
+        holder = None
     if holder is None:
         with _lock:
             _held -= 1
