@@ -1,15 +1,16 @@
 """Bounds on long-polls (``GET /api/v1/runs/<code>/?wait=S``), which hold a web thread while they wait.
 
 Eight long-polls from one read token held every gunicorn thread (2 workers × 4 threads) and the
-login page hung (issue 30). A long-poll now needs two slots, or it answers at once with the run's
+login page hung (issue 30). A long-poll now needs a slot of each kind below, or it answers at once with the run's
 current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
 
 - one of this process's long-poll slots: half its threads (``post_worker_init`` in
   gunicorn.conf.py tells it the worker's ``--threads``), so the other half always serve pages;
   ``PLIMSOLL_LONG_POLLS_PER_PROCESS`` sets it instead. Threads are per process, so this is the
   cap that keeps each process responsive, whatever the others do;
-- one of the token's slots over the whole site (``PLIMSOLL_LONG_POLLS_PER_TOKEN``, counted in the
-  shared cache by ``portal.limits``), so one token cannot take every process's slots.
+- one of the account's slots over the whole site (``PLIMSOLL_LONG_POLLS_PER_USER``, counted in the
+  shared cache by ``portal.limits``), so one account cannot take every process's slots, however
+  many tokens it makes; and, for a token, one of that token's (``PLIMSOLL_LONG_POLLS_PER_TOKEN``).
 """
 
 import logging
@@ -44,23 +45,26 @@ def per_process_cap() -> int:
 
 
 class Slot:
-    def __init__(self, key: str, holder: str):
-        self.key, self.holder = key, holder
+    """A long-poll's place: one of the process's, and one under each shared key (the account's, the token's)."""
+
+    def __init__(self) -> None:
+        self.taken: list[tuple[str, str]] = []
 
     def release(self) -> None:
         global _held
         try:
-            limits.slot_release(self.key, self.holder)
-        except Exception:  # the shared cache failed: the shared count expires with its TTL
-            log.warning("long-poll slot %s not given back to the shared cache", self.key, exc_info=True)
+            for key, holder in self.taken:
+                limits.slot_release(key, holder)
+        except Exception:  # the shared cache failed: the shared counts expire with their TTL
+            log.warning("long-poll slots %s not given back to the shared cache", self.taken, exc_info=True)
         finally:
             # The process's own count goes back whatever the cache did, or the process would lose a slot for good.
             with _lock:
                 _held -= 1
 
 
-def acquire(ident: str, wait_s: float) -> Slot | None:
-    """A slot to long-poll for ``wait_s`` seconds as ``ident`` (a token or a user), or None: answer now.
+def acquire(*, user_id: int, token_id: int | None, wait_s: float) -> Slot | None:
+    """A slot to long-poll for ``wait_s`` seconds as this account (and token), or None: answer now.
 
     A failing shared cache answers now too (the state at once costs nothing; a thread held without a
     count does), and leaves the process's own count as it was.
@@ -70,14 +74,20 @@ def acquire(ident: str, wait_s: float) -> Slot | None:
         if _held >= per_process_cap():
             return None
         _held += 1
-    key = f"longpoll:{ident}"
+    slot = Slot()
+    # The account's cap first: tokens are free to make, so one account's tokens share it.
+    caps = [(f"longpoll:user-{user_id}", settings.PLIMSOLL_LONG_POLLS_PER_USER)]
+    if token_id is not None:
+        caps.append((f"longpoll:token-{token_id}", settings.PLIMSOLL_LONG_POLLS_PER_TOKEN))
     try:
-        holder = limits.slot_acquire(key, settings.PLIMSOLL_LONG_POLLS_PER_TOKEN, ttl=wait_s + 10)
+        for key, cap in caps:
+            holder = limits.slot_acquire(key, cap, ttl=wait_s + 10)
+            if holder is None:
+                break
+            slot.taken.append((key, holder))
     except Exception:
-        log.warning("long-poll slot %s: the shared cache failed, answering at once", key, exc_info=True)
-        holder = None
-    if holder is None:
-        with _lock:
-            _held -= 1
+        log.warning("long-poll slots: the shared cache failed, answering at once", exc_info=True)
+    if len(slot.taken) < len(caps):
+        slot.release()
         return None
-    return Slot(key, holder)
+    return slot

@@ -340,9 +340,9 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         if not (wait and run.is_active):
             return Response(self.get_serializer(run).data)
         token = request_token(request)
-        slot = longpoll.acquire(f"token-{token.pk}" if token else f"user-{request.user.pk}", wait)
+        slot = longpoll.acquire(user_id=request.user.pk, token_id=token.pk if token else None, wait_s=wait)
         if slot is None:
-            # Every long-poll slot of this process or of this token is taken: the current state, at once.
+            # Every long-poll slot of this process, this account or this token is taken: the current state, at once.
             response = Response(self.get_serializer(run).data)
             response["X-Plimsoll-Wait"] = "capped"
             response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
