@@ -28,6 +28,23 @@ RETRY_AFTER_S = 5
 _lock = threading.Lock()
 _held = 0
 _per_process_from_server: int | None = None
+# Set when the process is told to stop (gunicorn.conf.py, on SIGTERM: a restart or a deploy): held
+# long-polls answer at once instead of keeping the worker up to its graceful timeout, and then being cut.
+_stopping = threading.Event()
+
+
+def stop_waiting() -> None:
+    """The process is stopping: every held long-poll answers now, and new ones answer at once."""
+    _stopping.set()
+
+
+def pause(seconds: float) -> bool:
+    """Waits ``seconds`` between two reads of a long-polled run; True when the process is stopping (answer now)."""
+    return _stopping.wait(seconds)
+
+
+def is_stopping() -> bool:
+    return _stopping.is_set()
 
 
 def configure_for_threads(threads: int) -> None:
@@ -71,7 +88,7 @@ def acquire(*, user_id: int, token_id: int | None, wait_s: float) -> Slot | None
     """
     global _held
     with _lock:
-        if _held >= per_process_cap():
+        if _stopping.is_set() or _held >= per_process_cap():
             return None
         _held += 1
     slot = Slot()

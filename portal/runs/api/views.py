@@ -342,20 +342,28 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         token = request_token(request)
         slot = longpoll.acquire(user_id=request.user.pk, token_id=token.pk if token else None, wait_s=wait)
         if slot is None:
-            # Every long-poll slot of this process, this account or this token is taken: the current state, at once.
-            response = Response(self.get_serializer(run).data)
-            response["X-Plimsoll-Wait"] = "capped"
-            response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
-            return response
+            # Every long-poll slot of this process, this account or this token is taken (or the process is
+            # stopping): the current state, at once.
+            return self._answered_early(run)
         deadline = time.monotonic() + wait
         try:
             # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
             while run.is_active and time.monotonic() < deadline:
-                time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+                if longpoll.pause(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))):
+                    # The process is stopping (a restart): the state now, rather than a cut connection later.
+                    run.refresh_from_db()
+                    return self._answered_early(run)
                 run.refresh_from_db()
         finally:
             slot.release()
         return Response(self.get_serializer(run).data)
+
+    def _answered_early(self, run) -> Response:
+        """The run's current state before its wait was over, and when to ask again (X-Plimsoll-Wait: capped)."""
+        response = Response(self.get_serializer(run).data)
+        response["X-Plimsoll-Wait"] = "capped"
+        response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
+        return response
 
     @extend_schema(
         summary="Stop a run: its workers end it within a second or two (needs a run or write token)",

@@ -7,6 +7,7 @@ per-token caps are tested without a server, in test_long_poll_slots.py.
 """
 
 import http.client
+import signal
 import threading
 import time
 
@@ -88,8 +89,9 @@ def test_the_site_answers_pages_under_50_parallel_long_polls(tmp_path, alice, te
     assert all(status == 200 and b'"status":"passed"' in body for status, _, _, body in ended)
 
 
-def test_a_worker_with_two_threads_holds_one_long_poll(tmp_path, alice, team, active_run):
-    """The cap follows the worker's --threads (gunicorn.conf.py's post_worker_init), not a fixed number."""
+def test_a_worker_with_two_threads_holds_one_long_poll_and_answers_it_when_stopped(tmp_path, alice, team, active_run):
+    """The cap follows the worker's --threads (gunicorn.conf.py's post_worker_init), not a fixed number;
+    on SIGTERM (a restart) the held long-poll answers at once instead of holding the worker until it is cut."""
     secrets = [token_create(user=alice, team=team, name=f"pipeline {i}", scope="read")[1] for i in range(3)]
     server = Gunicorn(tmp_path, workers=1, threads=2)
     try:
@@ -98,9 +100,19 @@ def test_a_worker_with_two_threads_holds_one_long_poll(tmp_path, alice, team, ac
         time.sleep(1.5)
         assert len(answers) == 2 and all(capped == "capped" for _, capped, _, _ in answers)
         assert _login_page_seconds(server.url) < 2.0  # the other thread serves pages
-        Run.objects.filter(pk=active_run.pk).update(status=Run.Status.PASSED, finished_at=timezone.now())
+
+        # when: the server is told to stop while one long-poll waits (for 30 s; gunicorn's graceful timeout is 30 s)
+        stopping = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(20)
+        server.proc.wait(20)
+        stopped_in = time.monotonic() - stopping
     finally:
         server.close()
-    assert [capped for _, capped, _, _ in answers].count(None) == 1
+
+    # then: it answered the run's current state, to be asked again later, and the server stopped at once
+    assert len(answers) == 3, server.output()[-2000:]
+    status, capped, _, body = answers[-1]
+    assert (status, capped) == (200, "capped") and b'"status":"running"' in body
+    assert stopped_in < 5, stopped_in
