@@ -1,8 +1,8 @@
 """Bounds on long-polls (``GET /api/v1/runs/<code>/?wait=S``), which hold a web thread while they wait.
 
 Eight long-polls from one read token held every gunicorn thread (2 workers × 4 threads) and the
-login page hung (issue 30). A long-poll now needs a slot of each kind below, or it answers at once with the run's
-current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
+login page hung (issue 30). A long-poll now needs a slot of each kind below, or it answers at once
+with the run's current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
 
 - one of this process's long-poll slots: half its threads (``post_worker_init`` in
   gunicorn.conf.py tells it the worker's ``--threads``), so the other half always serve pages;
@@ -11,6 +11,8 @@ current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
 - one of the account's slots over the whole site (``PLIMSOLL_LONG_POLLS_PER_USER``, counted in the
   shared cache by ``portal.limits``), so one account cannot take every process's slots, however
   many tokens it makes; and, for a token, one of that token's (``PLIMSOLL_LONG_POLLS_PER_TOKEN``).
+
+A process told to stop (SIGTERM, see ``stop_waiting``) answers its held long-polls at once the same way.
 """
 
 import logging
@@ -41,10 +43,6 @@ def stop_waiting() -> None:
 def pause(seconds: float) -> bool:
     """Waits ``seconds`` between two reads of a long-polled run; True when the process is stopping (answer now)."""
     return _stopping.wait(seconds)
-
-
-def is_stopping() -> bool:
-    return _stopping.is_set()
 
 
 def configure_for_threads(threads: int) -> None:

@@ -243,9 +243,9 @@ class WaitSerializer(QueryParams):
         max_value=MAX_WAIT_S,
         help_text=(
             "Seconds to wait for the run to end before answering (long-poll, at most 60). Long-polls are "
-            "limited per token (2 at once by default) and per web process: over a limit the run's current "
-            "state comes back at once, with the header `X-Plimsoll-Wait: capped` and `Retry-After` (seconds "
-            "to wait before asking again)."
+            "limited per account and per token (2 at once by default, over the site) and per web process: over "
+            "a limit, or while the web process restarts, the run's current state comes back at once, with the "
+            "header `X-Plimsoll-Wait: capped` and `Retry-After` (seconds to wait before asking again)."
         ),
     )
 
@@ -290,7 +290,8 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
                 RunDetailSerializer,
                 description=(
                     "The run. With ?wait=S, once it ended or after S seconds; at once, with the header "
-                    "`X-Plimsoll-Wait: capped`, when the token or the web process has no long-poll to spare."
+                    "`X-Plimsoll-Wait: capped`, when the account, the token or the web process has no long-poll to "
+                    "spare, or the web process is stopping."
                 ),
             ),
             **error_responses(400, 404),
