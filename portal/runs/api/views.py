@@ -347,17 +347,20 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
             # stopping): the current state, at once.
             return self._answered_early(run)
         deadline = time.monotonic() + wait
+        stopping = False
         try:
-            # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
-            while run.is_active and time.monotonic() < deadline:
+            # Long-poll: one call covers a pipeline's wait. The state lives in the database: its status is
+            # re-read (one column, not the row's kilobytes of snapshot and settings), the whole run once at the end.
+            state = run.status
+            while state in Run.ACTIVE and time.monotonic() < deadline:
                 if longpoll.pause(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))):
-                    # The process is stopping (a restart): the state now, rather than a cut connection later.
-                    run.refresh_from_db()
-                    return self._answered_early(run)
-                run.refresh_from_db()
+                    stopping = True  # a restart: the state now, rather than a cut connection later
+                    break
+                state = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
         finally:
             slot.release()
-        return Response(self.get_serializer(run).data)
+        run = self.get_object()
+        return self._answered_early(run) if stopping else Response(self.get_serializer(run).data)
 
     def _answered_early(self, run) -> Response:
         """The run's current state before its wait was over, and when to ask again (X-Plimsoll-Wait: capped)."""

@@ -128,3 +128,23 @@ def test_over_its_accounts_cap_a_token_gets_the_current_state_at_once(caches, se
     assert response.status_code == 200 and response.json()["status"] == "running"
     assert response["X-Plimsoll-Wait"] == "capped" and response["Retry-After"] == str(longpoll.RETRY_AFTER_S)
     assert took < 5
+
+
+@pytest.mark.django_db
+def test_a_long_poll_reads_only_the_runs_status_while_it_waits(caches, alice, active_run):
+    # given: a running run, whose row carries its plan's snapshot (kilobytes of JSON)
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from .conftest import session
+
+    # when: a long-poll waits 1.6 s (three reads at 0.5 s) for it
+    with CaptureQueriesContext(connection) as queries:
+        response = session(alice).get(f"/api/v1/runs/{active_run.code}/?wait=1.6")
+
+    # then: the run's whole row is read twice (to check it, to answer), the waits read its status only
+    assert response.status_code == 200 and response.json()["status"] == "running"
+    run_reads = [q["sql"] for q in queries if 'FROM "runs_run"' in q["sql"]]
+    whole = [sql for sql in run_reads if "plan_snapshot" in sql]
+    assert len(whole) == 2, run_reads
+    assert len(run_reads) - len(whole) >= 3
