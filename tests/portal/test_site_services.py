@@ -164,7 +164,7 @@ def stack_services(settings):
 
 
 def test_a_webhook_to_a_service_of_the_site_is_refused_when_saved(stack_services, project):
-    for url in ("http://127.0.0.1:6379/", "http://127.0.0.2:5432/x", "http://[::1]:8000/"):
+    for url in ("http://127.0.0.1:6379/", "http://127.0.0.2:5432/x", "http://[::1]:8000/", "http://localhost:5432/"):
         with pytest.raises(notifications.ChannelError, match=OWN):
             notifications.channel_create(project=project, name="Probe", kind="webhook", events=["regression"], url=url)
     assert not project.channels.exists()
@@ -277,3 +277,25 @@ def test_try_it_on_an_environment_aimed_at_a_service_of_the_site_sends_nothing(s
 
     # then: refused as the site's own before any connection, nothing of an answer to show
     assert OWN in result.refused and result.exchanges == [] and not result.completed
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "http://localhost:5432"])
+def test_verify_prometheus_and_grafana_aimed_at_a_service_of_the_site_are_refused(stack_services, environment, url):
+    """The outbound features that came after: the target's configuration (Verify), an environment's
+    Prometheus and a Grafana channel go through the same helper, so Redis and PostgreSQL stay out of reach."""
+    from portal.projects.drift import configuration_drift
+    from portal.telemetry import promql
+
+    environment.config_url = f"{url}/_demo/knobs"
+    verification = configuration_drift(environment)
+    assert OWN in verification.error and verification.drifted == verification.unrecorded == []
+
+    with pytest.raises(ValueError, match=OWN):
+        promql.check_prometheus_url(url)
+    with pytest.raises(promql.PrometheusError, match=OWN):
+        promql._get(url, "/api/v1/query", {"query": "up"}, "", timeout=2)
+
+    with pytest.raises(notifications.ChannelError, match=OWN):
+        notifications.channel_create(
+            project=environment.project, name="Grafana", kind="grafana", events=["regression"], url=url, token="t"
+        )
