@@ -353,6 +353,8 @@ PLIMSOLL_LONG_POLLS_PER_TOKEN = envint("PLIMSOLL_LONG_POLLS_PER_TOKEN", "2", min
 # ... and per account (its tokens and its browser together: tokens are free to make, so one account
 # cannot take every process's slots with many of them).
 PLIMSOLL_LONG_POLLS_PER_USER = envint("PLIMSOLL_LONG_POLLS_PER_USER", "2", minimum=0)
+# ... and over the whole site, when set (0: bounded by the processes' caps alone).
+PLIMSOLL_LONG_POLLS_TOTAL = envint("PLIMSOLL_LONG_POLLS_TOTAL", "0", minimum=0)
 PLIMSOLL_LONG_POLLS_PER_PROCESS = (
     envint("PLIMSOLL_LONG_POLLS_PER_PROCESS", "0", minimum=0)
     if os.environ.get("PLIMSOLL_LONG_POLLS_PER_PROCESS")

@@ -10,7 +10,10 @@ with the run's current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
   cap that keeps each process responsive, whatever the others do;
 - one of the account's slots over the whole site (``PLIMSOLL_LONG_POLLS_PER_USER``, counted in the
   shared cache by ``portal.limits``), so one account cannot take every process's slots, however
-  many tokens it makes; and, for a token, one of that token's (``PLIMSOLL_LONG_POLLS_PER_TOKEN``).
+  many tokens it makes; and, for a token, one of that token's (``PLIMSOLL_LONG_POLLS_PER_TOKEN``);
+- with ``PLIMSOLL_LONG_POLLS_TOTAL`` set, one of the whole site's: the per-process caps already bound
+  the site's long-polls by its processes; this bounds them (and their reads of the database, twice a
+  second each) whatever the number of web machines.
 
 A process told to stop (SIGTERM, see ``stop_waiting``) answers its held long-polls at once the same way.
 """
@@ -92,6 +95,8 @@ def acquire(*, user_id: int, token_id: int | None, wait_s: float) -> Slot | None
     slot = Slot()
     # The account's cap first: tokens are free to make, so one account's tokens share it.
     caps = [(f"longpoll:user-{user_id}", settings.PLIMSOLL_LONG_POLLS_PER_USER)]
+    if settings.PLIMSOLL_LONG_POLLS_TOTAL:  # the whole site's, when the operator sets one
+        caps.insert(0, ("longpoll:all", settings.PLIMSOLL_LONG_POLLS_TOTAL))
     if token_id is not None:
         caps.append((f"longpoll:token-{token_id}", settings.PLIMSOLL_LONG_POLLS_PER_TOKEN))
     try:

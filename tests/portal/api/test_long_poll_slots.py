@@ -75,6 +75,21 @@ def test_a_token_holds_its_own_cap_within_its_accounts(caches, settings):
         release([*slots, other_token])
 
 
+def test_the_sites_total_caps_long_polls_over_every_process_when_set(caches, settings):
+    settings.PLIMSOLL_LONG_POLLS_PER_PROCESS = 8
+    settings.PLIMSOLL_LONG_POLLS_TOTAL = 3
+    # when: five accounts long-poll once each
+    slots = [take(n, token_id=n) for n in range(5)]
+    try:
+        # then: three wait, the others answer at once
+        assert sum(slot is not None for slot in slots) == 3
+    finally:
+        release(slots)
+    again = take(9, token_id=9)
+    assert again is not None
+    release([again])
+
+
 def test_a_cache_error_when_taking_a_slot_answers_at_once_and_costs_the_process_nothing(caches):
     use_live, use_dead = caches
     # given: the shared cache is down
