@@ -35,7 +35,21 @@ def when_ready(server):
 
 
 def post_worker_init(worker):
-    """Long-polls may hold half of this worker's threads, so the other half always answer pages (issue 30)."""
+    """Long-polls may hold half of this worker's threads, so the other half always answer pages (issue 30).
+
+    On SIGTERM (a restart, a deploy, HUP's old workers) the held long-polls answer at once with the
+    run's state: without that, each would keep the worker up to --graceful-timeout (30 s) and then be
+    cut off with the worker. gunicorn set its own SIGTERM handler already; this one comes first.
+    """
+    import signal
+
     from portal.api import longpoll
 
     longpoll.configure_for_threads(worker.cfg.threads)
+    graceful_exit = worker.handle_exit
+
+    def handle_exit(sig, frame):
+        longpoll.stop_waiting()
+        graceful_exit(sig, frame)
+
+    signal.signal(signal.SIGTERM, handle_exit)

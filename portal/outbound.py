@@ -120,14 +120,24 @@ def notifications_allowlist() -> Allowlist:
     return parse_allowlist(settings.PLIMSOLL_OUTBOUND_ALLOWED, denied=site_denylist())
 
 
-def site_service_refusal(url: str) -> str | None:
-    """Why ``url`` is one of the site's own services, by its name or address as written (no DNS), or None.
+# How long saving a URL waits for its name to resolve (a name that does not resolve in time is not refused).
+_SAVE_RESOLVE_S = 2.0
 
-    For forms that save a URL to call later (a webhook): the request itself is checked again, resolved.
+
+def site_service_refusal(url: str) -> str | None:
+    """Why ``url`` is one of the site's own services, by its name, its address or what its name resolves to now.
+
+    For forms that save a URL to call later (a webhook, a Grafana channel): ``http://localhost:5432`` is
+    refused as ``http://127.0.0.1:5432`` is. A name that does not resolve now (or not within a couple of
+    seconds) is not refused here: the request itself is checked again, resolved, each time it is sent.
     """
     parsed = parse_url(url)
     try:
-        Allowlist((), site_denylist()).refuse_denied(parsed.origin, parsed.host, parsed.port, [parsed.host])
+        addresses = _bounded(_resolve, _SAVE_RESOLVE_S)(parsed.host, parsed.port)
+    except (OSError, UnicodeError):
+        addresses = []
+    try:
+        Allowlist((), site_denylist()).refuse_denied(parsed.origin, parsed.host, parsed.port, [parsed.host, *addresses])
     except TargetNotAllowed as exc:
         return f"{exc}."
     return None

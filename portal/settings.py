@@ -352,9 +352,15 @@ SPECTACULAR_SETTINGS = {
     },
 }
 # Long-polls (GET /api/v1/runs/<code>/?wait=S) hold a web thread while they wait (issue 30): at most this
-# many per token over the whole site, and per web process half its gunicorn threads (or this many, when
-# set); a long-poll over either limit answers at once with the current state. See portal/api/longpoll.py.
+# many per token over the whole site, per account (below), and per web process half its gunicorn threads
+# (or this many, when set); a long-poll over a limit answers at once with the current state. See
+# portal/api/longpoll.py.
 PLIMSOLL_LONG_POLLS_PER_TOKEN = envint("PLIMSOLL_LONG_POLLS_PER_TOKEN", "2", minimum=0)
+# ... and per account (its tokens and its browser together: tokens are free to make, so one account
+# cannot take every process's slots with many of them).
+PLIMSOLL_LONG_POLLS_PER_USER = envint("PLIMSOLL_LONG_POLLS_PER_USER", "2", minimum=0)
+# ... and over the whole site, when set (0: bounded by the processes' caps alone).
+PLIMSOLL_LONG_POLLS_TOTAL = envint("PLIMSOLL_LONG_POLLS_TOTAL", "0", minimum=0)
 PLIMSOLL_LONG_POLLS_PER_PROCESS = (
     envint("PLIMSOLL_LONG_POLLS_PER_PROCESS", "0", minimum=0)
     if os.environ.get("PLIMSOLL_LONG_POLLS_PER_PROCESS")

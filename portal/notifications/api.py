@@ -12,6 +12,7 @@ from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from portal.accounts import access
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses, write_schemas
 from portal.common import Invalid
@@ -22,6 +23,9 @@ from .forms import ChannelEditForm, ChannelForm
 from .models import Channel, Delivery, Event
 
 DELIVERY_LOG = 100
+# The start of a receiver's answer, to editors and owners only (the channels page shows as much): it is
+# whatever the receiving server said, so a viewer reads a delivery's status and error only (issue 30).
+ANSWER_SHOWN = 200
 
 
 class DeliverySerializer(serializers.ModelSerializer):
@@ -41,6 +45,21 @@ class DeliverySerializer(serializers.ModelSerializer):
             "next_attempt_at",
         )
         read_only_fields = fields
+        extra_kwargs = {
+            "response_snippet": {
+                "help_text": f"The start of the receiver's answer (at most {ANSWER_SHOWN} characters) for editors and "
+                "owners; empty for viewers"
+            }
+        }
+
+    def to_representation(self, delivery):
+        data = super().to_representation(delivery)
+        return {**data, "response_snippet": answer_shown(data["response_snippet"], self.context.get("show_answers"))}
+
+
+def answer_shown(snippet: str, shown: bool | None) -> str:
+    """What the caller reads of a receiver's answer: its start for an editor, nothing for a viewer."""
+    return snippet[:ANSWER_SHOWN] if shown else ""
 
 
 class AddressSerializer(serializers.Serializer):
@@ -62,6 +81,14 @@ class ChannelSerializer(serializers.ModelSerializer):
         fields = ("code", "project", "name", "kind", "events", "emails", "url", "payload_format", "enabled")
         fields = (*fields, "dashboard_uid", "panel_id", "has_token", "created_at", "recent_deliveries")
         read_only_fields = fields
+
+    def to_representation(self, channel):
+        data = super().to_representation(channel)
+        # The log's answers: editors of this channel's team only (the list spans the caller's teams).
+        shown = channel.project.team_id in self.context.get("writable_team_ids", ())
+        for delivery in data["recent_deliveries"]:
+            delivery["response_snippet"] = answer_shown(delivery["response_snippet"], shown)
+        return data
 
     def get_has_token(self, channel) -> bool:
         return bool(channel.token)
@@ -155,6 +182,17 @@ class ChannelViewSet(
 
     def safely_get_queryset(self):
         return selectors.channels_with_log(Channel.objects.select_related("project__team"))
+
+    def get_serializer_context(self):
+        context = super().get_serializer_context()
+        user = self.request.user if self.request else None
+        if user is not None and user.is_authenticated:
+            # The delivery log's answers are for the teams where the caller edits (and a token's team only).
+            context["writable_team_ids"] = set(
+                self.scope_to_caller(access.writable_teams(user)).values_list("id", flat=True)
+            )
+            context["show_answers"] = True  # nested logs: ChannelSerializer blanks them per channel
+        return context
 
     def get_serializer(self, *args, **kwargs):
         channels = args[0] if args else None
@@ -286,4 +324,5 @@ class ChannelViewSet(
     def deliveries(self, request, code=None):
         channel = self.get_scoped(Channel.objects.select_related("project__team"), code=code)
         log = channel.deliveries.order_by("-created_at", "-id")[:DELIVERY_LOG]
-        return Response(DeliverySerializer(log, many=True).data)
+        shown = access.can_write(request.user, channel)
+        return Response(DeliverySerializer(log, many=True, context={"show_answers": shown}).data)

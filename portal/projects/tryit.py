@@ -18,12 +18,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from django.conf import settings
-
+from portal.outbound import targets_allowlist
 from workers.engine.h2 import make_client
 from workers.engine.http import HttpClient, Response
 from workers.engine.runner import run_sync
-from workers.engine.targets import BadTargetURL, TargetNotAllowed, parse_allowlist
+from workers.engine.targets import BadTargetURL, TargetNotAllowed
 
 from .models import Environment, TestCase
 
@@ -124,7 +123,8 @@ def engine_plan(test_case: TestCase, environment: Environment) -> dict:
 
 def test_case_try(*, test_case: TestCase, environment: Environment) -> TryResult:
     """Runs one iteration of ``test_case`` on ``environment`` and returns every exchange."""
-    allow = parse_allowlist(settings.PLIMSOLL_ALLOWED_TARGETS)
+    # A run's allowlist: PLIMSOLL_ALLOWED_TARGETS without the site's own services (its answers are shown).
+    allow = targets_allowlist()
     exchanges: list[Exchange] = []
     errors: dict[str, str] = {}
     completed = False

@@ -20,6 +20,8 @@ from django.urls import reverse
 from portal import outbound
 from portal.history import services as history
 from portal.notifications import services as notifications
+from portal.projects import tryit
+from portal.projects.models import Environment, Step, TestCase
 from portal.telemetry.scrape import scrape
 from tests.processes import PYTHON, ROOT
 
@@ -162,7 +164,7 @@ def stack_services(settings):
 
 
 def test_a_webhook_to_a_service_of_the_site_is_refused_when_saved(stack_services, project):
-    for url in ("http://127.0.0.1:6379/", "http://127.0.0.2:5432/x", "http://[::1]:8000/"):
+    for url in ("http://127.0.0.1:6379/", "http://127.0.0.2:5432/x", "http://[::1]:8000/", "http://localhost:5432/"):
         with pytest.raises(notifications.ChannelError, match=OWN):
             notifications.channel_create(project=project, name="Probe", kind="webhook", events=["regression"], url=url)
     assert not project.channels.exists()
@@ -260,3 +262,40 @@ def test_a_hooks_answer_is_shown_to_editors_only(environment, alice, bob, settin
     assert as_editor.status_code == as_viewer.status_code == 200
     assert "hook-secret" in as_editor.content.decode() and "tail-of-the-answer" not in as_editor.content.decode()
     assert "hook-secret" not in as_viewer.content.decode()
+
+
+@pytest.mark.parametrize("base_url", ["http://127.0.0.1:6379", "http://localhost:5432", "http://127.0.0.2:8000"])
+def test_try_it_on_an_environment_aimed_at_a_service_of_the_site_sends_nothing(stack_services, project, base_url):
+    # given: an environment aimed at the real Redis, PostgreSQL or the portal's port (it may be saved: the
+    # page says why a run would be refused), and a test case an editor tries on it
+    environment = Environment.objects.create(project=project, name="Probe", base_url=base_url)
+    case = TestCase.objects.create(project=project, name="Probe")
+    Step.objects.create(test_case=case, position=0, name="Ask", method="POST", path="/", body="FLUSHALL")
+
+    # when
+    result = tryit.test_case_try(test_case=case, environment=environment)
+
+    # then: refused as the site's own before any connection, nothing of an answer to show
+    assert OWN in result.refused and result.exchanges == [] and not result.completed
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", "http://localhost:5432"])
+def test_verify_prometheus_and_grafana_aimed_at_a_service_of_the_site_are_refused(stack_services, environment, url):
+    """The outbound features that came after: the target's configuration (Verify), an environment's
+    Prometheus and a Grafana channel go through the same helper, so Redis and PostgreSQL stay out of reach."""
+    from portal.projects.drift import configuration_drift
+    from portal.telemetry import promql
+
+    environment.config_url = f"{url}/_demo/knobs"
+    verification = configuration_drift(environment)
+    assert OWN in verification.error and verification.drifted == verification.unrecorded == []
+
+    with pytest.raises(ValueError, match=OWN):
+        promql.check_prometheus_url(url)
+    with pytest.raises(promql.PrometheusError, match=OWN):
+        promql._get(url, "/api/v1/query", {"query": "up"}, "", timeout=2)
+
+    with pytest.raises(notifications.ChannelError, match=OWN):
+        notifications.channel_create(
+            project=environment.project, name="Grafana", kind="grafana", events=["regression"], url=url, token="t"
+        )

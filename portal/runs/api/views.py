@@ -243,9 +243,9 @@ class WaitSerializer(QueryParams):
         max_value=MAX_WAIT_S,
         help_text=(
             "Seconds to wait for the run to end before answering (long-poll, at most 60). Long-polls are "
-            "limited per token (2 at once by default) and per web process: over a limit the run's current "
-            "state comes back at once, with the header `X-Plimsoll-Wait: capped` and `Retry-After` (seconds "
-            "to wait before asking again)."
+            "limited per account and per token (2 at once by default, over the site) and per web process: over "
+            "a limit, or while the web process restarts, the run's current state comes back at once, with the "
+            "header `X-Plimsoll-Wait: capped` and `Retry-After` (seconds to wait before asking again)."
         ),
     )
 
@@ -290,7 +290,8 @@ def _file_schema(media_type: str, description: str, kind=OpenApiTypes.STR):
                 RunDetailSerializer,
                 description=(
                     "The run. With ?wait=S, once it ended or after S seconds; at once, with the header "
-                    "`X-Plimsoll-Wait: capped`, when the token or the web process has no long-poll to spare."
+                    "`X-Plimsoll-Wait: capped`, when the account, the token or the web process has no long-poll to "
+                    "spare, or the web process is stopping."
                 ),
             ),
             **error_responses(400, 404),
@@ -340,22 +341,33 @@ class RunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVie
         if not (wait and run.is_active):
             return Response(self.get_serializer(run).data)
         token = request_token(request)
-        slot = longpoll.acquire(f"token-{token.pk}" if token else f"user-{request.user.pk}", wait)
+        slot = longpoll.acquire(user_id=request.user.pk, token_id=token.pk if token else None, wait_s=wait)
         if slot is None:
-            # Every long-poll slot of this process or of this token is taken: the current state, at once.
-            response = Response(self.get_serializer(run).data)
-            response["X-Plimsoll-Wait"] = "capped"
-            response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
-            return response
+            # Every long-poll slot of this process, this account or this token is taken (or the process is
+            # stopping): the current state, at once.
+            return self._answered_early(run)
         deadline = time.monotonic() + wait
+        stopping = False
         try:
-            # Long-poll: one call covers a pipeline's wait; the state lives in the database, so re-read it.
-            while run.is_active and time.monotonic() < deadline:
-                time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
-                run.refresh_from_db()
+            # Long-poll: one call covers a pipeline's wait. The state lives in the database: its status is
+            # re-read (one column, not the row's kilobytes of snapshot and settings), the whole run once at the end.
+            state = run.status
+            while state in Run.ACTIVE and time.monotonic() < deadline:
+                if longpoll.pause(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic()))):
+                    stopping = True  # a restart: the state now, rather than a cut connection later
+                    break
+                state = Run.objects.filter(pk=run.pk).values_list("status", flat=True).first()
         finally:
             slot.release()
-        return Response(self.get_serializer(run).data)
+        run = self.get_object()
+        return self._answered_early(run) if stopping else Response(self.get_serializer(run).data)
+
+    def _answered_early(self, run) -> Response:
+        """The run's current state before its wait was over, and when to ask again (X-Plimsoll-Wait: capped)."""
+        response = Response(self.get_serializer(run).data)
+        response["X-Plimsoll-Wait"] = "capped"
+        response["Retry-After"] = str(longpoll.RETRY_AFTER_S)
+        return response
 
     @extend_schema(
         summary="Stop a run: its workers end it within a second or two (needs a run or write token)",

@@ -89,6 +89,23 @@ def expected(persona_name: str, *, ok: int, allowed: tuple) -> int:
 
 
 @pytest.fixture
+def active_run(plan, alice):
+    """A running run of ``plan``: what a pipeline long-polls (``?wait=S``) until it ends."""
+    return Run.objects.create(
+        project=plan.project,
+        number=1,
+        plan=plan,
+        environment=plan.environment,
+        plan_name=plan.name,
+        environment_name=plan.environment.name,
+        plan_snapshot=plan.to_engine_dict(),
+        analysis_settings=plan.analysis_settings(),
+        created_by=alice,
+        status=Run.Status.RUNNING,
+    )
+
+
+@pytest.fixture
 def finished_run(plan, alice):
     """A finished run of ``plan`` (ramp 1 s, hold 5 s; APD ≤ 100 ms) whose second page broke its threshold."""
     plan.threshold_apd_ms = 100

@@ -4,12 +4,13 @@ import uuid
 
 import pytest
 
+from portal.accounts.services import token_create
 from portal.notifications.models import Channel, Delivery, MailAddress
 from portal.notifications.services import channel_create
 from tests.portal.notifications.test_mail_addresses import confirmation_link
 from tests.portal.notifications.test_notifications import smtp  # noqa: F401  (a real SMTP server on loopback)
 
-from .conftest import PERSONAS, READERS, expected, session
+from .conftest import PERSONAS, READERS, bearer, expected, session
 
 pytestmark = pytest.mark.django_db
 
@@ -236,3 +237,30 @@ def test_deliveries_newest_first_and_the_last_ten_in_the_channel(alice, project)
     assert [d["key"] for d in deliveries] == [f"run:{n}" for n in range(11, -1, -1)]
     assert [d["key"] for d in one["recent_deliveries"]] == [f"run:{n}" for n in range(11, 1, -1)]
     assert client.get(f"/api/v1/channels/{uuid.uuid4()}/deliveries/").status_code == 404
+
+
+@pytest.mark.parametrize("persona", READERS, indirect=True)
+def test_a_deliverys_answer_is_shown_to_editors_only_and_truncated(persona, request, project, bob, team):
+    # given: a delivery whose receiver answered a long body (what any server said: Redis's, once)
+    channel = webhook(project)
+    answer = "receiver-secret " + "x" * 484
+    Delivery.objects.create(
+        channel=channel, key="run:1", event="regression", payload={}, status="sent", response_snippet=answer
+    )
+    viewer_token = bearer(token_create(user=bob, team=team, name="viewer's", scope="read")[1])
+    name = request.node.callspec.params["persona"]
+
+    # when: the channel, the list and the delivery log are read
+    for client in (persona, viewer_token):
+        shown = [
+            client.get(f"/api/v1/channels/{channel.code}/").json()["recent_deliveries"][0]["response_snippet"],
+            client.get("/api/v1/channels/").json()["results"][0]["recent_deliveries"][0]["response_snippet"],
+            client.get(f"/api/v1/channels/{channel.code}/deliveries/").json()[0]["response_snippet"],
+        ]
+
+        # then: editors (and owners, and their tokens) get the answer's first 200 characters, as on the page;
+        # viewers (and their tokens) the status and error only
+        if client is persona and name in ("owner", "editor", "read_token", "run_token"):
+            assert shown == [answer[:200]] * 3, name
+        else:
+            assert shown == [""] * 3, name
