@@ -10,7 +10,7 @@ time, a bounded body) and compares it key by key with the ledger.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
 from portal import outbound
@@ -44,6 +44,10 @@ class Verification:
     agreed: list[str] = field(default_factory=list)
     unreported: list[str] = field(default_factory=list)  # in the ledger, not reported by the target
     unrecorded: list[str] = field(default_factory=list)  # reported by the target, not in the ledger
+
+    def record(self, at) -> dict:
+        """What to keep of it (a tuning change's ``verification``): the figures and when they were read."""
+        return {"at": at.isoformat(), **asdict(self)}
 
 
 def configuration_drift(environment: Environment) -> Verification:

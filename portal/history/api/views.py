@@ -42,6 +42,22 @@ class EnvironmentFilter(QueryParams):
     environment = serializers.UUIDField(required=False, help_text="Only this environment's")
 
 
+class DriftedKeySerializer(serializers.Serializer):
+    key = serializers.CharField()
+    ledger = serializers.CharField(help_text="The ledger's value")
+    actual = serializers.JSONField(help_text="The value the target reported")
+
+
+class ChangeVerificationSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="When the target's configuration was read")
+    url = serializers.CharField(help_text="The environment's config_url")
+    error = serializers.CharField(help_text="Why it could not be read; empty when it was")
+    drifted = DriftedKeySerializer(many=True, help_text="Keys whose value differs from the ledger")
+    agreed = serializers.ListField(child=serializers.CharField(), help_text="Keys where the target agrees")
+    unreported = serializers.ListField(child=serializers.CharField(), help_text="In the ledger, not reported")
+    unrecorded = serializers.ListField(child=serializers.CharField(), help_text="Reported, not in the ledger")
+
+
 class TuningChangeSerializer(StrictSerializer):
     code = serializers.UUIDField(read_only=True)
     environment = serializers.UUIDField()
@@ -64,6 +80,12 @@ class TuningChangeSerializer(StrictSerializer):
     applied_at = serializers.DateTimeField(read_only=True, allow_null=True)
     made_by = serializers.CharField(read_only=True, allow_null=True)
     error_message = serializers.CharField(read_only=True)
+    verification = ChangeVerificationSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The target's own configuration read right after the change was applied, against the ledger "
+        "(where the environment has a config_url); null when it was not read",
+    )
 
     def to_representation(self, change):
         return {
@@ -77,6 +99,7 @@ class TuningChangeSerializer(StrictSerializer):
             "applied_at": change.applied_at.isoformat().replace("+00:00", "Z") if change.applied_at else None,
             "made_by": change.made_by.get_username() if change.made_by else None,
             "error_message": change.error_message,
+            "verification": change.verification,
         }
 
 

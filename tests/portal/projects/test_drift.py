@@ -1,9 +1,14 @@
 """Drift between the ledger and the target (issue 28, item 9): two environments on one target are
-named on the environment's page, and Verify reads the demo target's knobs and shows what differs."""
+named on the environment's page, Verify reads the demo target's knobs and shows what differs, and a
+tuning change reads them right after it is applied (its hook's effect, or a change nobody made)."""
+
+import json
 
 import pytest
 from django.urls import reverse
 
+from portal.history import services as history
+from portal.history.models import TuningChange
 from portal.projects import drift
 from portal.projects.models import Environment, Project
 from tests.processes import DemoTarget
@@ -91,3 +96,57 @@ def test_the_page_warns_of_another_environment_of_the_team_on_the_same_origin(al
     assert 'id="same-origin"' in page and "Staging copy" in page
     assert "Elsewhere" not in page.split('id="same-origin"')[1].split("</div>")[0]
     assert "Secret" not in page
+
+
+def test_a_change_applied_through_its_hook_reads_the_target_after_and_finds_it_agrees(
+    alice, alice_client, demo_env, demo
+):
+    # given: the target as the ledger says (compression off), and a change whose hook turns it on
+    demo.set_knobs(**{"compression": "off", "tempdb.files": 8, "search.index": "on"})
+    change = history.change_create(
+        environment=demo_env,
+        user=alice,
+        edits=[{"key": "compression", "value": "on"}],
+        title="Gzip the pages",
+        hook_url=demo_env.config_url,
+        hook_body=json.dumps({"compression": "on"}),
+    )
+    # when
+    history.change_apply(change, user=alice)
+    # then: the target was read after the hook and agrees on every key it reports
+    change.refresh_from_db()
+    v = change.verification
+    assert v["url"] == demo_env.config_url and v["error"] == "" and v["drifted"] == []
+    assert sorted(v["agreed"]) == ["compression", "search.index", "tempdb.files"]
+    assert v["unreported"] == ["db.backup.schedule"]
+    page = alice_client.get(change.get_absolute_url()).content.decode()
+    assert 'id="verification-ok"' in page and "agreed with the ledger on 3 keys" in page
+
+
+def test_a_change_nobody_made_on_the_target_shows_as_drift_on_the_change_and_in_the_api(
+    alice, alice_client, demo_env, demo
+):
+    # given: the target as the ledger says; a change recorded without a hook, and nobody touched the target
+    demo.set_knobs(**{"compression": "off", "tempdb.files": 8, "search.index": "on"})
+    change = history.change_create(
+        environment=demo_env, user=alice, edits=[{"key": "tempdb.files", "value": "4"}], title="Four tempdb files"
+    )
+    # when
+    history.change_apply(change, user=alice)
+    # then: applied (the ledger says what was decided), and the drift is named on its page and in the API
+    change.refresh_from_db()
+    assert change.status == TuningChange.Status.APPLIED
+    assert change.verification["drifted"] == [{"key": "tempdb.files", "ledger": "4", "actual": 8}]
+    page = alice_client.get(change.get_absolute_url()).content.decode()
+    assert 'id="verification-drift" data-drifted="1"' in page and "<code>tempdb.files</code>" in page
+    document = alice_client.get(f"/api/v1/tuning-changes/{change.code}/").json()
+    assert document["verification"]["drifted"] == [{"key": "tempdb.files", "ledger": "4", "actual": 8}]
+
+
+def test_a_change_on_an_environment_without_a_configuration_url_reads_nothing(alice, alice_client, project):
+    env = Environment.objects.create(project=project, name="Plain", base_url="http://127.0.0.1:9")
+    change = history.change_create(environment=env, user=alice, edits=[{"key": "a", "value": "1"}], title="A")
+    history.change_apply(change, user=alice)
+    change.refresh_from_db()
+    assert change.verification is None
+    assert alice_client.get(f"/api/v1/tuning-changes/{change.code}/").json()["verification"] is None
