@@ -255,6 +255,20 @@ DOCUMENTS = {
         "status": 409,
         "summary": "Still used by a plan",
     },
+    "environments_verify_retrieve": {
+        "request": None,
+        "response": {
+            "agreed": ["compression", "tempdb.files"],
+            "at": "2026-11-28T18:52:07.120417+00:00",
+            "drifted": [{"actual": "off", "key": "search.index", "ledger": "on"}],
+            "error": "",
+            "unrecorded": ["errors_pct", "latency_ms"],
+            "unreported": ["db.backup.schedule"],
+            "url": "http://127.0.0.1:8001/_demo/knobs",
+        },
+        "status": 200,
+        "summary": "The target was restarted with its defaults: the index the ledger says is on is off",
+    },
     "environments_journey_retrieve": {
         "request": None,
         "response": {

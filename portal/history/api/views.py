@@ -19,7 +19,7 @@ from portal.history.api.prometheus import payload as prometheus_payload
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
 from portal.history.forms import ChangeForm, MeasurementForm, revert_prefill
 from portal.history.models import Experiment, ExternalMeasurement, TrialSet, TuningChange
-from portal.projects.api.serializers import ConfigurationItemSerializer
+from portal.projects.api.serializers import ConfigurationItemSerializer, VerificationSerializer
 from portal.projects.forms import format_configuration
 from portal.projects.models import Environment, Plan
 from portal.runs.services import RunError
@@ -40,22 +40,6 @@ def _form_errors(form) -> dict:
 
 class EnvironmentFilter(QueryParams):
     environment = serializers.UUIDField(required=False, help_text="Only this environment's")
-
-
-class DriftedKeySerializer(serializers.Serializer):
-    key = serializers.CharField()
-    ledger = serializers.CharField(help_text="The ledger's value")
-    actual = serializers.JSONField(help_text="The value the target reported")
-
-
-class ChangeVerificationSerializer(serializers.Serializer):
-    at = serializers.DateTimeField(help_text="When the target's configuration was read")
-    url = serializers.CharField(help_text="The environment's config_url")
-    error = serializers.CharField(help_text="Why it could not be read; empty when it was")
-    drifted = DriftedKeySerializer(many=True, help_text="Keys whose value differs from the ledger")
-    agreed = serializers.ListField(child=serializers.CharField(), help_text="Keys where the target agrees")
-    unreported = serializers.ListField(child=serializers.CharField(), help_text="In the ledger, not reported")
-    unrecorded = serializers.ListField(child=serializers.CharField(), help_text="Reported, not in the ledger")
 
 
 class TuningChangeSerializer(StrictSerializer):
@@ -80,7 +64,7 @@ class TuningChangeSerializer(StrictSerializer):
     applied_at = serializers.DateTimeField(read_only=True, allow_null=True)
     made_by = serializers.CharField(read_only=True, allow_null=True)
     error_message = serializers.CharField(read_only=True)
-    verification = ChangeVerificationSerializer(
+    verification = VerificationSerializer(
         read_only=True,
         allow_null=True,
         help_text="The target's own configuration read right after the change was applied, against the ledger "

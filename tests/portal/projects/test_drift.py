@@ -150,3 +150,25 @@ def test_a_change_on_an_environment_without_a_configuration_url_reads_nothing(al
     change.refresh_from_db()
     assert change.verification is None
     assert alice_client.get(f"/api/v1/tuning-changes/{change.code}/").json()["verification"] is None
+
+
+def test_verify_through_the_api_for_a_read_token_and_404_outside_the_team(demo_env, demo, alice, team, charlie):
+    from rest_framework.test import APIClient
+
+    from portal.accounts.services import token_create
+
+    # given: the target restarted with its defaults (index off) while the ledger says on
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 8, "compression": "off"})
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(user=alice, team=team, name='ci', scope='read')[1]}")
+    # when
+    answer = api.get(f"/api/v1/environments/{demo_env.code}/verify/")
+    # then
+    assert answer.status_code == 200, answer.content
+    document = answer.json()
+    assert document["drifted"] == [{"key": "search.index", "ledger": "on", "actual": "off"}]
+    assert document["url"] == demo_env.config_url and document["error"] == ""
+    assert sorted(document["agreed"]) == ["compression", "tempdb.files"]
+    outsider = APIClient()
+    outsider.force_authenticate(charlie)
+    assert outsider.get(f"/api/v1/environments/{demo_env.code}/verify/").status_code == 404
