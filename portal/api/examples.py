@@ -1076,6 +1076,7 @@ DOCUMENTS = {
             "started_by": "alice",
             "code": "ccf322e6-c245-4e02-9b45-ceef878663a9",
             "config_snapshot": [{"key": "search.index", "value": "on"}],
+            "config_verification": None,
             "load": None,
             "queue": {
                 "position": 1,
@@ -1834,6 +1835,7 @@ DOCUMENTS = {
             "started_by": "alice",
             "code": "90fdd7e0-1291-42ab-93a7-9b55ae033dac",
             "config_snapshot": [],
+            "config_verification": None,
             "load": {
                 "unit": "user-seconds",
                 "planned": 28.0,
@@ -2260,6 +2262,7 @@ DOCUMENTS = {
             "started_by": "alice",
             "code": "ccf322e6-c245-4e02-9b45-ceef878663a9",
             "config_snapshot": [{"key": "search.index", "value": "on"}],
+            "config_verification": None,
             "load": {
                 "unit": "user-seconds",
                 "planned": 28.0,

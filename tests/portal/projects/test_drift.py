@@ -172,3 +172,42 @@ def test_verify_through_the_api_for_a_read_token_and_404_outside_the_team(demo_e
     outsider = APIClient()
     outsider.force_authenticate(charlie)
     assert outsider.get(f"/api/v1/environments/{demo_env.code}/verify/").status_code == 404
+
+
+def test_a_run_reads_the_target_as_it_starts_and_carries_the_doubt_when_it_differs(
+    alice, alice_client, plan, demo_env, demo
+):
+    from portal.runs import services as runs
+    from portal.runs.models import Run
+
+    # given: the ledger says the index is on; the target was restarted with it off
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 8, "compression": "off"})
+    plan.environment = demo_env
+    plan.save()
+    run = runs.run_create(plan=plan, user=alice)
+    # when
+    runs.run_start(run.id)
+    # then: the run records what the target said, against the configuration it names
+    run.refresh_from_db()
+    assert run.config_verification["drifted"] == [{"key": "search.index", "ledger": "on", "actual": "off"}]
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'id="config-drift" data-drifted="1"' in page and "<code>search.index</code> is <code>off</code>" in page
+    document = alice_client.get(f"/api/v1/runs/{run.code}/").json()
+    assert document["config_verification"]["drifted"] == run.config_verification["drifted"]
+    # and once it has ended it is left out of trends and verdicts, saying why
+    Run.objects.filter(id=run.id).update(status=Run.Status.FINISHED, summary={"totals": {}})
+    run.refresh_from_db()
+    assert "search.index on in the ledger, off on the target" in "; ".join(run.doubts) and not run.counts
+
+
+def test_a_run_on_a_target_that_agrees_carries_no_doubt(alice, plan, demo_env, demo):
+    from portal.runs import services as runs
+
+    demo.set_knobs(**{"search.index": "on", "tempdb.files": 8, "compression": "off"})
+    plan.environment = demo_env
+    plan.save()
+    run = runs.run_create(plan=plan, user=alice)
+    runs.run_start(run.id)
+    run.refresh_from_db()
+    assert run.config_verification["drifted"] == [] and run.config_verification["error"] == ""
+    assert not any("configuration it names" in d for d in run.doubts)
