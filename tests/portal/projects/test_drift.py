@@ -211,3 +211,23 @@ def test_a_run_on_a_target_that_agrees_carries_no_doubt(alice, plan, demo_env, d
     run.refresh_from_db()
     assert run.config_verification["drifted"] == [] and run.config_verification["error"] == ""
     assert not any("configuration it names" in d for d in run.doubts)
+
+
+def test_the_seeded_demo_environment_sees_its_index_dropped_by_a_restart(project, demo):
+    from django.core.management import call_command
+
+    # given: the seeded demo, whose ledger says the index is on (the experiment applied it) …
+    call_command("seed_demo", base_url=demo.base_url)
+    env = Environment.objects.get(name="Demo target")
+    assert env.config_url == f"{demo.base_url}/_demo/config"
+    env.configuration = [
+        {**item, "value": "on"} if item["key"] == "db.index.work_items.area" else item for item in env.configuration
+    ]
+    env.save()
+    # … and a target restarted with its defaults (no index)
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 1, "compression": "off", "latency_ms": 0})
+    # when
+    result = drift.configuration_drift(env)
+    # then: the index is named under the ledger's key, and nothing else is out of step
+    assert result.error == "" and result.unreported == []
+    assert result.drifted == [{"key": "db.index.work_items.area", "ledger": "on", "actual": "off"}]
