@@ -194,6 +194,8 @@ def test_a_run_reads_the_target_as_it_starts_and_carries_the_doubt_when_it_diffe
     assert 'id="config-drift" data-drifted="1"' in page and "<code>search.index</code> is <code>off</code>" in page
     document = alice_client.get(f"/api/v1/runs/{run.code}/").json()
     assert document["config_verification"]["drifted"] == run.config_verification["drifted"]
+    exported = json.loads(alice_client.get(f"/api/v1/runs/{run.code}/summary.json").content)
+    assert exported["config_verification"]["drifted"] == run.config_verification["drifted"]
     # and once it has ended it is left out of trends and verdicts, saying why
     Run.objects.filter(id=run.id).update(status=Run.Status.FINISHED, summary={"totals": {}})
     run.refresh_from_db()
