@@ -157,12 +157,16 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
 def verify_applied(change: TuningChange, environment: Environment) -> None:
     """Reads the target's own configuration after the change and records how it compares with the ledger.
 
-    Where the target reports it (``Environment.config_url``, as the demo's ``/_demo/knobs``): a hook
+    Where the target reports it (``Environment.config_url``, as the demo's ``/_demo/config``): a hook
     that answered 200 but changed nothing, a person who recorded a change without making it, or a
     target restarted with its settings reset, shows as drift on the change instead of going unseen.
     The change stays applied either way: the ledger says what was decided, this says what the target said.
     """
-    result = drift.configuration_drift(environment)
+    try:
+        result = drift.configuration_drift(environment)
+    except Exception:  # the change is applied and committed: a bug here must not turn that into an error
+        log.exception("change %s: could not verify the target's configuration", change.code)
+        return
     change.verification = result.record(timezone.now())
     change.save(update_fields=["verification", "updated_at"])
     if result.drifted:
