@@ -18,6 +18,8 @@ pages) first allocate from the shared "tempdb files" (``demo/tempdb.py``).
 Admin (under ``/_demo/``, plus ``/metrics``; never counted, never delayed):
 
 * ``GET/POST /_demo/knobs`` and ``GET /_demo/knobs/schema``: configuration knobs;
+* ``GET /_demo/config``: the knobs' values under the names the seeded ledger gives them
+  (the index as ``db.index.work_items.area``), for Plimsoll's Verify;
 * ``GET /_demo/counters``, ``POST /_demo/counters/reset``: exact counters (the
   reset also empties the security-token cache and the trace log);
 * ``GET /_demo/traces``: the W3C trace ids seen per path (``demo/traces.py``);
@@ -406,6 +408,16 @@ async def knobs_get(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].knobs.values)
 
 
+# The configuration as its administrators write it down (the seeded ledger's names, what Plimsoll's
+# Verify reads: portal/projects/drift.py): the knobs' values, the index under its database name.
+CONFIG_NAMES = {"search.index": "db.index.work_items.area"}
+
+
+async def config_get(request: web.Request) -> web.Response:
+    values = request.app[STATE].knobs.values
+    return web.json_response({CONFIG_NAMES.get(key, key): value for key, value in values.items()})
+
+
 async def knobs_schema(request: web.Request) -> web.Response:
     return web.json_response(request.app[STATE].knobs.schema())
 
@@ -496,6 +508,7 @@ def create_app(db_path: str | Path, items: int = 200_000, knobs: dict[str, Any] 
     app.router.add_get("/_demo/knobs", knobs_get)
     app.router.add_post("/_demo/knobs", knobs_post)
     app.router.add_get("/_demo/knobs/schema", knobs_schema)
+    app.router.add_get("/_demo/config", config_get)
     app.router.add_get("/_demo/counters", counters_get)
     app.router.add_post("/_demo/counters/reset", counters_reset)
     app.router.add_get("/_demo/traces", traces_get)

@@ -119,6 +119,10 @@ class TuningChange(TimeStamped):
         null=True, blank=True, help_text="{status, reason, body, elapsed_ms, error, at} of the last hook call"
     )
     error_message = models.TextField(blank=True)
+    # The target's own configuration read right after the change was applied, where the environment
+    # names where the target reports it (Environment.config_url; portal/projects/drift.py):
+    # {at, url, error, drifted [{key, ledger, actual}], agreed, unreported, unrecorded}. None: not read.
+    verification = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["environment", "number", "id"]

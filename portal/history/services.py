@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from portal import outbound
 from portal.common import task
+from portal.projects import drift
 from portal.projects.models import Environment, Plan
 from portal.runs.models import Run
 from portal.runs.services import EnvironmentBusy, RunError, active_run_on, run_cancel, run_create
@@ -148,7 +149,32 @@ def change_apply(change: TuningChange, *, user=None, call_hook_first: bool = Tru
             environment.save(update_fields=["configuration", "updated_at"])
         change_id = change.id
         transaction.on_commit(lambda: _enqueue_change_notification(change_id))
+    if environment.config_url and change.category != TuningChange.Category.BASELINE:
+        verify_applied(change, environment)
     return change
+
+
+def verify_applied(change: TuningChange, environment: Environment) -> None:
+    """Reads the target's own configuration after the change and records how it compares with the ledger.
+
+    Where the target reports it (``Environment.config_url``, as the demo's ``/_demo/config``): a hook
+    that answered 200 but changed nothing, a person who recorded a change without making it, or a
+    target restarted with its settings reset, shows as drift on the change instead of going unseen.
+    The change stays applied either way: the ledger says what was decided, this says what the target said.
+    """
+    try:
+        result = drift.configuration_drift(environment)
+    except Exception:  # the change is applied and committed: a bug here must not turn that into an error
+        log.exception("change %s: could not verify the target's configuration", change.code)
+        return
+    change.verification = result.record(timezone.now())
+    change.save(update_fields=["verification", "updated_at"])
+    if result.drifted:
+        log.warning(
+            "change %s: the target differs from the ledger on %s",
+            change.code,
+            ", ".join(d["key"] for d in result.drifted),
+        )
 
 
 def _enqueue_change_notification(change_id: int) -> None:

@@ -9,7 +9,7 @@ time, a bounded body) and compares it key by key with the ledger.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
 from portal import outbound
@@ -45,9 +45,16 @@ class Verification:
     unreported: list[str] = field(default_factory=list)  # in the ledger, not reported by the target
     unrecorded: list[str] = field(default_factory=list)  # reported by the target, not in the ledger
 
+    def record(self, at) -> dict:
+        """What to keep of it (a tuning change's ``verification``): the figures and when they were read."""
+        return {"at": at.isoformat(), **asdict(self)}
 
-def configuration_drift(environment: Environment) -> Verification:
-    """Reads the target's configuration and compares it with the ledger (raises nothing: errors are reported)."""
+
+def configuration_drift(environment: Environment, ledger: list[dict] | None = None) -> Verification:
+    """Reads the target's configuration and compares it with the ledger (raises nothing: errors are reported).
+
+    ``ledger``: the configuration to compare with ([{key, value}]; a run's snapshot), else the environment's.
+    """
     result = Verification(url=environment.config_url)
     if not environment.config_url:
         result.error = "This environment has no configuration URL: edit it to name where the target reports one."
@@ -67,7 +74,9 @@ def configuration_drift(environment: Environment) -> Verification:
     if not isinstance(actual, dict):
         result.error = f"{environment.config_url} did not answer a JSON object of key → value."
         return result
-    ledger = {item["key"]: item.get("value", "") for item in environment.configuration or []}
+    ledger = {
+        item["key"]: item.get("value", "") for item in (environment.configuration if ledger is None else ledger) or []
+    }
     for key, value in ledger.items():
         if key not in actual:
             result.unreported.append(key)

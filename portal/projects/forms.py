@@ -363,6 +363,12 @@ class EnvironmentForm(ProjectScopedForm):
         demo, base_url = settings.DEMO_BASE_URL, self.fields["base_url"]
         base_url.help_text = f"Scheme, host and port of the system under test, e.g. {demo} (the bundled demo target)"
         base_url.widget.attrs["placeholder"] = demo
+        if config_url := self.fields.get("config_url"):
+            config_url.help_text = (
+                "Optional: where the system under test reports its actual configuration, as a JSON object of "
+                f"key → value (the bundled demo target's: {demo}/_demo/config). Verify on the environment's page, "
+                "each run as it starts and each tuning change once applied compare it with the ledger."
+            )
         if self.instance.pk:
             # Once the environment exists its configuration changes only through tuning changes
             # (portal.history), so that every run can name the configuration it measured.

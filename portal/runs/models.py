@@ -64,6 +64,9 @@ class Run(TimeStamped):
     environment_name = models.CharField(max_length=100)
     plan_snapshot = models.JSONField()
     config_snapshot = models.JSONField(default=list)
+    # The target's own configuration read as the run started, against config_snapshot, where the
+    # environment names where the target reports it (portal/projects/drift.py): None when not read.
+    config_verification = models.JSONField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
     # Started through the API: the token it came with (never its secret). The label keeps the
     # token's name and prefix even when the token is deleted with its user.
@@ -239,6 +242,9 @@ class Run(TimeStamped):
             reasons.append(f"it was stopped by its criteria ({self.stop_sentence or 'a stop criterion broke'})")
         elif self.status == self.Status.ERROR:
             reasons.append("it ended in error")
+        if drifted := (self.config_verification or {}).get("drifted"):
+            keys = "; ".join(f"{d['key']} {d['ledger']} in the ledger, {d['actual']} on the target" for d in drifted)
+            reasons.append(f"the target did not have the configuration it names when it started ({keys})")
         if saturated := RunSummary.of(self).saturated:
             reasons.append(f"the load generator was saturated ({saturated})")
         if not self.summary and self.status != self.Status.ERROR:

@@ -309,3 +309,32 @@ def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
     assert email == {**username, "width": email["width"]}, (email, username)
     assert shown == {"daily": ["at_time"], "hours": ["at_time", "every_hours"], "cron": ["cron"]}
     assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire
+
+
+def test_try_it_runs_one_iteration_and_shows_each_exchange(browser, live_server, alice, test_case, demo_target):
+    # given: an environment on the demo target
+    from portal.projects.models import Environment
+
+    env = Environment.objects.create(project=test_case.project, name="Demo", base_url=demo_target.base_url)
+    context, page = _context(browser)
+    refused = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
+    page.on("pageerror", lambda exc: refused.append(str(exc)))
+    try:
+        _log_in(page, live_server)
+        # when: alice tries the test case once on it
+        page.goto(f"{live_server.url}{test_case.get_absolute_url()}")
+        page.select_option("#try-environment", str(env.code))
+        page.get_by_role("button", name="Try one iteration").click()
+        page.locator("#try-outcome").wait_for(timeout=20_000)
+        outcome = page.locator("#try-outcome").get_attribute("data-outcome")
+        exchanges = page.locator("#try-exchanges > li")
+        statuses = [exchanges.nth(i).get_attribute("data-status") for i in range(exchanges.count())]
+        # and opens the first response
+        exchanges.first.locator("summary", has_text="Response").click()
+        body_shown = exchanges.first.locator("pre").nth(1).is_visible()
+    finally:
+        context.close()
+    # then: both steps went out and came back, swapped into the page without a reload or a refused style
+    assert outcome == "passed" and statuses == ["200", "200"], (outcome, statuses)
+    assert body_shown and refused == []

@@ -67,6 +67,7 @@ api/v1/^experiments/(?P<code>[^/]+)/confirm/$ api/v1/^experiments/(?P<code>[^/]+
 api/v1/^tuning-changes/(?P<code>[^/]+)/revert/$ api/v1/^tuning-changes/(?P<code>[^/]+)/prometheus/$
 api/v1/^projects/(?P<code>[^/]+)/compare/$
 api/v1/^projects/(?P<code>[^/]+)/journey/$ api/v1/^environments/(?P<code>[^/]+)/journey/$
+api/v1/^environments/(?P<code>[^/]+)/verify/$
 api/v1/plans/<str:code>/trials/ api/v1/^trial-sets/$ api/v1/^trial-sets/(?P<code>[^/]+)/$
 api/v1/^trial-sets/(?P<code>[^/]+)/stop/$
 api/v1/^teams/(?P<code>[^/]+)/members/$ api/v1/^teams/(?P<code>[^/]+)/members/(?P<username>[^/]+)/$

@@ -19,7 +19,7 @@ from portal.history.api.prometheus import payload as prometheus_payload
 from portal.history.experiment_forms import ExperimentForm, TrialSetForm
 from portal.history.forms import ChangeForm, MeasurementForm, revert_prefill
 from portal.history.models import Experiment, ExternalMeasurement, TrialSet, TuningChange
-from portal.projects.api.serializers import ConfigurationItemSerializer
+from portal.projects.api.serializers import ConfigurationItemSerializer, VerificationSerializer
 from portal.projects.forms import format_configuration
 from portal.projects.models import Environment, Plan
 from portal.runs.services import RunError
@@ -64,6 +64,12 @@ class TuningChangeSerializer(StrictSerializer):
     applied_at = serializers.DateTimeField(read_only=True, allow_null=True)
     made_by = serializers.CharField(read_only=True, allow_null=True)
     error_message = serializers.CharField(read_only=True)
+    verification = VerificationSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The target's own configuration read right after the change was applied, against the ledger "
+        "(where the environment has a config_url); null when it was not read",
+    )
 
     def to_representation(self, change):
         return {
@@ -77,6 +83,7 @@ class TuningChangeSerializer(StrictSerializer):
             "applied_at": change.applied_at.isoformat().replace("+00:00", "Z") if change.applied_at else None,
             "made_by": change.made_by.get_username() if change.made_by else None,
             "error_message": change.error_message,
+            "verification": change.verification,
         }
 
 

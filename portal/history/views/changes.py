@@ -121,6 +121,7 @@ def change_detail(request, code):
         "measurements": change.measurements.select_related("run", "created_by"),
         "response": response,
         "hook_at": parse_datetime(response.get("at") or ""),
+        "verified_at": parse_datetime((change.verification or {}).get("at") or ""),
         "can_write": can_write,
         "can_apply": can_write and not change.is_applied and experiment is None,
         "nav": "projects",

@@ -33,6 +33,24 @@ class ConfigurationItemSerializer(serializers.Serializer):
     value = serializers.CharField(allow_blank=True)
 
 
+class DriftedKeySerializer(serializers.Serializer):
+    key = serializers.CharField()
+    ledger = serializers.CharField(help_text="The ledger's value")
+    actual = serializers.JSONField(help_text="The value the target reported")
+
+
+class VerificationSerializer(serializers.Serializer):
+    """The target's own configuration against the ledger (portal/projects/drift.py): Verify, and after a change."""
+
+    at = serializers.DateTimeField(help_text="When the target's configuration was read")
+    url = serializers.CharField(help_text="The environment's config_url")
+    error = serializers.CharField(help_text="Why it could not be read; empty when it was")
+    drifted = DriftedKeySerializer(many=True, help_text="Keys whose value differs from the ledger")
+    agreed = serializers.ListField(child=serializers.CharField(), help_text="Keys where the target agrees")
+    unreported = serializers.ListField(child=serializers.CharField(), help_text="In the ledger, not reported")
+    unrecorded = serializers.ListField(child=serializers.CharField(), help_text="Reported, not in the ledger")
+
+
 class EnvironmentSerializer(serializers.ModelSerializer):
     project = serializers.UUIDField(source="project.code", read_only=True)
     servers = ServerSerializer(many=True, read_only=True)

@@ -5,6 +5,7 @@ Writes go through the UI's forms and services: the same rules, the same messages
 
 from django.db import transaction
 from django.http import JsonResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import exceptions, mixins, serializers, status
@@ -16,7 +17,7 @@ from portal.accounts.models import Team
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
 from portal.api.errors import error_responses, write_schemas
 from portal.api.parsers import JSONParser
-from portal.projects import services, wsactions
+from portal.projects import drift, services, wsactions
 from portal.projects.forms import (
     DataSetUploadForm,
     ProjectForm,
@@ -35,6 +36,7 @@ from .serializers import (
     ProjectSerializer,
     StepSerializer,
     TestCaseSerializer,
+    VerificationSerializer,
     step_document,
 )
 
@@ -415,6 +417,18 @@ class EnvironmentViewSet(
     def destroy(self, request, *args, **kwargs):
         services.environment_delete(environment=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Verify: the target's own configuration (from the environment's config_url) against the ledger",
+        description="Reads the environment's config_url through the outbound rules (allowlist, 5 s, 200 KB) and "
+        "compares it key by key with the ledger, as the environment page's Verify does. A target that cannot be "
+        "read answers 200 with `error` saying why (and no keys): the check ran, the target did not answer it.",
+        responses={200: VerificationSerializer, **error_responses(404)},
+    )
+    @action(detail=True, methods=["get"])
+    def verify(self, request, code=None):
+        environment = self.get_object()
+        return Response(VerificationSerializer(drift.configuration_drift(environment).record(timezone.now())).data)
 
     @JOURNEY_SCHEMA
     @action(detail=True, methods=["get"], pagination_class=None)

@@ -3,6 +3,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.base import AbsoluteUrls
+from portal.projects.api.serializers import VerificationSerializer
 from portal.runs.models import Run, RunShard
 from portal.runs.summary import RunSummary
 from portal.schedules.baselines import pending_for
@@ -227,6 +228,12 @@ class RunDetailSerializer(RunSerializer):
     queue = serializers.SerializerMethodField(help_text="While it waits for capacity: its position, estimate, reason")
     plan_snapshot = serializers.JSONField(read_only=True, help_text="The plan as it was when the run started")
     config_snapshot = serializers.JSONField(read_only=True, help_text="The environment's configuration at start")
+    config_verification = VerificationSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The target's own configuration read as the run started (from the environment's config_url), "
+        "against config_snapshot; null when it was not read. Drifted keys put the run in doubt",
+    )
     baseline_verdict = BaselineVerdictDetailSerializer(
         read_only=True,
         allow_null=True,
@@ -242,6 +249,7 @@ class RunDetailSerializer(RunSerializer):
             "load",
             "plan_snapshot",
             "config_snapshot",
+            "config_verification",
         )
         read_only_fields = fields
 

@@ -70,6 +70,8 @@ def summary_json(run: Run) -> str:
             "labels": run.labels,
             "note": run.note,
             "stopped_by": run.stopped_by,
+            # The target's own configuration as the run started, against the one it names (None: not read).
+            "config_verification": run.config_verification,
             "baseline_verdict": _baseline_verdict(run),
             "summary": RunSummary.of(run).to_json(),
         },

@@ -15,6 +15,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from portal.common import task
+from portal.projects import drift
 from portal.projects.metric_sources import metric_sources_problems
 from portal.projects.models import Plan
 from workers.engine.plan import Plan as EnginePlan
@@ -172,6 +173,26 @@ def run_start(run_id: int) -> None:
         for n in range(shard_count):
             transaction.on_commit(lambda n=n: run_shard_task.apply_async((run_id, n), queue=queue))
     _metrics_start(run_id)
+    _verify_configuration(run)
+
+
+def _verify_configuration(run: Run) -> None:
+    """Reads the target's own configuration as the run starts, where the environment names where it
+    reports it, and records how it compares with the configuration the run names (its snapshot).
+
+    A target restarted with its settings reset, or changed through another environment, would
+    otherwise be measured under a configuration it did not have: the run then carries the doubt.
+    Bounded (drift.TIMEOUT_S) and never stops the run: its shards are already on their way.
+    """
+    environment = run.environment
+    if environment is None or not environment.config_url:
+        return
+    try:
+        result = drift.configuration_drift(environment, ledger=run.config_snapshot)
+    except Exception:  # a bug here must not cost the run
+        log.exception("run %s: could not verify the target's configuration", run.id)
+        return
+    Run.objects.filter(id=run.id).update(config_verification=result.record(timezone.now()))
 
 
 def _metrics_start(run_id: int) -> None:

@@ -614,3 +614,10 @@ def test_a_stopped_set_polls_until_its_trial_has_ended(alice_client, trial_set, 
     assert trial.status == Run.Status.CANCELLING
     assert 'hx-trigger="every 2s"' in page
     assert reverse("history:trialset-stop", args=[trial_set.code]) not in page
+
+
+def test_an_experiment_of_one_trial_a_side_says_trial_and_run_in_the_singular(alice_client, plan, alice):
+    experiment = make_experiment(plan, alice, apply_mode=Experiment.ApplyMode.MANUAL, trials=1)
+    page = text(alice_client.get(experiment.get_absolute_url()))
+    assert "1 baseline trial of" in page and "then 1 trial after" in page
+    assert "1 run of the plan" in page and "1 runs" not in page and "1 trials" not in page

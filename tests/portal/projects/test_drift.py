@@ -1,9 +1,14 @@
 """Drift between the ledger and the target (issue 28, item 9): two environments on one target are
-named on the environment's page, and Verify reads the demo target's knobs and shows what differs."""
+named on the environment's page, Verify reads the demo target's knobs and shows what differs, and a
+tuning change reads them right after it is applied (its hook's effect, or a change nobody made)."""
+
+import json
 
 import pytest
 from django.urls import reverse
 
+from portal.history import services as history
+from portal.history.models import TuningChange
 from portal.projects import drift
 from portal.projects.models import Environment, Project
 from tests.processes import DemoTarget
@@ -120,3 +125,140 @@ def test_verify_against_an_answer_nested_too_deep_says_it_is_not_a_configuration
         server.shutdown()
         server.server_close()
     assert result.error == f"{url}/knobs did not answer a JSON object of key → value."
+
+
+def test_a_change_applied_through_its_hook_reads_the_target_after_and_finds_it_agrees(
+    alice, alice_client, demo_env, demo
+):
+    # given: the target as the ledger says (compression off), and a change whose hook turns it on
+    demo.set_knobs(**{"compression": "off", "tempdb.files": 8, "search.index": "on"})
+    change = history.change_create(
+        environment=demo_env,
+        user=alice,
+        edits=[{"key": "compression", "value": "on"}],
+        title="Gzip the pages",
+        hook_url=demo_env.config_url,
+        hook_body=json.dumps({"compression": "on"}),
+    )
+    # when
+    history.change_apply(change, user=alice)
+    # then: the target was read after the hook and agrees on every key it reports
+    change.refresh_from_db()
+    v = change.verification
+    assert v["url"] == demo_env.config_url and v["error"] == "" and v["drifted"] == []
+    assert sorted(v["agreed"]) == ["compression", "search.index", "tempdb.files"]
+    assert v["unreported"] == ["db.backup.schedule"]
+    page = alice_client.get(change.get_absolute_url()).content.decode()
+    assert 'id="verification-ok"' in page and "agreed with the ledger on 3 keys" in page
+
+
+def test_a_change_nobody_made_on_the_target_shows_as_drift_on_the_change_and_in_the_api(
+    alice, alice_client, demo_env, demo
+):
+    # given: the target as the ledger says; a change recorded without a hook, and nobody touched the target
+    demo.set_knobs(**{"compression": "off", "tempdb.files": 8, "search.index": "on"})
+    change = history.change_create(
+        environment=demo_env, user=alice, edits=[{"key": "tempdb.files", "value": "4"}], title="Four tempdb files"
+    )
+    # when
+    history.change_apply(change, user=alice)
+    # then: applied (the ledger says what was decided), and the drift is named on its page and in the API
+    change.refresh_from_db()
+    assert change.status == TuningChange.Status.APPLIED
+    assert change.verification["drifted"] == [{"key": "tempdb.files", "ledger": "4", "actual": 8}]
+    page = alice_client.get(change.get_absolute_url()).content.decode()
+    assert 'id="verification-drift" data-drifted="1"' in page and "<code>tempdb.files</code>" in page
+    document = alice_client.get(f"/api/v1/tuning-changes/{change.code}/").json()
+    assert document["verification"]["drifted"] == [{"key": "tempdb.files", "ledger": "4", "actual": 8}]
+
+
+def test_a_change_on_an_environment_without_a_configuration_url_reads_nothing(alice, alice_client, project):
+    env = Environment.objects.create(project=project, name="Plain", base_url="http://127.0.0.1:9")
+    change = history.change_create(environment=env, user=alice, edits=[{"key": "a", "value": "1"}], title="A")
+    history.change_apply(change, user=alice)
+    change.refresh_from_db()
+    assert change.verification is None
+    assert alice_client.get(f"/api/v1/tuning-changes/{change.code}/").json()["verification"] is None
+
+
+def test_verify_through_the_api_for_a_read_token_and_404_outside_the_team(demo_env, demo, alice, team, charlie):
+    from rest_framework.test import APIClient
+
+    from portal.accounts.services import token_create
+
+    # given: the target restarted with its defaults (index off) while the ledger says on
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 8, "compression": "off"})
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_create(user=alice, team=team, name='ci', scope='read')[1]}")
+    # when
+    answer = api.get(f"/api/v1/environments/{demo_env.code}/verify/")
+    # then
+    assert answer.status_code == 200, answer.content
+    document = answer.json()
+    assert document["drifted"] == [{"key": "search.index", "ledger": "on", "actual": "off"}]
+    assert document["url"] == demo_env.config_url and document["error"] == ""
+    assert sorted(document["agreed"]) == ["compression", "tempdb.files"]
+    outsider = APIClient()
+    outsider.force_authenticate(charlie)
+    assert outsider.get(f"/api/v1/environments/{demo_env.code}/verify/").status_code == 404
+
+
+def test_a_run_reads_the_target_as_it_starts_and_carries_the_doubt_when_it_differs(
+    alice, alice_client, plan, demo_env, demo
+):
+    from portal.runs import services as runs
+    from portal.runs.models import Run
+
+    # given: the ledger says the index is on; the target was restarted with it off
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 8, "compression": "off"})
+    plan.environment = demo_env
+    plan.save()
+    run = runs.run_create(plan=plan, user=alice)
+    # when
+    runs.run_start(run.id)
+    # then: the run records what the target said, against the configuration it names
+    run.refresh_from_db()
+    assert run.config_verification["drifted"] == [{"key": "search.index", "ledger": "on", "actual": "off"}]
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'id="config-drift" data-drifted="1"' in page and "<code>search.index</code> is <code>off</code>" in page
+    document = alice_client.get(f"/api/v1/runs/{run.code}/").json()
+    assert document["config_verification"]["drifted"] == run.config_verification["drifted"]
+    exported = json.loads(alice_client.get(f"/api/v1/runs/{run.code}/summary.json").content)
+    assert exported["config_verification"]["drifted"] == run.config_verification["drifted"]
+    # and once it has ended it is left out of trends and verdicts, saying why
+    Run.objects.filter(id=run.id).update(status=Run.Status.FINISHED, summary={"totals": {}})
+    run.refresh_from_db()
+    assert "search.index on in the ledger, off on the target" in "; ".join(run.doubts) and not run.counts
+
+
+def test_a_run_on_a_target_that_agrees_carries_no_doubt(alice, plan, demo_env, demo):
+    from portal.runs import services as runs
+
+    demo.set_knobs(**{"search.index": "on", "tempdb.files": 8, "compression": "off"})
+    plan.environment = demo_env
+    plan.save()
+    run = runs.run_create(plan=plan, user=alice)
+    runs.run_start(run.id)
+    run.refresh_from_db()
+    assert run.config_verification["drifted"] == [] and run.config_verification["error"] == ""
+    assert not any("configuration it names" in d for d in run.doubts)
+
+
+def test_the_seeded_demo_environment_sees_its_index_dropped_by_a_restart(project, demo):
+    from django.core.management import call_command
+
+    # given: the seeded demo, whose ledger says the index is on (the experiment applied it) …
+    call_command("seed_demo", base_url=demo.base_url)
+    env = Environment.objects.get(name="Demo target")
+    assert env.config_url == f"{demo.base_url}/_demo/config"
+    env.configuration = [
+        {**item, "value": "on"} if item["key"] == "db.index.work_items.area" else item for item in env.configuration
+    ]
+    env.save()
+    # … and a target restarted with its defaults (no index)
+    demo.set_knobs(**{"search.index": "off", "tempdb.files": 1, "compression": "off", "latency_ms": 0})
+    # when
+    result = drift.configuration_drift(env)
+    # then: the index is named under the ledger's key, and nothing else is out of step
+    assert result.error == "" and result.unreported == []
+    assert result.drifted == [{"key": "db.index.work_items.area", "ledger": "on", "actual": "off"}]

@@ -131,7 +131,8 @@ class Command(BaseCommand):
             },
         )
         configuration = initial_configuration(env)
-        config_url = f"{base_url}/_demo/knobs"  # what Verify reads (portal/projects/drift.py)
+        # What Verify reads (portal/projects/drift.py): the knobs under the ledger's names (demo/app.py).
+        config_url = f"{base_url}/_demo/config"
         if env.base_url != base_url or env.configuration != configuration or env.config_url != config_url:
             env.base_url = base_url
             env.configuration = configuration
