@@ -179,6 +179,22 @@ def test_flat_levels_from_one_user_are_a_serialized_step_and_say_why_r2_is_low()
     assert "dominates" not in sentence and f"r² is low ({m.r2:.2f}) only because flat levels" in sentence
 
 
+def test_a_single_lock_that_one_user_nearly_fills_stays_a_serialized_step():
+    # given: one user gets 150 pages/s of a 170 pages/s lock (its other work outside the lock)
+    m = scalability.fit([1, 2, 3, 4, 6, 8], [150.0, 170.0, 171.0, 168.0, 169.0, 170.0])
+
+    assert m.fitted is True and m.sigma > 0.8 and m.ceiling is None
+    assert "a serialized step (one request at a time) limits" in scalability.interpretation(m, 8)
+
+
+def test_a_jump_from_one_user_to_a_ceiling_is_the_measured_ceiling_not_a_limit_above_it():
+    # given: 120 pages/s with one user, 170 from two up: the law's λ/σ would put the limit at 186
+    m = scalability.fit([1, 2, 3, 4, 6, 8], [120.0, 170.0, 171.0, 168.0, 169.0, 170.0])
+
+    assert m.fitted is False and (m.ceiling, m.ceiling_users) == (pytest.approx(169.6), 2.0)
+    assert m.reason.startswith("No model: throughput grows with the users up to about 170 pages/s, reached at 2")
+
+
 def test_a_limit_in_words_is_the_peak_the_summary_gives():
     # given: σ dominates, and a κ told from 0 but negligible puts a peak past the last level
     m = scalability.fit(USERS, [19.8, 70.5, 104.9, 138.1, 164.1, 172.3, 176.3, 178.8])
