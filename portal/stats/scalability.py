@@ -212,13 +212,16 @@ def ceiling_fit(n: np.ndarray, x: np.ndarray) -> tuple[float, float, float] | No
 
     (residual sum of squares, the ceiling, the lowest users at it). The levels below the ceiling
     lie on a line through 0 (λ·N), those from the split up on a flat top (their mean), which holds
-    at least two distinct levels. None when no such split stays within `MAX_MISS` of the levels.
+    at least two distinct levels, each within ±`FLAT` of it. None when no such split stays within
+    `MAX_MISS` of the levels.
     """
     distinct = np.unique(n)
     best = None
     for k in range(len(distinct) - 1):  # distinct[k:] flat: at least two levels
         flat = n >= distinct[k]
         top = float(x[flat].mean())
+        if any(abs(float(x[n == u].mean()) - top) > FLAT * top for u in distinct[k:]):
+            continue  # a top is flat: each of its levels within ±5 % of it (807 after 673 pages/s is growth)
         ss = float(np.sum((x[flat] - top) ** 2))
         if k:
             lam = float(np.sum(n[~flat] * x[~flat]) / np.sum(n[~flat] ** 2))
@@ -350,10 +353,10 @@ def interpretation(model: UslFit, top: float, unit: str = "pages/s") -> str:
                 # One serialized step from one user up (fit() keeps no other low-r² model): r² is low because
                 # (nearly) flat levels leave nothing but noise to explain, not because the curve misses them.
                 return (
-                    f"Contention σ = {_coefficient(s)}: throughput stays at about {_number(limit)} {unit} from one "
-                    "user up, more users get no more, so a serialized step (one request at a time) limits this system "
-                    f"whatever the hardware; coherency κ is negligible. The fit's r² is low ({model.r2:.2f}) only "
-                    "because flat levels leave nothing but noise to explain."
+                    f"Contention σ = {_coefficient(s)}: one user already gets most of what more users get, so a "
+                    f"serialized step (one request at a time) limits this system to about {_number(limit)} {unit} "
+                    "whatever the hardware; coherency κ is negligible. The fit's r² is low "
+                    f"({max(model.r2, 0.0):.2f}) because levels this close to flat leave mostly noise to explain."
                 )
             return (
                 f"Contention σ = {_coefficient(s)} dominates: a serialized step limits this system to about "
