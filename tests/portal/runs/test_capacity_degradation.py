@@ -894,6 +894,23 @@ def test_the_capacity_chart_draws_in_a_browser(tab, live_server, run, tmp_path):
 
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
+def test_the_capacity_chart_draws_a_measured_ceiling_in_place_of_a_model(tab, live_server, run):
+    run = steps_run(run, FOUR_SLOTS_USERS, thresholds={})
+    fill_levels(run, FOUR_SLOTS)
+    finished(run)
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    wait_for_js(page, "document.getElementById('chart-capacity').dataset.ceiling === '189.67'")
+    line = page.evaluate("() => Chart.getChart('chart-capacity').data.datasets.at(-1)")
+    assert line["label"] == "measured ceiling" and line["data"] == [{"x": 4, "y": 189.67}, {"x": 16, "y": 189.67}]
+    assert page.evaluate("() => document.getElementById('chart-capacity').dataset.model") == "0"
+    assert page.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
 def test_the_capacity_chart_draws_the_fitted_curve_in_a_browser(tab, live_server, run, tmp_path):
     run = steps_run(run, USL_USERS, thresholds={})
     fill_levels(run, USL_LEVELS)
