@@ -551,6 +551,16 @@ def models_compared(before: Side, after: Side) -> dict | None:
         peak_b, peak_a = model_b["peak_pages_per_s"], model_a["peak_pages_per_s"]
         if peak_b and peak_a:
             sentence += f" The modelled peak went from {peak_b:,.0f} to {peak_a:,.0f} pages/s."
+    elif model_b.get("ceiling_pages_per_s") and model_a.get("ceiling_pages_per_s"):
+        # Both sides rose to a sharp ceiling (a pool, a fixed number of slots): no model, but the measured
+        # ceilings compare, and a change that widened the pool shows there.
+        b, a = model_b["ceiling_pages_per_s"], model_a["ceiling_pages_per_s"]
+        change = ("+" if a >= b else "") + formatting.percent(100 * (a / b - 1))
+        sentence = (
+            f"No scalability model on either side: both levels rise to a sharp ceiling, which went from "
+            f"{formatting.rate(b)} pages/s (reached at {model_b['ceiling_users']:g} users) to {formatting.rate(a)} "
+            f"pages/s (at {model_a['ceiling_users']:g} users): {change}."
+        )
     else:
         reasons = [f"{name}: {m['reason']}" for name, m in (("before", model_b), ("after", model_a)) if not m["fitted"]]
         sentence = "No models to compare (" + "; ".join(reasons) + ")"

@@ -647,13 +647,15 @@ def generator_health(shard_rows: ShardSeconds, windows: list[dict]) -> dict:
         return out
 
     lag, cpu = spread(lag_s, lag_v), spread(cpu_s, cpu_v)
+    # Seconds above the limits too few to call it saturated (a 74 ms lag p99 in 2 s of 60) still carry the
+    # doubt: ``saturated`` is never None beside a loop-lag p99 over the limit, and says which it was.
+    # ``lagged`` marks that short case, whose run still counts in trends and baselines (Run.doubts).
+    lagged = health.strain(lag, cpu)
     return {
         "loop_lag_p99_ms": float(lag_v.max()) if len(lag_v) else None,
         "cpu_pct_max": float(cpu_v.max()) if len(cpu_v) else None,
-        "saturated": health.saturation(lag, cpu, first_second=first),
-        # Seconds above the limits too few to call it saturated (a 74 ms lag p99 in 2 s of 60): the
-        # report and the API still say so, since the highest percentiles may hold the generator's delay.
-        "lagged": health.strain(lag, cpu),
+        "saturated": health.saturation(lag, cpu, first_second=first) or lagged,
+        "lagged": lagged,
     }
 
 

@@ -147,7 +147,8 @@ def scalability_model(levels: list[dict], *, open_model: bool = False) -> dict:
     Closed model (users loop iterations): N is each level's users. Open model (arrivals):
     N is the concurrency by Little's law, pages/s × APD. Keys ``lambda``, ``sigma``,
     ``kappa``, ``peak_users``, ``peak_pages_per_s`` and ``r2`` are None when there is no
-    model; ``reason`` then says why in words.
+    model; ``reason`` then says why in words. ``ceiling_pages_per_s`` and ``ceiling_users`` are set
+    only when there is none because the levels rose to a flat top (a pool, a fixed number of slots).
     """
     measured = [lv for lv in levels if lv["pages_per_s"] is not None]
     if open_model:
@@ -175,6 +176,9 @@ def scalability_model(levels: list[dict], *, open_model: bool = False) -> dict:
         "kappa_ci": [r(v, 7) for v in m.kappa_ci] if m.fitted else None,
         "peak_users": r(m.peak_users, 1),
         "peak_pages_per_s": r(m.peak_throughput, 2),
+        # No model because the levels show a sharp ceiling: the throughput measured at it, and from which level.
+        "ceiling_pages_per_s": r(m.ceiling, 2),
+        "ceiling_users": r(m.ceiling_users, 1),
         "r2": r(m.r2),
         "levels": [
             {"n": round(ni, 2), "measured_pages_per_s": xi, "predicted_pages_per_s": round(pi, 2)}

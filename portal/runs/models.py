@@ -245,8 +245,8 @@ class Run(TimeStamped):
         if drifted := (self.config_verification or {}).get("drifted"):
             keys = "; ".join(f"{d['key']} {d['ledger']} in the ledger, {d['actual']} on the target" for d in drifted)
             reasons.append(f"the target did not have the configuration it names when it started ({keys})")
-        if saturated := RunSummary.of(self).saturated:
-            reasons.append(f"the load generator was saturated ({saturated})")
+        if (summary := RunSummary.of(self)).saturation_sustained:
+            reasons.append(f"the load generator was saturated ({summary.saturated})")
         if not self.summary and self.status != self.Status.ERROR:
             reasons.append("it has no summary")
         return reasons
@@ -290,11 +290,12 @@ def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
     snapshot = plan_snapshot or {}
     profile = snapshot.get("profile") or {}
     steps = profile.get("kind") == "steps"
-    saturated = (summary.get("generator") or {}).get("saturated")
+    generator = summary.get("generator") or {}
+    saturated, lagged = generator.get("saturated"), generator.get("lagged")
     return {
         "totals": summary.get("totals"),
         "verdict": summary.get("verdict"),
-        "generator": {"saturated": saturated} if saturated else {},
+        "generator": {"saturated": saturated, **({"lagged": lagged} if lagged else {})} if saturated else {},
         "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.get("handoffs") or []],
         "windows": [
             {"index": w.get("index"), "totals": {k: (w.get("totals") or {}).get(k) for k in _WINDOW_DIGEST_KEYS}}

@@ -120,8 +120,8 @@ class Generator(TypedDict, total=False):
 
     loop_lag_p99_ms: float | None
     cpu_pct_max: float | None
-    saturated: Any
-    lagged: Any
+    saturated: Any  # the sentence whenever a measured second was over a limit (sustained or not)
+    lagged: Any  # the sentence when those seconds fall short of saturation (the run still counts)
 
 
 class Handoff(TypedDict, total=False):
@@ -197,8 +197,17 @@ class RunSummary:
 
     @property
     def saturated(self) -> Any:
-        """Whether the generator was saturated in the measured seconds (None: not known)."""
-        return self.generator.get("saturated")
+        """Why the generator's figures are in doubt in the measured seconds (None: they are not, or not known).
+
+        Sustained saturation, or a few seconds above its limits (``lagged``); summaries written before
+        ``saturated`` carried the short case keep it in ``lagged`` alone.
+        """
+        return self.generator.get("saturated") or self.generator.get("lagged")
+
+    @property
+    def saturation_sustained(self) -> bool:
+        """The generator was saturated (not merely lagged a few seconds): its run is left out of comparisons."""
+        return bool(self.saturated) and not self.generator.get("lagged")
 
     def page(self, label: str) -> PageRow | None:
         return next((p for p in self.pages if p.get("label") == label), None)

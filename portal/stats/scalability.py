@@ -32,8 +32,8 @@ MIN_LEVELS = 4
 MIN_R2 = 0.9
 """Below this the curve explains too little of the measured throughput to be read..."""
 MAX_MISS = 0.1
-"""...unless it stays this close to every level (root mean square error / mean throughput): a flat
-curve (one fully serialized step) leaves only noise to explain, and r² condemns it for that."""
+"""A ceiling (`ceiling_fit`) describes the levels only when it stays this close to them (root mean
+square error / the ceiling): a line that rises, then a flat top."""
 SATURATION_EFFICIENCY = 0.85
 """The top level must deliver less than this share of linear scaling (λ·N) for σ and κ
 to be measured rather than guessed: a system still scaling almost linearly has not
@@ -42,6 +42,9 @@ NEGLIGIBLE_SHARE = 0.1
 """A term under a tenth of the other one's slowdown at the top level is negligible."""
 EXTRAPOLATE = 1.25
 """The curve drawn goes this far past the last level, marked as extrapolation."""
+UNIT = "pages/s"
+FLAT = 0.05
+"""Levels all within ±5 % of their mean have no curve to fit: throughput is flat, the system at its ceiling."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,10 @@ class UslFit:
     peak_throughput: float | None = None
     r2: float | None = None
     predicted: tuple[float, ...] = ()
+    ceiling: float | None = None
+    """With no model because the levels show a sharp ceiling: the throughput measured at it (a mean of levels)."""
+    ceiling_users: float | None = None
+    """...and the lowest level that reached it."""
 
 
 def usl(n, lam: float, sigma: float, kappa: float):
@@ -102,6 +109,12 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
     n, x = n[order], x[order]
     if x.max() <= 0:
         return UslFit(fitted=False, reason="No level served any page, so there is nothing to model.")
+    # From one user up, flat throughput is the law's own case σ = 1 (one user already holds the serialized
+    # step, a pool of one); from more users up it is a ceiling reached before the lowest level, of unknown kind.
+    one_user = float(n[0]) <= 1.0
+    if not one_user and float(np.max(np.abs(x - x.mean()))) <= FLAT * float(x.mean()):
+        # Every level within ±5 % while the users grew: whatever σ and κ a fit finds describe noise.
+        return _ceiling(n, x, float(x.mean()), None)
     full = _least_squares(n, x, ())
     if full is None:
         return UslFit(fitted=False, reason="The scalability model did not converge on these levels.")
@@ -146,8 +159,20 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
         "r2": r2,
         "predicted": tuple(float(p) for p in predicted),
     }
-    miss = math.sqrt(ss_res / len(n)) / max(float(x.mean()), 1e-12)
-    if r2 < MIN_R2 and miss > MAX_MISS:
+    # A sharp ceiling (a pool, a fixed number of slots: throughput rises with the users, then stays flat)
+    # is a shape the law does not describe: fitted anyway it reads as a σ of 1 on flat levels (r² ≈ 0 beside
+    # "σ dominates"), or as a κ that makes throughput fall where it measured flat. When a rising line and a
+    # flat top fit the levels at least as closely as the law does, that measured ceiling is the answer.
+    top_fit = ceiling_fit(n, x)
+    # A ceiling below twice what one user gets is one serialized step (a pool of one, a single lock): the
+    # law's σ describes it and "whatever the hardware" holds. A pool of four slots rises four-fold first.
+    serialized = one_user and top_fit is not None and top_fit[1] < 2 * float(x[n == n[0]].mean())
+    # ...and (nearly) flat from one user up, r² is low only because flat levels leave nothing but noise to
+    # explain: one user within a fifth of the ceiling (the demo's single tempdb lock: 159 of 171 pages/s).
+    flat = serialized and float(x[n == n[0]].mean()) >= (1 - 2 * MAX_MISS) * top_fit[1]
+    if top_fit is not None and ((not serialized and top_fit[0] <= ss_res * (1 + 1e-9)) or (r2 < MIN_R2 and not flat)):
+        return _ceiling(n, x, top_fit[1], r2)
+    if r2 < MIN_R2 and not flat:
         return UslFit(
             fitted=False,
             reason=f"No model: the scalability curve fits these levels poorly (r² = {r2:.2f}, below {MIN_R2:g}), "
@@ -180,6 +205,65 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
             r2=r2,
         )
     return UslFit(fitted=True, **common)
+
+
+def ceiling_fit(n: np.ndarray, x: np.ndarray) -> tuple[float, float, float] | None:
+    """The best "rises in proportion to the users, then flat" description of sorted levels, if it fits.
+
+    (residual sum of squares, the ceiling, the lowest users at it). The levels below the ceiling
+    lie on a line through 0 (λ·N), those from the split up on a flat top (their mean), which holds
+    at least two distinct levels, each within ±`FLAT` of it. None when no such split stays within
+    `MAX_MISS` of the levels.
+    """
+    distinct = np.unique(n)
+    best = None
+    for k in range(len(distinct) - 1):  # distinct[k:] flat: at least two levels
+        flat = n >= distinct[k]
+        top = float(x[flat].mean())
+        if any(abs(float(x[n == u].mean()) - top) > FLAT * top for u in distinct[k:]):
+            continue  # a top is flat: each of its levels within ±5 % of it (807 after 673 pages/s is growth)
+        ss = float(np.sum((x[flat] - top) ** 2))
+        if k:
+            lam = float(np.sum(n[~flat] * x[~flat]) / np.sum(n[~flat] ** 2))
+            if lam * float(distinct[k - 1]) > top:  # a line already above the top is no rise to it
+                continue
+            ss += float(np.sum((x[~flat] - lam * n[~flat]) ** 2))
+        if best is None or ss < best[0]:
+            best = (ss, top, float(distinct[k]))
+    if best is None or best[1] <= 0 or math.sqrt(best[0] / len(n)) / best[1] > MAX_MISS:
+        return None
+    return best
+
+
+def _reached_at(n: np.ndarray, x: np.ndarray, top: float) -> float:
+    """The lowest level at a ceiling: the first within 5 % of it, or the lowest one when it is within 10 %."""
+    if float(x[n == n[0]].mean()) >= (1 - MAX_MISS) * top:
+        return float(n[0])
+    return next(float(u) for u in np.unique(n) if float(x[n == u].mean()) >= (1 - FLAT) * top)
+
+
+def _ceiling(n: np.ndarray, x: np.ndarray, top: float, r2: float | None) -> UslFit:
+    """No model, and the ceiling the levels measured in its place (reached at the first level within 5 % of it)."""
+    users = _reached_at(n, x, top)
+    top = float(x[n >= users].mean())  # the levels at the ceiling, as the sentence names them
+    low, high = float(x[n >= users].min()), float(x[n >= users].max())
+    spread = f"{_number(low)} to {_number(high)} {UNIT}"
+    lowest = f"{_users(n[0])} user{'' if n[0] == 1 else 's'}"
+    if users == n[0]:
+        reason = (
+            f"No model: throughput is flat at about {_number(top)} {UNIT} ({spread}) from the lowest level, "
+            f"{lowest}, to the highest, {_users(n[-1])} users: every level was already at the system's ceiling, "
+            "so the levels measure the ceiling but not what sets it (σ, κ). Add levels below "
+            f"{lowest} to see where throughput stops growing."
+        )
+    else:
+        reason = (
+            f"No model: throughput grows with the users up to about {_number(top)} {UNIT}, reached at "
+            f"{_users(users)} users, and stays there ({spread}) up to {_users(n[-1])} users: a sharp ceiling, "
+            "such as a pool or a fixed number of slots, which the scalability law does not describe. The ceiling "
+            "is the measured limit; the model's σ, κ and peak would mean nothing here."
+        )
+    return UslFit(fitted=False, reason=reason, r2=r2, ceiling=top, ceiling_users=users)
 
 
 def _least_squares(n: np.ndarray, x: np.ndarray, fixed: tuple[str, ...]):
@@ -263,15 +347,16 @@ def interpretation(model: UslFit, top: float, unit: str = "pages/s") -> str:
         if kappa_zero or slow_kappa < NEGLIGIBLE_SHARE * slow_sigma:
             if s <= 0:  # cannot happen after fit(): a model with neither term told from 0 is no model
                 return "No model: neither contention σ nor coherency κ can be told from 0 on these levels."
-            limit = model.lam / s
+            # λ/σ, or the peak a κ too small to matter still puts within reach: the summary's figure either way.
+            limit = model.peak_throughput if model.peak_throughput is not None else model.lam / s
             if model.r2 is not None and model.r2 < MIN_R2:
-                # Kept only because it stays close to every level (MAX_MISS): throughput is flat, and r² is low
-                # because a flat line leaves nothing but noise to explain, not because the curve misses.
+                # One serialized step from one user up (fit() keeps no other low-r² model): r² is low because
+                # (nearly) flat levels leave nothing but noise to explain, not because the curve misses them.
                 return (
-                    f"Contention σ = {_coefficient(s)}: throughput stays flat at about {_number(limit)} {unit} "
-                    f"over these levels, so a serialized step limits this system whatever the hardware. The fit's "
-                    f"r² is low ({model.r2:.2f}) only because a flat line leaves nothing but noise to explain; "
-                    "lower levels would show where it saturates."
+                    f"Contention σ = {_coefficient(s)}: one user already gets most of what more users get, so a "
+                    f"serialized step (one request at a time) limits this system to about {_number(limit)} {unit} "
+                    "whatever the hardware; coherency κ is negligible. The fit's r² is low "
+                    f"({max(model.r2, 0.0):.2f}) because levels this close to flat leave mostly noise to explain."
                 )
             return (
                 f"Contention σ = {_coefficient(s)} dominates: a serialized step limits this system to about "

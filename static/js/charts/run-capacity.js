@@ -1,7 +1,8 @@
 // Capacity of a steps run: pages/s (left axis) and APD (right axis) against users, held levels
 // in green and broken ones in red, the capacity and the knee marked by vertical lines, and the
 // fitted scalability (USL) curve over the measured points: solid over the measured levels,
-// dashed and labelled past the last one, where it is an extrapolation.
+// dashed and labelled past the last one, where it is an extrapolation; with no model because the
+// levels rose to a sharp ceiling, that measured ceiling instead.
 (function () {
   "use strict";
   const el = document.getElementById("capacity-data"), canvas = document.getElementById("chart-capacity");
@@ -52,6 +53,15 @@
         pointRadius: 0, borderWidth: 2, borderDash: [6, 4], data: beyond.map((p) => ({ x: p.n, y: p.x })) },
     );
   }
+  // No model because the levels rose to a sharp ceiling (a pool, a fixed number of slots): the measured
+  // ceiling, flat from the first level at it to the last, in the model's place.
+  const ceiling = !model && c.model && c.model.ceiling_pages_per_s != null ? c.model : null;
+  if (ceiling) {
+    const top = levels.reduce((m, l) => Math.max(m, l.users), 0);
+    datasets.push({ label: "measured ceiling", yAxisID: "y", borderColor: C.grey, backgroundColor: C.grey,
+      pointRadius: 0, borderWidth: 2, borderDash: [2, 3],
+      data: [{ x: ceiling.ceiling_users, y: ceiling.ceiling_pages_per_s }, { x: top, y: ceiling.ceiling_pages_per_s }] });
+  }
   new Chart(canvas, {
     type: "line",
     data: { datasets },
@@ -76,4 +86,5 @@
   });
   canvas.dataset.levels = String(levels.length);
   canvas.dataset.model = model ? String(model.curve.length) : "0";
+  canvas.dataset.ceiling = ceiling ? String(ceiling.ceiling_pages_per_s) : "";
 })();

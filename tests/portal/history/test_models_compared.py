@@ -61,6 +61,32 @@ def test_a_change_that_removes_contention_shows_sigma_falling_in_the_comparison(
     assert "The modelled peak went from" in m["sentence"]
 
 
+def pool_run(plan, slots):
+    """A finished steps run on a pool of `slots` slots of 10 pages/s each: a sharp ceiling, no scalability model."""
+    snapshot = {**plan.to_engine_dict(), "profile": PROFILE, "thresholds": {}}
+    run = plan_run(plan, plan_snapshot=snapshot, status=Run.Status.PASSED, start_at=timezone.now())
+    for level, users in enumerate(USERS):
+        for s in range(level * HOLD, (level + 1) * HOLD):
+            add_second(run, s, users=users, labels={"Search": ([50.0] * (10 * min(users, slots)), {})})
+    run.summary = summarize(run)
+    run.save(update_fields=["summary"])
+    return run
+
+
+def test_two_sharp_ceilings_compare_by_their_measured_ceilings(plan):
+    # given: a pool of 4 slots before the change, 8 after (issue 28 item 1): neither side fits the law
+    before, after = pool_run(plan, 4), pool_run(plan, 8)
+
+    m = compare_sides(side_for_run(before), side_for_run(after), title="pool: 8 slots").models
+
+    assert m["comparable"] is False and m["before"]["sigma"] is None and m["after"]["sigma"] is None
+    assert (m["before"]["ceiling_pages_per_s"], m["after"]["ceiling_pages_per_s"]) == (40.0, 80.0)
+    assert m["sentence"] == (
+        "No scalability model on either side: both levels rise to a sharp ceiling, which went from 40 pages/s "
+        "(reached at 5 users) to 80 pages/s (at 10 users): +100 %."
+    )
+
+
 def test_no_models_are_compared_without_steps_runs_and_a_poor_side_says_why(plan):
     flat = usl_run(plan, 0.21)
     flat.summary.pop("capacity")

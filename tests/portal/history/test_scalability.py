@@ -110,14 +110,17 @@ def test_a_hard_ceiling_no_model_fits_prints_no_limit():
     m = scalability.fit(CEILING_USERS, CEILING)
 
     assert m.fitted is False and m.sigma is None and m.peak_throughput is None
-    assert m.reason.startswith("No model: on these levels neither contention σ (0 to ")
-    assert "The highest throughput measured was 193 pages/s at 10 users" in m.reason
+    assert m.reason.startswith(
+        "No model: throughput grows with the users up to about 192 pages/s, reached at 8 users, and stays there "
+        "(191 to 193 pages/s) up to 10 users: a sharp ceiling, such as a pool or a fixed number of slots"
+    )
+    assert (m.ceiling, m.ceiling_users) == (192.0, 8.0)
     sentence = scalability.interpretation(m, CEILING_USERS[-1])
     assert sentence == m.reason and "serialized step limits" not in sentence
     assert scalability.curve(m, 10) == []
 
 
-def test_the_summary_of_a_hard_ceiling_has_no_sigma_and_no_limit():
+def test_the_summary_of_a_hard_ceiling_has_no_sigma_and_no_limit_but_the_measured_ceiling():
     from portal.runs.analysis import scalability_model
 
     m = scalability_model(
@@ -126,20 +129,88 @@ def test_the_summary_of_a_hard_ceiling_has_no_sigma_and_no_limit():
 
     assert m["fitted"] is False and m["linear"] is False
     assert m["sigma"] is None and m["peak_pages_per_s"] is None and m["predicted_pages_per_s"] == []
+    assert (m["ceiling_pages_per_s"], m["ceiling_users"]) == (192.0, 8.0)
     assert m["sentence"] == m["reason"] and m["sentence"].startswith("No model:")
 
 
-def test_a_flat_throughput_keeps_sigma_within_0_and_1_and_says_why_r2_is_low():
-    # given: every level already past saturation: throughput flat at ~189 pages/s, noise only
+@pytest.mark.parametrize(
+    ("users", "pages", "reached"),
+    [
+        ([2, 4, 6, 8, 10], [95.0, 190.0, 191.0, 190.0, 189.0], 4),  # read as κ: "more users make it slower"
+        ([1, 3, 5, 7, 9], [48.0, 142.0, 191.0, 190.0, 189.0], 5),
+        ([1, 2, 3, 4, 5, 6, 8, 10], [48.0, 95.0, 143.0, 190.0, 189.0, 191.0, 192.0, 192.0], 4),
+    ],
+)
+def test_a_four_slot_ceiling_is_no_coherency_peak_that_falls(users, pages, reached):
+    # given: 47.5 pages/s per slot, four slots: throughput rises to 4 users and stays flat after
+    m = scalability.fit(users, pages)
+
+    assert m.fitted is False and m.kappa is None and m.peak_users is None
+    assert m.ceiling == pytest.approx(190.5, abs=1.5) and m.ceiling_users == reached, m.reason
+    assert f"reached at {reached} users, and stays there" in m.reason
+    assert "slower" not in scalability.interpretation(m, users[-1])
+
+
+def test_flat_levels_above_one_user_are_a_ceiling_reached_before_them_not_sigma_1():
+    # given: every level already past saturation: throughput flat at ~189 pages/s, noise only (r² ≈ 0)
     users, pages = [4, 8, 12, 16, 20], [191.0, 189.0, 190.0, 188.0, 188.0]
+
+    m = scalability.fit(users, pages)
+
+    assert m.fitted is False and m.sigma is None and m.r2 is None
+    assert m.reason == (
+        "No model: throughput is flat at about 189 pages/s (188 to 191 pages/s) from the lowest level, 4 users, "
+        "to the highest, 20 users: every level was already at the system's ceiling, so the levels measure the "
+        "ceiling but not what sets it (σ, κ). Add levels below 4 users to see where throughput stops growing."
+    )
+    assert "dominates" not in scalability.interpretation(m, 20)
+
+
+def test_flat_levels_from_one_user_are_a_serialized_step_and_say_why_r2_is_low():
+    # given: the demo's tempdb with one file: one user already keeps the one lock busy
+    users, pages = [1, 2, 3, 4, 6, 8], [159.0, 165.0, 171.0, 168.0, 163.0, 170.0]
 
     m = scalability.fit(users, pages)
 
     assert m.fitted is True and m.sigma > 0.9 and m.r2 < scalability.MIN_R2
     assert 0.0 <= m.sigma_ci[0] <= m.sigma_ci[1] <= 1.0
     sentence = scalability.interpretation(m, users[-1])
-    assert sentence.startswith(f"Contention σ = {m.sigma:.2g}: throughput stays flat at about 189 pages/s")
-    assert "dominates" not in sentence and f"r² is low ({m.r2:.2f}) only because a flat line" in sentence
+    assert sentence.startswith(f"Contention σ = {m.sigma:.2g}: one user already gets most of what more users get")
+    assert "limits this system to about 170 pages/s whatever the hardware" in sentence
+    assert "dominates" not in sentence and f"r² is low ({m.r2:.2f}) because levels this close to flat" in sentence
+
+
+def test_a_single_lock_that_one_user_nearly_fills_stays_a_serialized_step():
+    # given: one user gets 150 pages/s of a 170 pages/s lock (its other work outside the lock)
+    m = scalability.fit([1, 2, 3, 4, 6, 8], [150.0, 170.0, 171.0, 168.0, 169.0, 170.0])
+
+    assert m.fitted is True and m.sigma > 0.8 and m.ceiling is None
+    assert "a serialized step (one request at a time) limits" in scalability.interpretation(m, 8)
+
+
+def test_a_jump_from_one_user_to_a_ceiling_is_the_measured_ceiling_not_a_limit_above_it():
+    # given: 120 pages/s with one user, 170 from two up: the law's λ/σ would put the limit at 186
+    m = scalability.fit([1, 2, 3, 4, 6, 8], [120.0, 170.0, 171.0, 168.0, 169.0, 170.0])
+
+    assert m.fitted is False and (m.ceiling, m.ceiling_users) == (pytest.approx(169.6), 2.0)
+    assert m.reason.startswith("No model: throughput grows with the users up to about 170 pages/s, reached at 2")
+
+
+def test_growth_on_a_busy_machine_is_no_ceiling():
+    # given: the demo's tempdb with 8 files on a busy machine (one e2e run): growing, unevenly, up to the top level
+    m = scalability.fit([1, 2, 3, 4, 6, 8], [146.3, 240.3, 274.3, 281.3, 672.7, 807.3])
+
+    assert m.ceiling is None and m.reason.startswith("The levels do not reach saturation")
+
+
+def test_a_limit_in_words_is_the_peak_the_summary_gives():
+    # given: σ dominates, and a κ told from 0 but negligible puts a peak past the last level
+    m = scalability.fit(USERS, [19.8, 70.5, 104.9, 138.1, 164.1, 172.3, 176.3, 178.8])
+
+    assert m.fitted and m.peak_users > 100 and m.lam / m.sigma > 200
+    sentence = scalability.interpretation(m, 100)
+    assert f"limits this system to about {m.peak_throughput:.0f} pages/s" in sentence  # 179, not λ/σ ≈ 207
+    assert sentence.endswith("coherency κ is negligible.")
 
 
 def test_a_coefficient_at_its_bound_reads_0_not_an_exponent():

@@ -308,8 +308,9 @@ def generator_health(shard_rows: list, seconds: set[int]) -> dict:
     return {
         "loop_lag_p99_ms": max(lag.values(), default=None),
         "cpu_pct_max": max(cpu.values(), default=None),
-        "saturated": health.saturation([lag.get(t) for t in span], [cpu.get(t) for t in span], first_second=first),
-        # Issue 28 item 20: seconds above the limits, too few to call it saturated.
+        # Issue 28 item 20: seconds above the limits, too few to call it saturated, still carry the doubt.
+        "saturated": health.saturation([lag.get(t) for t in span], [cpu.get(t) for t in span], first_second=first)
+        or health.strain([lag.get(t) for t in span], [cpu.get(t) for t in span]),
         "lagged": health.strain([lag.get(t) for t in span], [cpu.get(t) for t in span]),
     }
 

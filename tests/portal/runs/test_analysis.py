@@ -1,7 +1,8 @@
 import pytest
 
 from portal.runs import analysis
-from portal.runs.models import Run
+from portal.runs.models import Run, run_digest
+from portal.runs.summary import RunSummary
 from tests.portal.runs.factories import add_second
 
 pytestmark = pytest.mark.django_db
@@ -211,13 +212,38 @@ def test_a_generator_that_lagged_short_of_saturation_carries_the_doubt(run, alic
     run.save()
     generator = run.summary["generator"]
 
-    # then: the summary (the API's and the exports'), and the report, say so
-    assert generator["saturated"] is None and generator["loop_lag_p99_ms"] == 74.0
+    # then: the summary (the API's and the exports'), and the report, say so: saturated is not None beside
+    # a loop-lag p99 of 74 ms, it carries the doubt, and lagged says it fell short of saturation
+    assert generator["loop_lag_p99_ms"] == 74.0
     assert generator["lagged"].startswith("the load generator lagged in 1 of 5 s: event-loop lag p99 up to 74 ms")
+    assert generator["saturated"] == generator["lagged"]
+    assert RunSummary.of(run).saturated == generator["lagged"] and not RunSummary.of(run).saturation_sustained
     page = alice_client.get(run.get_absolute_url()).content.decode()
     assert 'id="generator-lagged"' in page and "The load generator lagged in 1 of 5 s" in page
+    assert 'id="saturated"' not in page
     api = alice_client.get(f"/api/v1/runs/{run.code}/summary.json").json()
-    assert api["summary"]["generator"]["lagged"] == generator["lagged"]
+    assert api["summary"]["generator"]["saturated"] == api["summary"]["generator"]["lagged"] == generator["lagged"]
+    # and: the doubt is on its figures' highest percentiles; the run still counts in trends and baselines
+    assert run.doubts == [] and run.counts
+    assert run_digest(run.summary, run.plan_snapshot)["generator"]["lagged"] == generator["lagged"]
+
+
+def test_a_summary_written_before_saturated_carried_the_lag_reads_it_from_lagged(run):
+    run.summary = {"generator": {"loop_lag_p99_ms": 74.0, "saturated": None, "lagged": "the load generator lagged"}}
+
+    assert RunSummary.of(run).saturated == "the load generator lagged"
+    assert not RunSummary.of(run).saturation_sustained
+
+
+def test_a_saturated_generator_keeps_its_run_out_of_comparisons(run):
+    for s in range(1, 6):
+        add_second(run, s, labels={"A": ([10.0], {})}, lag_ms=120.0 if s > 1 else 1.0, cpu=40.0)
+    run.summary = analysis.summarize(run)
+    run.status = Run.Status.FINISHED
+
+    assert run.summary["generator"]["lagged"] is None and RunSummary.of(run).saturation_sustained
+    assert run.doubts == [f"the load generator was saturated ({run.summary['generator']['saturated']})"]
+    assert not run.counts
 
 
 def test_a_healthy_generator_is_not_flagged(run):

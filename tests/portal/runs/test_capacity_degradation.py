@@ -226,6 +226,37 @@ def test_the_report_shows_the_model_and_predicted_figures(alice_client, run):
     assert "js/charts/run-capacity.js" in page
 
 
+# A resource of four slots, 47.5 pages/s each (issue 28 item 1): throughput rises to 4 users, then stays at ~190.
+FOUR_SLOTS_USERS = [1, 2, 4, 8, 16]
+FOUR_SLOTS = [(48, 20.8), (95, 21.0), (190, 21.0), (190, 42.0), (189, 84.6)]
+
+
+def test_a_steps_run_on_four_slots_reports_the_measured_ceiling_and_no_model(alice_client, run):
+    run = steps_run(run, FOUR_SLOTS_USERS, thresholds={})
+    fill_levels(run, FOUR_SLOTS)
+    finished(run)
+
+    m = run.summary["capacity"]["model"]
+    page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
+    api = alice_client.get(f"/api/v1/runs/{run.code}/").json()["summary"]["capacity"]["model"]
+
+    assert m["fitted"] is False and m["sigma"] is None and m["kappa"] is None and m["peak_pages_per_s"] is None
+    assert (m["ceiling_pages_per_s"], m["ceiling_users"]) == (189.67, 4.0)
+    assert (
+        m["sentence"]
+        == m["reason"]
+        == (
+            "No model: throughput grows with the users up to about 190 pages/s, reached at 4 users, and stays there "
+            "(189 to 190 pages/s) up to 16 users: a sharp ceiling, such as a pool or a fixed number of slots, which "
+            "the scalability law does not describe. The ceiling is the measured limit; the model's σ, κ and peak "
+            "would mean nothing here."
+        )
+    )
+    assert api == m  # one figure, one sentence: the API gives the summary's model as it is
+    assert m["reason"].replace("'", "&#x27;") in page and "Predicted (USL)" not in page
+    assert "serialized step limits" not in page and "dominates" not in page
+
+
 # --------------------------------------------------------------------------------------
 # Capacity searches: a steps run that ends with its answer
 # --------------------------------------------------------------------------------------
@@ -858,6 +889,23 @@ def test_the_capacity_chart_draws_in_a_browser(tab, live_server, run, tmp_path):
     wait_for_js(page, "Number(document.getElementById('charts').dataset.points) > 0")
     assert page.locator("#capacity-sentence").inner_text().startswith("Holds 40 users within its thresholds")
     page.locator("#chart-capacity").screenshot(path=str(tmp_path / "capacity.png"))
+    assert page.errors == []
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_the_capacity_chart_draws_a_measured_ceiling_in_place_of_a_model(tab, live_server, run):
+    run = steps_run(run, FOUR_SLOTS_USERS, thresholds={})
+    fill_levels(run, FOUR_SLOTS)
+    finished(run)
+    page = tab
+
+    page.goto(f"{live_server.url}{run.get_absolute_url()}")
+
+    wait_for_js(page, "document.getElementById('chart-capacity').dataset.ceiling === '189.67'")
+    line = page.evaluate("() => Chart.getChart('chart-capacity').data.datasets.at(-1)")
+    assert line["label"] == "measured ceiling" and line["data"] == [{"x": 4, "y": 189.67}, {"x": 16, "y": 189.67}]
+    assert page.evaluate("() => document.getElementById('chart-capacity').dataset.model") == "0"
     assert page.errors == []
 
 
