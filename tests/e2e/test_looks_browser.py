@@ -210,14 +210,30 @@ CONTRAST = """(selector) => {
     return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
 }"""
 
-# Where the first page's verdicts are, and whether the page itself scrolls sideways.
+# Where the first page's verdicts are, the right edge of the All pages table's verdicts and cells,
+# and whether the page itself scrolls sideways.
 PHONE = """() => {
     const badges = Array.from(document.querySelectorAll("#compare-pages tbody tr:first-child [data-verdict]"));
     const table = document.querySelector("#compare-pages");
     const box = table.closest(".table-scroll") || table;
+    const right = (els) => Math.max(...Array.from(els).map((e) => e.getBoundingClientRect().right));
     return { first_right: badges.length ? badges[0].getBoundingClientRect().right : null, badges: badges.length,
+             total_verdicts: document.querySelectorAll("#compare-total tbody [data-verdict]").length,
+             total_verdict_right: right(document.querySelectorAll("#compare-total tbody [data-verdict]")),
+             total_right: right(document.querySelectorAll("#compare-total tbody td")),
              viewport: window.innerWidth, page_scroll: document.documentElement.scrollWidth - window.innerWidth,
              table_scrolls: box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === "auto" };
+}"""
+
+# The shared comparison's chart: its legend, its lines' widths per side and which is drawn on top.
+SHARE_CHART = """() => {
+    const c = window.PlimsollShareCompare, ds = c.data.datasets;
+    const metas = c.getSortedVisibleDatasetMetas();
+    return { legend: c.legend.legendItems.map((i) => i.text),
+             means: ds.filter((d) => d.$mean).map((d) => d.borderWidth),
+             trials: ds.filter((d) => !d.$mean).map((d) => d.side),
+             trial_widths: ds.filter((d) => !d.$mean).map((d) => d.borderWidth),
+             top: ((d) => d.side + (d.$mean ? " mean" : ""))(ds[metas[0].index]) };
 }"""
 
 
@@ -245,6 +261,8 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
         brand = page.evaluate(CONTRAST, ".share-top .brand")
         text = page.locator("main").inner_text()
         pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        wait_for_js(page, "document.getElementById('chart-compare').dataset.points > 0")
+        chart = page.evaluate(SHARE_CHART)
         _shot(page, tmp_path, "share-1366")
     finally:
         context.close()
@@ -263,6 +281,15 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
     assert _fits(pages), pages
     assert phone["badges"] == 4 and phone["first_right"] <= phone["viewport"], phone  # APD's verdict on screen
     assert phone["page_scroll"] <= 0, phone  # the table scrolls, not the page
+    # the All pages table: every figure's verdict and number on screen (it was 400 px past the edge)
+    assert phone["total_verdicts"] == 4 and phone["total_verdict_right"] <= phone["viewport"], phone
+    assert phone["total_right"] <= phone["viewport"], phone
+    # the chart draws every trial of each side thin and each side's mean bold, the after side on top
+    # (it drew one run per side, the third trial of each, as if a trial set were one run)
+    assert chart["legend"] == ["Before, mean of 3 trials", "After, mean of 3 trials"], chart
+    assert sorted(chart["trials"]) == ["after"] * 3 + ["before"] * 3, chart
+    assert max(chart["trial_widths"]) < min(chart["means"]), chart
+    assert chart["top"] == "after mean", chart
 
 
 def _styled(page, selector):
