@@ -147,10 +147,10 @@ TABLE_FIT = """([selector, column]) => {
     if (column !== null) {
       for (const row of table.tBodies[0].rows) {
         const cell = row.cells[column];
-        const style = getComputedStyle(cell);
-        const inner = cell.getBoundingClientRect().height
-          - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
-        lines = Math.max(lines, Math.round(inner / parseFloat(style.lineHeight)));
+        const range = document.createRange();  // the text's own box: the cell is as tall as its row
+        range.selectNodeContents(cell);
+        lines = Math.max(lines, Math.round(range.getBoundingClientRect().height
+          / parseFloat(getComputedStyle(cell).lineHeight)));
       }
     }
     return { right: right, viewport: window.innerWidth, box_right: boxRight,
@@ -163,14 +163,31 @@ def _fits(fit):
 
 
 def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path):  # noqa: F811
-    # given: six runs of a plan with a long name, each under a tuning change, in trial sets
-    plan = story["experiment"].plan
+    from django.utils import timezone
+
+    from portal.runs.models import Run
+    from portal.schedules.models import Schedule, ScheduleFire
+
+    # given: six runs of a plan with a long name on an environment with a long one, three under a
+    # change with a long title, in trial sets; by alice, one through a token, one fired by a
+    # schedule, one a steps run (the cells that pushed Started and By off-screen)
+    plan, change = story["experiment"].plan, story["change"]
     plan.name = "Soak: token cache, 20 users for 15 min"
     plan.save(update_fields=["name"])
-    story["experiment"].runs = None
-    from portal.runs.models import Run
-
-    Run.objects.filter(plan=plan).update(plan_name=plan.name)
+    plan.environment.name = "Staging EU west (4 vCPU, 16 GB)"
+    plan.environment.save(update_fields=["name"])
+    change.title = "Add covering index ix_work_items_area_state on work_items"
+    change.save(update_fields=["title"])
+    Run.objects.filter(plan=plan).update(plan_name=plan.name, environment_name=plan.environment.name, created_by=alice)
+    first, second, third = story["before"]
+    Run.objects.filter(pk=first.pk).update(api_token_label="ci-gate-main-branch")
+    steps = {"kind": "steps", "levels": [{"users": u, "hold": 60} for u in (5, 10, 20, 50, 200)]}
+    Run.objects.filter(pk=second.pk).update(plan_snapshot={**second.plan_snapshot, "profile": steps})
+    schedule = Schedule.objects.create(
+        project=plan.project, plan=plan, plan_name=plan.name, kind="cron", cron="15 2 * * 1-5",
+        time_zone="Europe/Amsterdam", last_due_at=timezone.now(),
+    )  # fmt: skip
+    ScheduleFire.objects.create(schedule=schedule, due_at=timezone.now(), run=third)
     project = plan.project
     compare = (
         reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
