@@ -15,10 +15,28 @@ from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture: the TF
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+# Each violation of the policy as a console line, also those Chromium reports without one.
+REPORT_VIOLATIONS = """document.addEventListener("securitypolicyviolation", (e) => console.warn(
+    "CSP violation: " + e.violatedDirective + " at " + e.sourceFile + ":" + e.lineNumber + " " + (e.sample || "")));"""
+
+
 def _context(browser, width=1366, height=900, **kw):
+    """A fresh browser context and page; page.refused collects every style or script the policy
+    refused and every uncaught script error, so each test here also checks the pages it opens."""
     context = browser.new_context(viewport={"width": width, "height": height}, **kw)
     page = context.new_page()
     page.set_default_timeout(10_000)
+    refused = []
+    page.add_init_script(REPORT_VIOLATIONS)
+    page.on(
+        "console",
+        lambda m: (
+            ("Content Security Policy" in m.text or m.text.startswith("CSP violation"))
+            and refused.append(f"{page.url}: {m.text}")
+        ),
+    )
+    page.on("pageerror", lambda exc: refused.append(f"{page.url}: {exc}"))
+    page.refused = refused
     return context, page
 
 
@@ -41,9 +59,7 @@ def test_experiment_test_case_step_plan_and_api_docs_pages_break_no_policy(
     step = Step.objects.filter(test_case=test_case).first()
     TestCase.objects.create(project=test_case.project, name="Search")  # not in the plan's mix: its form shows
     context, page = _context(browser)
-    refused = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(f"{page.url}: {m.text}"))
-    page.on("pageerror", lambda exc: refused.append(f"{page.url}: {exc}"))
+    refused = page.refused
     try:
         _log_in(page, live_server)
         # when: alice opens each page
@@ -118,6 +134,7 @@ def test_trial_set_curves_group_the_legend_by_side_with_bold_means(
     finally:
         context.close()
     # then: one legend entry per side (and per series), the plot keeps most of the canvas
+    assert page.refused == []
     duration = charts["chart-compare-duration"]
     assert duration["legend"] == [
         "Before, mean APD",
@@ -205,6 +222,7 @@ def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path): 
     finally:
         context.close()
     # then
+    assert page.refused == []
     assert _fits(runs), runs
     assert runs["lines"] <= 2, runs  # the plan's name
     assert _fits(pages), pages
@@ -273,6 +291,7 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
     url = f"{live_server.url}/s/{token}/"
     # when: a stakeholder opens it on a laptop
     context, page = _context(browser, width=1366)
+    refused = page.refused
     try:
         page.goto(url)
         brand = page.evaluate(CONTRAST, ".share-top .brand")
@@ -293,6 +312,7 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
     finally:
         context.close()
     # then
+    assert refused + page.refused == []
     assert brand >= 4.5, brand  # WCAG AA for text; it was white on the near-white bar (1.1)
     assert "Press Start" not in text
     assert _fits(pages), pages
@@ -350,6 +370,7 @@ def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
     finally:
         context.close()
     # then: the e-mail field looks like the username field beside it
+    assert page.refused == []
     assert email == {**username, "width": email["width"]}, (email, username)
     assert shown == {"daily": ["at_time"], "hours": ["at_time", "every_hours"], "cron": ["cron"]}
     assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire
