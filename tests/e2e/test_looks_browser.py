@@ -209,6 +209,7 @@ def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path): 
     compare = (
         reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
     )
+    several = compare + "".join(f"&b={run.code}" for run in story["after"])  # 4 against the baseline
     context, page = _context(browser, width=1366)
     try:
         _log_in(page, live_server)
@@ -219,6 +220,9 @@ def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path): 
         page.goto(f"{live_server.url}{compare}")
         pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
         _shot(page, tmp_path, "compare-1366")
+        page.goto(f"{live_server.url}{several}")
+        multi = page.evaluate(TABLE_FIT, ["#compare-multi", None])
+        _shot(page, tmp_path, "compare-several-1366")
     finally:
         context.close()
     # then
@@ -226,6 +230,7 @@ def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path): 
     assert _fits(runs), runs
     assert runs["lines"] <= 2, runs  # the plan's name
     assert _fits(pages), pages
+    assert _fits(multi), multi  # it had 13 columns (16 with capacity), 300 px too wide
 
 
 # WCAG contrast ratio of an element's text against the first opaque background behind it.
