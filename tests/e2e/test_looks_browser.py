@@ -277,7 +277,7 @@ SHARE_CHART = """() => {
 }"""
 
 
-def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
+def test_a_shared_experiment_and_journey_read_well_at_1366_px_and_on_a_phone(
     browser,
     live_server,
     alice,
@@ -294,6 +294,11 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
         project=experiment.project, kind="experiment", title="Index", user=alice, experiment=experiment
     )
     url = f"{live_server.url}/s/{token}/"
+    _, token = services.share_create(
+        project=experiment.project, kind="journey", title="Journey", user=alice,
+        environment=experiment.environment, plan=experiment.plan,
+    )  # fmt: skip
+    journey = f"{live_server.url}/s/{token}/"
     # when: a stakeholder opens it on a laptop
     context, page = _context(browser, width=1366)
     refused = page.refused
@@ -314,6 +319,13 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
         page.locator("#compare-pages").scroll_into_view_if_needed()
         phone = page.evaluate(PHONE)
         _shot(page, tmp_path, "share-phone")
+        # and the journey: what each change bought
+        page.goto(journey)
+        changes = page.locator("#effects").evaluate(
+            "(t) => ({ verdict: t.querySelector('tbody [class~=badge]').getBoundingClientRect().right,"
+            " cells: Math.max(...Array.from(t.querySelectorAll('td')).map((c) => c.getBoundingClientRect().right)) })"
+        )
+        _shot(page, tmp_path, "share-journey-phone")
     finally:
         context.close()
     # then
@@ -326,6 +338,8 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
     # the All pages table: every figure's verdict and number on screen (it was 400 px past the edge)
     assert phone["total_verdicts"] == 4 and phone["total_verdict_right"] <= phone["viewport"], phone
     assert phone["total_right"] <= phone["viewport"], phone
+    # the journey's changes: the verdict and every figure on screen (the verdict was 920 px off it)
+    assert changes["verdict"] <= 390 and changes["cells"] <= 390, changes
     # the chart draws every trial of each side thin and each side's mean bold, the after side on top
     # (it drew one run per side, the third trial of each, as if a trial set were one run)
     assert chart["legend"] == ["Before, mean of 3 trials", "After, mean of 3 trials"], chart
