@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from portal.projects.models import Step, TestCase
 from tests.conftest import wait_for_js
+from tests.portal.history.test_comparison import make_step_run
 from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture: the TFS experiment as rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -299,6 +300,9 @@ def test_a_shared_experiment_and_journey_read_well_at_1366_px_and_on_a_phone(
         environment=experiment.environment, plan=experiment.plan,
     )  # fmt: skip
     journey = f"{live_server.url}/s/{token}/"
+    steps = make_step_run(experiment.plan, apds=[100, 300, 900], pages=[10, 20, 22])  # 40 users break 500 ms
+    _, token = services.share_create(project=experiment.project, kind="run", title="Steps", user=alice, run=steps)
+    steps_url = f"{live_server.url}/s/{token}/"
     # when: a stakeholder opens it on a laptop
     context, page = _context(browser, width=1366)
     refused = page.refused
@@ -326,6 +330,13 @@ def test_a_shared_experiment_and_journey_read_well_at_1366_px_and_on_a_phone(
             " cells: Math.max(...Array.from(t.querySelectorAll('td')).map((c) => c.getBoundingClientRect().right)) })"
         )
         _shot(page, tmp_path, "share-journey-phone")
+        # and a steps run: each level's verdict
+        page.goto(steps_url)
+        levels = page.locator("#levels").evaluate(
+            "(t) => ({ verdicts: Array.from(t.querySelectorAll('tbody .verdict .badge')).map((b) => b.textContent),"
+            " right: Math.max(...Array.from(t.querySelectorAll('td')).map((c) => c.getBoundingClientRect().right)) })"
+        )
+        _shot(page, tmp_path, "share-steps-phone")
     finally:
         context.close()
     # then
@@ -340,6 +351,8 @@ def test_a_shared_experiment_and_journey_read_well_at_1366_px_and_on_a_phone(
     assert phone["total_right"] <= phone["viewport"], phone
     # the journey's changes: the verdict and every figure on screen (the verdict was 920 px off it)
     assert changes["verdict"] <= 390 and changes["cells"] <= 390, changes
+    # the steps run's levels: each verdict and figure on screen (the verdicts were the 9th column)
+    assert levels["verdicts"] == ["held ✓", "held ✓", "broken: APD"] and levels["right"] <= 390, levels
     # the chart draws every trial of each side thin and each side's mean bold, the after side on top
     # (it drew one run per side, the third trial of each, as if a trial set were one run)
     assert chart["legend"] == ["Before, mean of 3 trials", "After, mean of 3 trials"], chart
