@@ -131,7 +131,7 @@ def _side(link: ShareLink, code) -> comparison.Side | None:
 
 
 def _representative(side: comparison.Side) -> Run | None:
-    """The side's last run that counts (else its last run): its series stands for the side on the chart."""
+    """The side's last run that counts (else its last run): its configuration is the side's, in the differences."""
     runs = side.runs or side.all_runs
     return runs[-1] if runs else None
 
@@ -141,18 +141,25 @@ def _compare_parts(link: ShareLink, report: comparison.Report) -> dict:
     differences = []
     if before and after:
         differences = config_differences(_config_dict(before.config_snapshot), _config_dict(after.config_snapshot))
-    chart_runs = [(side, run) for side, run in ((report.before, before), (report.after, after)) if run is not None]
+    # Every run of each side on the chart (a trial set's trials as thin lines, its mean bold), as the
+    # portal's comparison draws them: one run would stand for a trial set the verdicts weigh as three.
+    chart_runs = [
+        {
+            "role": role,
+            "label": side.label,
+            "runs": [
+                {"number": run.number, "url": reverse("sharing:series", args=[link.token_for_urls, run.code])}
+                for run in (side.runs or side.all_runs)
+            ],
+        }
+        for role, side in (("before", report.before), ("after", report.after))
+        if side.runs or side.all_runs
+    ]
     return {
         "report": report,
         "headline": report.headline,
         "differences": differences,
-        "chart_runs": [
-            {
-                "label": f"{side.label}, run #{run.number}",
-                "url": reverse("sharing:series", args=[link.token_for_urls, run.code]),
-            }
-            for side, run in chart_runs
-        ],
+        "chart_runs": chart_runs,
     }
 
 

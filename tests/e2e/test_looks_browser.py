@@ -10,15 +10,34 @@ from django.urls import reverse
 
 from portal.projects.models import Step, TestCase
 from tests.conftest import wait_for_js
+from tests.portal.history.test_comparison import make_step_run
 from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture: the TFS experiment as rows)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
+# Each violation of the policy as a console line, also those Chromium reports without one.
+REPORT_VIOLATIONS = """document.addEventListener("securitypolicyviolation", (e) => console.warn(
+    "CSP violation: " + e.violatedDirective + " at " + e.sourceFile + ":" + e.lineNumber + " " + (e.sample || "")));"""
+
+
 def _context(browser, width=1366, height=900, **kw):
+    """A fresh browser context and page; page.refused collects every style or script the policy
+    refused and every uncaught script error, so each test here also checks the pages it opens."""
     context = browser.new_context(viewport={"width": width, "height": height}, **kw)
     page = context.new_page()
     page.set_default_timeout(10_000)
+    refused = []
+    page.add_init_script(REPORT_VIOLATIONS)
+    page.on(
+        "console",
+        lambda m: (
+            ("Content Security Policy" in m.text or m.text.startswith("CSP violation"))
+            and refused.append(f"{page.url}: {m.text}")
+        ),
+    )
+    page.on("pageerror", lambda exc: refused.append(f"{page.url}: {exc}"))
+    page.refused = refused
     return context, page
 
 
@@ -41,9 +60,7 @@ def test_experiment_test_case_step_plan_and_api_docs_pages_break_no_policy(
     step = Step.objects.filter(test_case=test_case).first()
     TestCase.objects.create(project=test_case.project, name="Search")  # not in the plan's mix: its form shows
     context, page = _context(browser)
-    refused = []
-    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(f"{page.url}: {m.text}"))
-    page.on("pageerror", lambda exc: refused.append(f"{page.url}: {exc}"))
+    refused = page.refused
     try:
         _log_in(page, live_server)
         # when: alice opens each page
@@ -118,6 +135,7 @@ def test_trial_set_curves_group_the_legend_by_side_with_bold_means(
     finally:
         context.close()
     # then: one legend entry per side (and per series), the plot keeps most of the canvas
+    assert page.refused == []
     duration = charts["chart-compare-duration"]
     assert duration["legend"] == [
         "Before, mean APD",
@@ -147,10 +165,10 @@ TABLE_FIT = """([selector, column]) => {
     if (column !== null) {
       for (const row of table.tBodies[0].rows) {
         const cell = row.cells[column];
-        const style = getComputedStyle(cell);
-        const inner = cell.getBoundingClientRect().height
-          - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
-        lines = Math.max(lines, Math.round(inner / parseFloat(style.lineHeight)));
+        const range = document.createRange();  // the text's own box: the cell is as tall as its row
+        range.selectNodeContents(cell);
+        lines = Math.max(lines, Math.round(range.getBoundingClientRect().height
+          / parseFloat(getComputedStyle(cell).lineHeight)));
       }
     }
     return { right: right, viewport: window.innerWidth, box_right: boxRight,
@@ -163,18 +181,36 @@ def _fits(fit):
 
 
 def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path):  # noqa: F811
-    # given: six runs of a plan with a long name, each under a tuning change, in trial sets
-    plan = story["experiment"].plan
+    from django.utils import timezone
+
+    from portal.runs.models import Run
+    from portal.schedules.models import Schedule, ScheduleFire
+
+    # given: six runs of a plan with a long name on an environment with a long one, three under a
+    # change with a long title, in trial sets; by alice, one through a token, one fired by a
+    # schedule, one a steps run (the cells that pushed Started and By off-screen)
+    plan, change = story["experiment"].plan, story["change"]
     plan.name = "Soak: token cache, 20 users for 15 min"
     plan.save(update_fields=["name"])
-    story["experiment"].runs = None
-    from portal.runs.models import Run
-
-    Run.objects.filter(plan=plan).update(plan_name=plan.name)
+    plan.environment.name = "Staging EU west (4 vCPU, 16 GB)"
+    plan.environment.save(update_fields=["name"])
+    change.title = "Add covering index ix_work_items_area_state on work_items"
+    change.save(update_fields=["title"])
+    Run.objects.filter(plan=plan).update(plan_name=plan.name, environment_name=plan.environment.name, created_by=alice)
+    first, second, third = story["before"]
+    Run.objects.filter(pk=first.pk).update(api_token_label="ci-gate-main-branch")
+    steps = {"kind": "steps", "levels": [{"users": u, "hold": 60} for u in (5, 10, 20, 50, 200)]}
+    Run.objects.filter(pk=second.pk).update(plan_snapshot={**second.plan_snapshot, "profile": steps})
+    schedule = Schedule.objects.create(
+        project=plan.project, plan=plan, plan_name=plan.name, kind="cron", cron="15 2 * * 1-5",
+        time_zone="Europe/Amsterdam", last_due_at=timezone.now(),
+    )  # fmt: skip
+    ScheduleFire.objects.create(schedule=schedule, due_at=timezone.now(), run=third)
     project = plan.project
     compare = (
         reverse("history:compare", args=[project.code]) + f"?a={story['baseline'].code}&b={story['after_set'].code}"
     )
+    several = compare + "".join(f"&b={run.code}" for run in story["after"])  # 4 against the baseline
     context, page = _context(browser, width=1366)
     try:
         _log_in(page, live_server)
@@ -185,12 +221,17 @@ def test_wide_tables_fit_1366_px(browser, live_server, alice, story, tmp_path): 
         page.goto(f"{live_server.url}{compare}")
         pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
         _shot(page, tmp_path, "compare-1366")
+        page.goto(f"{live_server.url}{several}")
+        multi = page.evaluate(TABLE_FIT, ["#compare-multi", None])
+        _shot(page, tmp_path, "compare-several-1366")
     finally:
         context.close()
     # then
+    assert page.refused == []
     assert _fits(runs), runs
     assert runs["lines"] <= 2, runs  # the plan's name
     assert _fits(pages), pages
+    assert _fits(multi), multi  # it had 13 columns (16 with capacity), 300 px too wide
 
 
 # WCAG contrast ratio of an element's text against the first opaque background behind it.
@@ -210,18 +251,34 @@ CONTRAST = """(selector) => {
     return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
 }"""
 
-# Where the first page's verdicts are, and whether the page itself scrolls sideways.
+# Where the first page's verdicts are, the right edge of the All pages table's verdicts and cells,
+# and whether the page itself scrolls sideways.
 PHONE = """() => {
     const badges = Array.from(document.querySelectorAll("#compare-pages tbody tr:first-child [data-verdict]"));
     const table = document.querySelector("#compare-pages");
     const box = table.closest(".table-scroll") || table;
+    const right = (els) => Math.max(...Array.from(els).map((e) => e.getBoundingClientRect().right));
     return { first_right: badges.length ? badges[0].getBoundingClientRect().right : null, badges: badges.length,
+             total_verdicts: document.querySelectorAll("#compare-total tbody [data-verdict]").length,
+             total_verdict_right: right(document.querySelectorAll("#compare-total tbody [data-verdict]")),
+             total_right: right(document.querySelectorAll("#compare-total tbody td")),
              viewport: window.innerWidth, page_scroll: document.documentElement.scrollWidth - window.innerWidth,
              table_scrolls: box.scrollWidth > box.clientWidth && getComputedStyle(box).overflowX === "auto" };
 }"""
 
+# The shared comparison's chart: its legend, its lines' widths per side and which is drawn on top.
+SHARE_CHART = """() => {
+    const c = window.PlimsollShareCompare, ds = c.data.datasets;
+    const metas = c.getSortedVisibleDatasetMetas();
+    return { legend: c.legend.legendItems.map((i) => i.text),
+             means: ds.filter((d) => d.$mean).map((d) => d.borderWidth),
+             trials: ds.filter((d) => !d.$mean).map((d) => d.side),
+             trial_widths: ds.filter((d) => !d.$mean).map((d) => d.borderWidth),
+             top: ((d) => d.side + (d.$mean ? " mean" : ""))(ds[metas[0].index]) };
+}"""
 
-def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
+
+def test_a_shared_experiment_and_journey_read_well_at_1366_px_and_on_a_phone(
     browser,
     live_server,
     alice,
@@ -238,13 +295,24 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
         project=experiment.project, kind="experiment", title="Index", user=alice, experiment=experiment
     )
     url = f"{live_server.url}/s/{token}/"
+    _, token = services.share_create(
+        project=experiment.project, kind="journey", title="Journey", user=alice,
+        environment=experiment.environment, plan=experiment.plan,
+    )  # fmt: skip
+    journey = f"{live_server.url}/s/{token}/"
+    steps = make_step_run(experiment.plan, apds=[100, 300, 900], pages=[10, 20, 22])  # 40 users break 500 ms
+    _, token = services.share_create(project=experiment.project, kind="run", title="Steps", user=alice, run=steps)
+    steps_url = f"{live_server.url}/s/{token}/"
     # when: a stakeholder opens it on a laptop
     context, page = _context(browser, width=1366)
+    refused = page.refused
     try:
         page.goto(url)
         brand = page.evaluate(CONTRAST, ".share-top .brand")
         text = page.locator("main").inner_text()
         pages = page.evaluate(TABLE_FIT, ["#compare-pages", None])
+        wait_for_js(page, "document.getElementById('chart-compare').dataset.points > 0")
+        chart = page.evaluate(SHARE_CHART)
         _shot(page, tmp_path, "share-1366")
     finally:
         context.close()
@@ -255,14 +323,42 @@ def test_a_shared_experiment_reads_well_at_1366_px_and_on_a_phone(
         page.locator("#compare-pages").scroll_into_view_if_needed()
         phone = page.evaluate(PHONE)
         _shot(page, tmp_path, "share-phone")
+        # and the journey: what each change bought
+        page.goto(journey)
+        changes = page.locator("#effects").evaluate(
+            "(t) => ({ verdict: t.querySelector('tbody [class~=badge]').getBoundingClientRect().right,"
+            " cells: Math.max(...Array.from(t.querySelectorAll('td')).map((c) => c.getBoundingClientRect().right)) })"
+        )
+        _shot(page, tmp_path, "share-journey-phone")
+        # and a steps run: each level's verdict
+        page.goto(steps_url)
+        levels = page.locator("#levels").evaluate(
+            "(t) => ({ verdicts: Array.from(t.querySelectorAll('tbody .verdict .badge')).map((b) => b.textContent),"
+            " right: Math.max(...Array.from(t.querySelectorAll('td')).map((c) => c.getBoundingClientRect().right)) })"
+        )
+        _shot(page, tmp_path, "share-steps-phone")
     finally:
         context.close()
     # then
+    assert refused + page.refused == []
     assert brand >= 4.5, brand  # WCAG AA for text; it was white on the near-white bar (1.1)
     assert "Press Start" not in text
     assert _fits(pages), pages
     assert phone["badges"] == 4 and phone["first_right"] <= phone["viewport"], phone  # APD's verdict on screen
     assert phone["page_scroll"] <= 0, phone  # the table scrolls, not the page
+    # the All pages table: every figure's verdict and number on screen (it was 400 px past the edge)
+    assert phone["total_verdicts"] == 4 and phone["total_verdict_right"] <= phone["viewport"], phone
+    assert phone["total_right"] <= phone["viewport"], phone
+    # the journey's changes: the verdict and every figure on screen (the verdict was 920 px off it)
+    assert changes["verdict"] <= 390 and changes["cells"] <= 390, changes
+    # the steps run's levels: each verdict and figure on screen (the verdicts were the 9th column)
+    assert levels["verdicts"] == ["held ✓", "held ✓", "broken: APD"] and levels["right"] <= 390, levels
+    # the chart draws every trial of each side thin and each side's mean bold, the after side on top
+    # (it drew one run per side, the third trial of each, as if a trial set were one run)
+    assert chart["legend"] == ["Before, mean of 3 trials", "After, mean of 3 trials"], chart
+    assert sorted(chart["trials"]) == ["after"] * 3 + ["before"] * 3, chart
+    assert max(chart["trial_widths"]) < min(chart["means"]), chart
+    assert chart["top"] == "after mean", chart
 
 
 def _styled(page, selector):
@@ -306,6 +402,7 @@ def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
     finally:
         context.close()
     # then: the e-mail field looks like the username field beside it
+    assert page.refused == []
     assert email == {**username, "width": email["width"]}, (email, username)
     assert shown == {"daily": ["at_time"], "hours": ["at_time", "every_hours"], "cron": ["cron"]}
     assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire

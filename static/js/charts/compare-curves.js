@@ -12,26 +12,13 @@
   const AFTER = PC.compare;
   const TICKS = [[50, "p50"], [90, "p90"], [99, "p99"], [99.9, "p99.9"], [99.99, "p99.99"]];
   const toX = (p) => 1 / (1 - p / 100);
+  const meanOf = PC.meanOf;
   const charts = {};
 
   // Each side's trials as thin, pale lines and their mean (at each x the trials share) as one bold
   // line; the legend lists the means only, one entry per side (and per series: APD, p95), so a
   // trial set of twelve runs adds no entry. The after sides' lines are drawn over the before
   // side's, whose mean is wider underneath: both stay visible where they coincide.
-  function meanOf(lines) {
-    const sums = new Map();
-    for (const points of lines) {
-      for (const p of points) {
-        if (p.y === null || p.y === undefined) continue;
-        const key = Math.round(p.x * 1000) / 1000;
-        const acc = sums.get(key) || { x: p.x, y: 0, n: 0, p: p.p };
-        acc.y += p.y; acc.n += 1;
-        sums.set(key, acc);
-      }
-    }
-    return Array.from(sums.values()).sort((a, b) => a.x - b.x).map((a) => ({ x: a.x, y: a.y / a.n, p: a.p }));
-  }
-
   function pale(hex) { return hex + "80"; }
 
   function datasetsOf(data, pick) {

@@ -100,6 +100,22 @@
     ctx.restore();
   }
 
+  // The mean of several lines ([{x, y}, …] each) at each x they have (rounded to 1/1000), skipping
+  // their gaps: a trial set's bold line over its trials (the comparison's curves, a shared comparison).
+  function meanOf(lines) {
+    const sums = new Map();
+    for (const points of lines) {
+      for (const p of points) {
+        if (p.y === null || p.y === undefined) continue;
+        const key = Math.round(p.x * 1000) / 1000;
+        const acc = sums.get(key) || { x: p.x, y: 0, n: 0, p: p.p };
+        acc.y += p.y; acc.n += 1;
+        sums.set(key, acc);
+      }
+    }
+    return Array.from(sums.values()).sort((a, b) => a.x - b.x).map((a) => ({ x: a.x, y: a.y / a.n, p: a.p }));
+  }
+
   // A Chart.js plugin that draws markers on the run's time charts only (those inside #charts):
   // hooks is {before(chart), after(chart)}: before the datasets, after everything.
   function runChartMarkers(id, hooks) {
@@ -111,5 +127,5 @@
     return plugin;
   }
 
-  window.PlimsollCharts = { colors, series, compare, rgba, band, vline, label, runChartMarkers };
+  window.PlimsollCharts = { colors, series, compare, rgba, band, vline, label, meanOf, runChartMarkers };
 })();

@@ -778,7 +778,7 @@ def test_the_thresholds_table_shows_a_minimum_throughput(alice_client, run):
 
     page = alice_client.get(reverse("runs:detail", args=[run.code])).content.decode()
 
-    assert '<td>Pages/s</td><td class="num">≥ 15 pages/s</td>' in page
+    assert '<td>Pages/s</td><td class="num" data-label="limit">≥ 15 pages/s</td>' in page
     assert run.summary["verdict"] == "failed"
 
 
