@@ -124,6 +124,7 @@ _POINT_FIELDS = (
     "kind",
     "source",
     "include_anyway",
+    "config_verification",
     "tuning_change__number",
     "tuning_change__title",
     "baseline_verdict__verdict",

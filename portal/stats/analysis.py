@@ -230,7 +230,8 @@ def compare(
 
     * `speedup`: before/after when lower is better (11.8 s → 4.0 s = 2.95×), after/before
       when higher is better (pages/s); above 1 means better.  None if undefined (a zero
-      or negative denominator, or a sign change).
+      or negative denominator, or a sign change) or meaningless: a side at zero (an error
+      rate going 0 % → 20 % is not "0.00× faster").
     * `reduction_pct`: the relative change in the good direction, in % of before:
       (28 − 21) / 28 = 25 % for a lower-is-better figure, (after − before) / before for a
       higher-is-better one; negative when worse.  None when before is 0.
@@ -262,7 +263,7 @@ def compare(
     diff = ma - mb
 
     good, bad = (mb, ma) if lower_is_better else (ma, mb)
-    speedup = good / bad if bad > 0 and good >= 0 else None
+    speedup = good / bad if bad > 0 and good > 0 else None
     gain = mb - ma if lower_is_better else ma - mb
     reduction = None if mb == 0 else gain / abs(mb) * 100.0
 

@@ -94,6 +94,15 @@ def test_compare_worse_has_negative_reduction():
     assert c.verdict == WORSE and not c.improved
 
 
+def test_a_side_at_zero_has_no_speedup_not_zero_times():
+    # an error rate going 0 % -> 20 % is worse, but not "0.00x" faster; 20 % -> 0 % is not "infinitely" faster
+    worse = compare([0.0, 0.0, 0.0], [19.0, 20.0, 21.0])
+    assert worse.speedup is None and worse.verdict == WORSE
+    better = compare([19.0, 20.0, 21.0], [0.0, 0.0, 0.0])
+    assert better.speedup is None and better.verdict == BETTER
+    assert compare([0.0, 0.0], [5.0, 6.0], lower_is_better=False).speedup is None
+
+
 def test_compare_higher_is_better_for_throughput():
     c = compare([40.0, 41.0, 39.0], [52.0, 53.0, 51.0], lower_is_better=False)
     assert c.speedup == pytest.approx(52 / 40)
