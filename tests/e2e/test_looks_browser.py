@@ -408,6 +408,32 @@ def test_the_invite_form_is_styled_and_the_schedule_form_shows_its_kinds_fields(
     assert next_fire.startswith("Next fire: ") and ":15 UTC" in next_fire, next_fire
 
 
+def test_portal_pages_do_not_scroll_sideways_on_a_phone(browser, live_server, alice, team, plan):
+    """The bar wraps on a 390 px phone: the Projects, Runs, Teams and Tokens pages and a project's page
+    fit its width (a wide table scrolls inside its own box, not the page)."""
+    context, page = _context(browser, width=390, height=844)
+    widths = {}
+    try:
+        _log_in(page, live_server)
+        for name, args in (
+            ("projects:list", []),
+            ("runs:list", []),
+            ("accounts:teams", []),
+            ("accounts:tokens", []),
+            ("projects:detail", [plan.project.code]),
+        ):
+            page.goto(f"{live_server.url}{reverse(name, args=args)}")
+            widths[name] = page.evaluate(
+                """() => ({scroll: document.documentElement.scrollWidth, viewport: window.innerWidth,
+                   nav_right: document.querySelector('.mainnav').getBoundingClientRect().right})"""
+            )
+    finally:
+        context.close()
+    assert page.refused == []
+    for name, w in widths.items():
+        assert w["scroll"] <= w["viewport"] and w["nav_right"] <= w["viewport"], (name, w)
+
+
 def test_try_it_runs_one_iteration_and_shows_each_exchange(browser, live_server, alice, test_case, demo_target):
     # given: an environment on the demo target
     from portal.projects.models import Environment
