@@ -87,7 +87,6 @@ SERIAL_MODULES = {
     "test_profiles_end_to_end.py",  # iterations started at the rate asked
     "test_run_end_to_end.py",  # page durations, and Stop within two seconds
     "test_stop_criteria_end_to_end.py",  # a run stopped by its criteria within the window and the check's period
-    "test_distribution.py",  # two shards on two workers starting within 50 ms of each other
     "test_protocol_figures_end_to_end.py",  # time to first event within 25 ms of the server's first token
     "test_capacity.py",  # a freed slot admits the waiting run within 2 s, its shard less than 1 s late
     # Locust's own mean response time against the imported one (to 0.05 ms): it drifted under the
