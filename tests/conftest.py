@@ -59,6 +59,7 @@ NOT_SERIAL_MODULES = {
     "test_engine_schedule.py",  # profiles' users over time, computed
     "test_engine_mix.py",  # weighted draws from a seeded generator
     "test_engine_targets.py",  # the allowlist, and addresses refused before a request
+    "test_engine_profiles.py",  # profiles' validation and shapes, computed; runs counted (timed runs marked)
     # protocol behaviour (timing tests marked one by one)
     "test_h1.py",  # the HTTP/1.1 client: keep-alive, retries, bodies, redirects, cookies, TLS, misbehaving peers
     "test_h2.py",  # HTTP/2: multiplexing, ALPN, TLS, RST_STREAM, GOAWAY, flow control
@@ -68,6 +69,7 @@ NOT_SERIAL_MODULES = {
     "test_engine_datasets.py",  # data-set rows per user and per shard
     "test_engine_cli.py",  # the command line's output, exit codes and allowlist
     "test_trace_context.py",  # traceparent headers, seen by the demo target
+    "test_otlp_export.py",  # spans counted against the target's trace ids, the encoding, refusals
     "test_demo_app.py",  # the demo target's pages, login, counters, knobs, CLI
     "test_demo_streams.py",  # python -m demo.streams as a user starts it
 }
