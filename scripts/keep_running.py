@@ -7,7 +7,8 @@ down with it; under this wrapper a process that exits on its own is restarted (a
 doubling up to 30 s while it keeps failing quickly) and the failure is printed. The command runs
 in a session of its own: honcho's SIGTERM (to this wrapper's process group) is passed on to the
 command's main process only, so a Celery worker makes its warm shutdown and hands its shards on
-instead of losing its pool processes at once. Whatever is still running 15 s later is killed.
+instead of losing its pool processes at once. Whatever is still running 15 s later is killed
+(KEEP_RUNNING_STOP_WAIT_S sets that wait: the tests shorten it).
 """
 
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import time
 
-STOP_WAIT_S = 15
+STOP_WAIT_S = float(os.environ.get("KEEP_RUNNING_STOP_WAIT_S") or 15)
 FIRST_DELAY_S = 1.0
 MAX_DELAY_S = 30.0
 STABLE_S = 60  # a process that ran this long before it exited is restarted at once again
@@ -71,7 +72,7 @@ def _wait(child: subprocess.Popen, stopping) -> int:
                 child.send_signal(signal.SIGTERM)
             if time.monotonic() > stop_deadline:
                 print(
-                    f"keep_running: pid {child.pid} still running {STOP_WAIT_S} s after SIGTERM; killing it",
+                    f"keep_running: pid {child.pid} still running {STOP_WAIT_S:g} s after SIGTERM; killing it",
                     file=sys.stderr,
                     flush=True,
                 )

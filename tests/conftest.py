@@ -59,6 +59,7 @@ NOT_SERIAL_MODULES = {
     "test_engine_schedule.py",  # profiles' users over time, computed
     "test_engine_mix.py",  # weighted draws from a seeded generator
     "test_engine_targets.py",  # the allowlist, and addresses refused before a request
+    "test_engine_profiles.py",  # profiles' validation and shapes, computed; runs counted (timed runs marked)
     # protocol behaviour (timing tests marked one by one)
     "test_h1.py",  # the HTTP/1.1 client: keep-alive, retries, bodies, redirects, cookies, TLS, misbehaving peers
     "test_h2.py",  # HTTP/2: multiplexing, ALPN, TLS, RST_STREAM, GOAWAY, flow control
@@ -68,6 +69,7 @@ NOT_SERIAL_MODULES = {
     "test_engine_datasets.py",  # data-set rows per user and per shard
     "test_engine_cli.py",  # the command line's output, exit codes and allowlist
     "test_trace_context.py",  # traceparent headers, seen by the demo target
+    "test_otlp_export.py",  # spans counted against the target's trace ids, the encoding, refusals
     "test_demo_app.py",  # the demo target's pages, login, counters, knobs, CLI
     "test_demo_streams.py",  # python -m demo.streams as a user starts it
 }
@@ -87,7 +89,6 @@ SERIAL_MODULES = {
     "test_profiles_end_to_end.py",  # iterations started at the rate asked
     "test_run_end_to_end.py",  # page durations, and Stop within two seconds
     "test_stop_criteria_end_to_end.py",  # a run stopped by its criteria within the window and the check's period
-    "test_distribution.py",  # two shards on two workers starting within 50 ms of each other
     "test_protocol_figures_end_to_end.py",  # time to first event within 25 ms of the server's first token
     "test_capacity.py",  # a freed slot admits the waiting run within 2 s, its shard less than 1 s late
     # Locust's own mean response time against the imported one (to 0.05 ms): it drifted under the

@@ -35,7 +35,7 @@ def celery_worker(worker_env, tmp_path_factory):
     worker.close()
 
 
-# Session scope: the uncapped token-cache soak (50 s of load) serves two modules that read the same
+# Session scope: the uncapped token-cache soak (38 s of load) serves two modules that read the same
 # run (tests/e2e/soak.py). It starts a target and a worker of its own and stops them before any test
 # reads its figures, so no other module's worker takes its shard, nor its worker another module's.
 @pytest.fixture(scope="session")

@@ -91,6 +91,7 @@ def test_a_killed_worker_loses_its_shard_and_the_run_ends_partial(two_workers, p
     assert "no heartbeat" in run.error_message
 
 
+@pytest.mark.serial  # two shards on two workers starting within 50 ms of each other
 def test_a_shard_delivered_twice_runs_once(two_workers, project, alice, demo_target):
     # given: a finished two-shard run
     run = services.run_create(plan=make_plan(project, demo_target.base_url, hold=2), user=alice)

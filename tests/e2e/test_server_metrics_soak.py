@@ -2,8 +2,8 @@
 
 The run is the uncapped soak of test_soak_degradation.py (tests/e2e/soak.py), run once per
 session on a demo target of its own, whose cache starts empty and is fed by that run alone:
-20 users without think time for 50 s, with the target's /metrics scraped every 3 s, so the
-cache passes 16,000 entries (the pressure set there) and its clean-ups stall the pages
+20 users without think time for 38 s, with the target's /metrics scraped every 3 s, so the
+cache passes 10,500 entries (the pressure set there) and its clean-ups stall the pages
 part-way through.
 """
 

@@ -1,9 +1,9 @@
 """A short soak finds the degradation of the uncapped token cache, and when it began.
 
 The SharePoint story on the demo target: every page adds an entry to a security-token
-cache; past a number of entries (100,000 by default; 16,000 here, the knob
+cache; past a number of entries (100,000 by default; 10,500 here, the knob
 ``token_cache.pressure``) each clean-up stalls every page (demo/tokencache.py), and
-throughput falls by half or more. A 50 s soak of 20 users without think time runs
+throughput falls by half or more. A 38 s soak of 20 users without think time runs
 through the portal and a real Celery worker (once per session: test_server_metrics_soak.py reads
 the same run, tests/e2e/soak.py); the run report must call it degraded, with
 an onset after the steady state, in the second the target's first clean-up stall began
@@ -39,7 +39,7 @@ def soak_target(tmp_path_factory):
 
 
 def test_an_uncapped_token_cache_degrades_and_the_report_says_when(uncapped_soak):
-    # given: 20 users without think time for 50 s; steady state = the first 15 s, a change must last 10 s;
+    # given: 20 users without think time for 38 s; steady state = the first 10 s, a change must last 10 s;
     # when: the cache has no cap (tests/e2e/soak.py: the run, shared with test_server_metrics_soak.py)
     run = uncapped_soak
 

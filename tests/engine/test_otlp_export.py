@@ -160,6 +160,7 @@ def test_a_failing_collector_costs_only_its_spans(demo, receiver):
     assert stats["error"].startswith("HTTP 503") and len(collector.requests) == stats["posts"] >= 1
 
 
+@pytest.mark.serial  # the run's end within the flush bound
 def test_a_slow_collector_delays_the_runs_end_by_the_flush_bound_at_most(demo, receiver):
     collector = receiver(delay_s=10)  # answers after 10 s: each post gives up after 2 s
     plan = _demo_plan(demo.url, otlp_endpoint=collector.base)
@@ -172,6 +173,7 @@ def test_a_slow_collector_delays_the_runs_end_by_the_flush_bound_at_most(demo, r
     assert "timed out" in totals.otlp["error"]
 
 
+@pytest.mark.serial  # CPU: what the budget of a tenth of a millisecond affords
 def test_the_cpu_budget_drops_what_it_cannot_afford(demo, receiver, monkeypatch):
     monkeypatch.setattr(otlp, "CPU_BUDGET", 0.0001)  # a tenth of a millisecond per second of the engine's CPU
     collector = receiver()

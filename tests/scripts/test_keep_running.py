@@ -1,5 +1,6 @@
 """scripts/keep_running.py, the wrapper of `make run`'s processes, with real child processes and signals."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -56,8 +57,18 @@ def test_a_crashed_process_is_restarted_and_a_sigterm_stops_it_cleanly(tmp_path)
             wrapper.kill()
 
 
+def test_the_wait_before_a_kill_is_15_s_unless_set():
+    code = f"import runpy; print(runpy.run_path({SCRIPT!r})['STOP_WAIT_S'])"  # its constants, main() not run
+    env = {k: v for k, v in os.environ.items() if k != "KEEP_RUNNING_STOP_WAIT_S"}
+    default = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert default.stdout.strip() == "15.0"
+    env["KEEP_RUNNING_STOP_WAIT_S"] = "2.5"
+    shorter = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert shorter.stdout.strip() == "2.5"
+
+
 def test_a_child_that_ignores_sigterm_is_killed_after_the_wait(tmp_path):
-    # given: a child that ignores SIGTERM
+    # given: a child that ignores SIGTERM, under a wrapper that waits 3 s (15 s unless set: the test above)
     ignore = (
         "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nopen(__import__('sys').argv[1], 'w')\n"
     )
@@ -67,6 +78,7 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_wait(tmp_path):
         [sys.executable, SCRIPT, "stubborn", "--", sys.executable, "-c", ignore, str(up)],
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "KEEP_RUNNING_STOP_WAIT_S": "3"},
     )
     try:
         wait_until(up.exists, timeout=10, what="the child")
@@ -74,11 +86,11 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_wait(tmp_path):
         # when
         sent = time.monotonic()
         wrapper.send_signal(signal.SIGINT)
-        wrapper.wait(25)
+        wrapper.wait(13)
 
-        # then: killed once the 15 s wait ran out
-        assert 14 < time.monotonic() - sent < 20
-        assert "killing it" in wrapper.stderr.read()
+        # then: killed once the 3 s wait ran out, not before
+        assert 2.5 < time.monotonic() - sent < 8
+        assert "still running 3 s after SIGTERM; killing it" in wrapper.stderr.read()
     finally:
         if wrapper.poll() is None:
             wrapper.kill()
