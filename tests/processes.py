@@ -173,7 +173,15 @@ class Worker:
         return self.log_path.read_text()
 
     def close(self):
-        stop(self.proc, timeout=15)
+        """At a fixture's end: kill the worker and its pool at once. A warm shutdown (SIGTERM) waits for
+        the task in hand and hands an engine shard off to the next worker, which only costs the suite
+        time (10–15 s a module); the tests of shutdown and handoff send their signal themselves."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
         self.log.close()
 
 
@@ -202,5 +210,7 @@ class Beat:
         return self.log_path.read_text()
 
     def close(self):
-        stop(self.proc)
+        """Killed at once: beat keeps nothing worth a graceful stop (its schedule file is the test's
+        own), and on SIGTERM it may sleep to its next tick first (up to 10 s a test)."""
+        stop(self.proc, sig=signal.SIGKILL)
         self.log.close()
