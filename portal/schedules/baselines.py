@@ -107,10 +107,18 @@ def _row_dict(row: Row, tolerance_pct: float, judged: noise.Judged | None = None
             out["noise"] = f"±{judged.noise_pct:.3g} {unit} a night"
         if judged.p is not None:
             out["basis"] = f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows)"
+            out["basis"] += net_of_drift(judged)
         if judged.note:
             out["basis"] = judged.note
             out["note"] = judged.note
     return out
+
+
+def net_of_drift(judged: noise.Judged) -> str:
+    """The page's change net of the night's drift, which the test and the tolerance read (noise.judge_cells)."""
+    if judged.net_change_pct is None:
+        return ""
+    return f"; {judged.net_change_pct:+.3g} % net of the night's drift"
 
 
 def _move(r: dict) -> str:
@@ -297,7 +305,7 @@ def protocol_row(cell: noise.Cell, judged: noise.Judged) -> dict:
         "noise": f"±{judged.noise_pct:.3g} % a night" if judged.noise_pct is not None else "",
         "basis": (
             f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows); the noise "
-            f"within a run from the p95's order statistic over its {cell.pages} {cell.samples}"
+            f"within a run from the p95's order statistic over its {cell.pages} {cell.samples}" + net_of_drift(judged)
             if judged.p is not None
             else ""
         ),

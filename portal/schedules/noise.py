@@ -20,7 +20,10 @@ A row's change ``d = figure − mean(baseline figures)`` then has the variance
 Student's t with the pooled degrees of freedom, one-sided in the direction the row moved. The rows
 of a verdict (pages × figures and the totals) are one family: Holm's step-down keeps the chance that
 a night with nothing changed calls any row regressed at most ``FALSE_ALARM`` (and improved, apart).
-A row moved only when it is significant after Holm *and* beyond the plan's tolerance.
+A row moved only when it is significant after Holm *and* beyond the plan's tolerance. A page whose change is
+read net of the night's common drift (below) meets the tolerance with that same net change: the tolerance is
+about the page, and a night slower or faster everywhere is the totals' to tell (a page 20 % slower on a night
+8 % faster everywhere is +10 % as shown, +20 % net: it regressed).
 
 A page's streams and WebSocket sessions (issue 26) join the family where every run has them: time to first
 event p95, gap between events p95 and WebSocket round trip p95, as ratios like the p95. Their runs keep no
@@ -70,6 +73,7 @@ MAX_SHARE = 1 / 3
 # A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
 WEIGHT_FLOOR = 1e-4
 DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
+TOLERANCE_NET = " (for a page, its change net of the night's drift)"
 
 
 @dataclass
@@ -125,6 +129,9 @@ class Judged:
     tau2: float | None = None  # the drift between nights pooled for the row's figure (scaled)
     sd: float | None = None  # the standard deviation of the row's change (scaled)
     t: float | None = None  # the change in standard deviations
+    # A page's change net of the night's common drift, in % (what was tested and what meets the tolerance);
+    # None where the drift was not taken out (the totals, or fewer than MIN_PAGES_FOR_DRIFT pages).
+    net_change_pct: float | None = None
 
 
 @dataclass
@@ -379,6 +386,9 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
             out[i].verdict = "within_noise"
             continue
         change = c.shown_change_pct if c.shown_change_pct is not None else out[i].change_pct
+        if k in adjusted:  # the change that was tested: net of the night's drift (a ratio of geometric means)
+            net_base, net_value = adjusted[k]
+            change = out[i].net_change_pct = math.expm1(net_value - statistics.fmean(net_base)) * 100.0
         beyond = change is not None and abs(change) > tolerance_pct
         if k in significant and beyond:
             worse = (change > 0) == c.lower_is_better
@@ -404,6 +414,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         f"{n} baseline run{'s' if n != 1 else ''}' own figures plus each run's noise within it"
         f"{DRIFT_OUT if adjusted else ''}; Holm's correction "
         f"over all {judged} keeps the chance of a false alarm on a night with nothing changed at "
-        f"{false_alarm * 100:g} %, and a figure moved only beyond the {tolerance_pct:g} % tolerance."
+        f"{false_alarm * 100:g} %, and a figure moved only beyond the {tolerance_pct:g} % tolerance"
+        f"{TOLERANCE_NET if adjusted else ''}."
     )
     return Family(out, n, judged, provisional, reason, method)

@@ -5,7 +5,7 @@ import random
 import pytest
 
 from portal.schedules import noise
-from portal.schedules.baselines import run_judge
+from portal.schedules.baselines import net_of_drift, run_judge
 from tests.portal.schedules.test_baselines import make_run
 
 
@@ -138,3 +138,28 @@ def test_a_pages_noise_within_a_run_is_pooled_over_the_runs_by_its_sample_count(
     # a p95's batches are not pooled: each run keeps its own, with 9 degrees of freedom
     c.key = "p95_ms"
     assert noise._within_noise(c, relative=True)[2] == noise.BATCH_DF
+
+
+def test_a_search_like_page_20_percent_slower_on_a_night_10_percent_faster_everywhere_regressed():
+    # given: five pages with the benchmark's sample counts (each batch of a tenth of the pages spread by the
+    # relative noise of their mean); the judged night is 10 % faster everywhere, but Search (400 pages) 20 %
+    # slower than the rest: +8 % as shown, inside the 10 % tolerance, yet +20 % net of the night's drift
+    pages = {"Home": (4000, 0.027), "Articles": (1500, 0.044), "Search": (400, 0.084), "Upload": (120, 0.15),
+             "Admin": (46, 0.25)}  # fmt: skip
+    nights = [100.0, 101.0, 99.0]
+    cells = [cell(108.0 if page == "Search" else 90.0, nights, page=page, pages=n, spread=s, seed=i)
+             for i, (page, (n, s)) in enumerate(pages.items())]  # fmt: skip
+
+    family = noise.judge_cells(cells, tolerance_pct=10)
+
+    rows = {c.page: j for c, j in zip(cells, family.rows, strict=True)}
+    search = rows["Search"]
+    assert search.change_pct == pytest.approx(8.0)
+    assert search.net_change_pct == pytest.approx(20.0, abs=0.5)
+    # then: the tolerance meets the change that was tested, net of the drift: Search regressed, the others not
+    assert search.verdict == "regressed", family.rows
+    assert all(rows[p].verdict == "within_noise" for p in pages if p != "Search")
+    assert "for a page, its change net of the night's drift" in family.method
+    # and the row's basis gives the net change beside the one shown
+    assert net_of_drift(search).startswith("; +") and net_of_drift(search).endswith(" % net of the night's drift")
+    assert net_of_drift(rows["Home"]).startswith("; ")
