@@ -450,7 +450,7 @@ class ShardInterval(models.Model):
     pages_total = models.BigIntegerField(default=0)
     errors_total = models.BigIntegerField(default=0)
     # The same for latency and dropped iterations, so that a live chart's first load sums any
-    # stretch of seconds as the difference of two rows (``analysis._early_buckets``). Null in
+    # stretch of seconds as the difference of two rows (``results.shards.early_buckets``). Null in
     # rows written before they existed (and after such a row): readers then sum the rows.
     latency_sum_total = models.BigIntegerField(null=True, blank=True)
     latency_count_total = models.BigIntegerField(null=True, blank=True)
