@@ -1,8 +1,8 @@
 from django.utils import timezone
 
 from .models import ResultImport, Run
-from .payloads import RunSeries
-from .results import read
+from .payloads import ProtocolSeries, RunDetail, RunSeries, WindowDistribution
+from .results import drilldown, protocols, read
 from .summary import RunSummary
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
@@ -89,6 +89,24 @@ def run_series(run: Run, *, since: int | None = None, live: bool = True) -> RunS
         }
     )
     return data
+
+
+def run_protocol_series(run: Run, *, since: int | None = None, live: bool = True) -> ProtocolSeries:
+    """The streams and WebSocket chart's data (``portal.runs.results.protocols.series``): the run page's and the
+    share page's (``live=False``: a shared page never polls) ``protocols.json``; ``since`` (live polls) sends
+    the bucket holding that second and the newer ones."""
+    return {**protocols.series(run, since=since), "active": run.is_active and live}
+
+
+def run_detail(run: Run, params, *, trace_links: bool = True) -> RunDetail | WindowDistribution:
+    """The drill-down and zoom data of the run page and the share page (``portal.runs.results.drilldown``):
+    ``page``, ``from`` and ``to`` of ``params`` (RangeError when one is malformed); ``only=distribution``
+    without a range: only the distribution over the measurement windows. ``trace_links``: links to the
+    team's tracing backend (never from a public page: its address is theirs)."""
+    label, since, until = drilldown.parse_range(params)
+    if params.get("only") == "distribution" and since is None and until is None:
+        return drilldown.window_distribution(run, label)
+    return drilldown.page_detail(run, label=label, since=since, until=until, trace_links=trace_links)
 
 
 def result_imports(environment):
