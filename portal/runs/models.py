@@ -208,6 +208,11 @@ class Run(TimeStamped):
         return measurement_windows(self.engine_profile)
 
     @property
+    def typed_summary(self) -> RunSummary:
+        """The summary as a ``RunSummary`` (templates: ``run.typed_summary.capacity.analysed``), empty without one."""
+        return RunSummary.of(self)
+
+    @property
     def verdict(self) -> str | None:
         """passed, failed, or None: no threshold judged, or the run was cancelled before its window ended."""
         if self.status == self.Status.CANCELLED:

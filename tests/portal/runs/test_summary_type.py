@@ -58,6 +58,7 @@ def test_the_type_covers_every_key_the_analysis_writes(run, kind):
     for cp in (summary.degradation.get("change_points") or {}).values():
         assert set(cp) == _keys(ChangePoint)
     assert summary.verdict == finished.verdict
+    assert finished.typed_summary == summary  # what the templates read (run.typed_summary.capacity …)
     assert summary.threshold_rows() == [
         {"window": w["label"], **t} for w in stored["windows"] for t in w.get("thresholds") or []
     ]
@@ -66,5 +67,6 @@ def test_the_type_covers_every_key_the_analysis_writes(run, kind):
 def test_a_run_without_a_summary_reads_as_empty(run):
     summary = RunSummary.of(run)
     assert not summary and summary.to_json() is None
+    assert not run.typed_summary
     assert (summary.totals, summary.windows, summary.pages) == ({}, [], [])
     assert summary.verdict is None and summary.saturated is None
