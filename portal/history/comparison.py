@@ -49,6 +49,7 @@ from portal.runs.results.batches import (  # noqa: F401  (comparisons, tests and
     compute_batches,
     run_batches,
 )
+from portal.runs.summary import RunSummary
 from portal.stats import analysis, scalability
 
 from .figures import (  # noqa: F401  (callers read them here too)
@@ -385,17 +386,15 @@ class Report:
 
 
 def _summary_value(run: Run, page: str | None, key: str) -> float | None:
-    summary = run.summary or {}
+    summary = RunSummary.of(run)
     if page is None:
-        return (summary.get("totals") or {}).get(key)
-    for p in summary.get("pages") or []:
-        if p.get("label") == page:
-            return p.get(key)
-    return None
+        return summary.totals.get(key)
+    row = summary.page(page)
+    return row.get(key) if row is not None else None
 
 
 def _summary_pages(run: Run) -> set[str]:
-    return {p["label"] for p in (run.summary or {}).get("pages") or [] if p.get("label") is not None}
+    return {p["label"] for p in RunSummary.of(run).pages if p.get("label") is not None}
 
 
 # --------------------------------------------------------------------------------------
@@ -527,7 +526,7 @@ def _model_levels(runs: list[Run]) -> list[dict]:
     """The measured levels of a side's steps runs (users, pages/s, APD), pooled: trials of one plan add up."""
     levels = []
     for run in runs:
-        cap = (run.summary or {}).get("capacity") or {}
+        cap = RunSummary.of(run).capacity
         levels.extend(lv for lv in cap.get("levels") or [] if lv.get("pages_per_s") is not None)
     return levels
 
@@ -814,9 +813,9 @@ def run_answers(before: Side, after: Side) -> list[dict]:
     out = []
     for name, side in (("before", before), ("after", after)):
         for run in side.runs:
-            summary = run.summary or {}
-            cap = summary.get("capacity") or {}
-            d = summary.get("degradation") or {}
+            summary = RunSummary.of(run)
+            cap = summary.capacity
+            d = summary.degradation
             capacity = cap.get("answer") if cap.get("search") else None
             degradation = None
             if d.get("degraded"):

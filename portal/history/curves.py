@@ -17,21 +17,27 @@ from portal.runs.results import drilldown
 from portal.runs.summary import RunSummary
 
 from .comparison import Side
+from .payloads import ComparisonCurves, CurveSeries, RunCurves
 
 MAX_RUNS_PER_SIDE = 10
 """A trial set of more runs draws its first ten: beyond that the chart is a blur."""
 
 
-def run_curves(run: Run) -> dict:
+def run_curves(run: Run) -> RunCurves:
     """One run's window series (aligned at the window's start), distribution and levels."""
     summary = RunSummary.of(run)
     window = summary.window
     start, end = window.get("start", 0), window.get("end")
     data = selectors.run_series(run)
     keep = [i for i, t in enumerate(data["t"]) if t >= start and (end is None or t < end)]
-    series = {"t": [data["t"][i] - start for i in keep], "bucket_s": data["bucket_s"], "window_start": start}
-    for key in ("apd_ms", "p95_ms", "pages_per_s"):
-        series[key] = [data[key][i] for i in keep]
+    series: CurveSeries = {
+        "t": [data["t"][i] - start for i in keep],
+        "bucket_s": data["bucket_s"],
+        "window_start": start,
+        "apd_ms": [data["apd_ms"][i] for i in keep],
+        "p95_ms": [data["p95_ms"][i] for i in keep],
+        "pages_per_s": [data["pages_per_s"][i] for i in keep],
+    }
     levels = []
     capacity = summary.capacity
     if capacity.get("levels"):
@@ -53,7 +59,7 @@ def run_curves(run: Run) -> dict:
     }
 
 
-def sides_curves(sides: list[tuple[str, Side]]) -> dict:
+def sides_curves(sides: list[tuple[str, Side]]) -> ComparisonCurves:
     """{"sides": [{"role", "label", "runs": [run_curves, …]}, …]} for the comparison's charts."""
     return {
         "sides": [

@@ -17,6 +17,7 @@ from portal.runs.results.batches import (
     compute_batches,
     run_batches,
 )
+from portal.runs.summary import RunSummary
 from portal.stats import analysis
 from workers.engine.histogram import Histogram
 
@@ -67,9 +68,9 @@ def run_window(run: Run) -> dict[str | None, dict] | None:
 
 def _summary_figures(run: Run) -> dict[str | None, dict]:
     """The run's own figures, as its report shows them: {None: totals, label: page row} → {figure key: value}."""
-    summary = run.summary or {}
-    out = {None: {k: (summary.get("totals") or {}).get(k) for k in FIGURE_KEYS}}
-    for p in summary.get("pages") or []:
+    summary = RunSummary.of(run)
+    out = {None: {k: summary.totals.get(k) for k in FIGURE_KEYS}}
+    for p in summary.pages:
         if p.get("label") is not None:
             out[p["label"]] = {k: p.get(k) for k in FIGURE_KEYS}
     return out
@@ -97,10 +98,10 @@ def _weighted(runs: list[Run]) -> dict[str | None, dict]:
     merged without the histograms); without counts in a summary, each run weighs the same."""
     parts: dict[str | None, dict[str, list]] = {}
     for run in runs:
-        summary = run.summary or {}
-        seconds = (summary.get("window") or {}).get("seconds") or 1
-        rows = {None: summary.get("totals") or {}}
-        rows.update({p["label"]: p for p in summary.get("pages") or [] if p.get("label") is not None})
+        summary = RunSummary.of(run)
+        seconds = summary.window.get("seconds") or 1
+        rows = {None: summary.totals}
+        rows.update({p["label"]: p for p in summary.pages if p.get("label") is not None})
         for key, row in rows.items():
             pages, errors = row.get("pages"), row.get("errors") or 0
             ok = (pages - errors) if pages is not None else 1
@@ -150,7 +151,7 @@ def set_figures(runs: list[Run]) -> dict:
     pooled = pooled_figures(counting)
     sd = {}
     for key in FIGURE_KEYS:
-        values = [float(v) for r in counting if (v := ((r.summary or {}).get("totals") or {}).get(key)) is not None]
+        values = [float(v) for r in counting if (v := RunSummary.of(r).totals.get(key)) is not None]
         sd[key] = statistics.stdev(values) if len(values) >= 2 else None
     return {
         "counted": [str(r.code) for r in counting],
@@ -178,7 +179,7 @@ def run_capacity(run: Run) -> analysis.CapacityResult | None:
     """
     snapshot = run.plan_snapshot or {}
     profile = snapshot.get("profile") or {}
-    windows = (run.summary or {}).get("windows") or []
+    windows = RunSummary.of(run).windows
     if profile.get("kind") != "steps" or not windows:
         return None
     planned = [lv.get("users") for lv in profile.get("levels") or []]

@@ -35,6 +35,7 @@ from portal.runs.summary import RunSummary
 
 from .comparison import compare_sides, models_compared, run_capacity, side_for_runs
 from .models import ExternalMeasurement, TuningChange
+from .payloads import EnvironmentJourney, JourneyPoint, ProjectJourney
 
 MAX_RUNS = 1000
 """The most runs a journey loads (the latest ones): each carries its summary, and a
@@ -145,7 +146,7 @@ def _run_url(run: Run) -> str:
     return f"{prefix}{run.code}{suffix}"
 
 
-def run_point(run: Run, seq: int) -> dict:
+def run_point(run: Run, seq: int) -> JourneyPoint:
     """One run on the timeline."""
     totals = RunSummary.of(run).totals
     # Capacity as the comparisons compute it, so the chart and the effect table agree.
@@ -348,7 +349,7 @@ def _plan_dict(plan: Plan | None) -> dict | None:
     return {"name": plan.name, "code": str(plan.code), "url": plan.get_absolute_url()}
 
 
-def environment_journey(environment: Environment, plan: Plan | None) -> dict:
+def environment_journey(environment: Environment, plan: Plan | None) -> EnvironmentJourney:
     """The journey of one environment for one plan (None: no plan yet; changes and measurements only).
 
     Points are the plan's finished runs on the environment in start order (at most
@@ -472,7 +473,7 @@ def _whole_where_compared(runs: list[Run], changes: list[TuningChange]) -> list[
     return [by_id.get(r.id, r) for r in runs]
 
 
-def project_journey(project: Project, plan: Plan | None) -> dict:
+def project_journey(project: Project, plan: Plan | None) -> ProjectJourney:
     """The journey of a project for one plan: a section per environment the plan ran on, and the ledger.
 
     The sections are ``environment_journey`` for each environment with finished runs of

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from portal.runs.models import Run
+from portal.runs.summary import RunSummary
 from portal.telemetry.countersets import COUNTER_SETS
 from portal.telemetry.exposition import figures
 
@@ -93,7 +94,7 @@ class BeforeAfter:
 
 def _window_of(run: Run) -> tuple[datetime, datetime]:
     """The run's measured seconds: its first window's start to its last's end (the whole run without windows)."""
-    windows = (run.summary or {}).get("windows") or []
+    windows = RunSummary.of(run).windows
     if windows:
         start = min(w["start"] for w in windows)
         end = max(w["end"] for w in windows)

@@ -14,6 +14,7 @@ from portal.telemetry.exposition import figures
 
 from . import hints as hint_rules
 from .models import MetricCollection, ServerSample
+from .payloads import RunServers, ServersChart
 
 
 def _p95(values: list[float]) -> float:
@@ -77,7 +78,7 @@ def _gaps(samples: list[ServerSample], interval: int) -> list[dict]:
     return gaps
 
 
-def run_servers(run: Run) -> dict | None:
+def run_servers(run: Run) -> RunServers | None:
     """Everything the Servers section shows, or None when the run scraped no server."""
     collection = MetricCollection.objects.filter(run=run).first()
     if collection is None:
@@ -138,6 +139,13 @@ def run_servers(run: Run) -> dict | None:
         "restarts": collection.restarts,
         "hints": [h.__dict__ for h in run_hints(run, servers, windows)],
     }
+
+
+def run_servers_chart(run: Run) -> ServersChart:
+    """``servers.json``: the Servers section's data (empty without a scraped server) for the run page's charts,
+    which fetch it again every few seconds while the run is active."""
+    data = run_servers(run) or {"servers": [], "windows": [], "hints": []}
+    return {**data, "active": run.is_active, "duration_s": run.planned_duration}
 
 
 def _pages_per_second(run: Run) -> dict[int, int]:

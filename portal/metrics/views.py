@@ -11,6 +11,4 @@ from . import selectors
 def run_servers_json(request, code):
     """The Servers section's data for the run page's charts (fetched again every few seconds while it runs)."""
     run = get_for_user(request.user, Run.objects.all(), code=code)
-    data = selectors.run_servers(run) or {"servers": [], "windows": [], "hints": []}
-    data.update({"active": run.is_active, "duration_s": run.planned_duration})
-    return JsonResponse(data)
+    return JsonResponse(selectors.run_servers_chart(run))

@@ -1,5 +1,7 @@
 """Reads for the projects pages, shaped so that a page costs the same number of queries at any size."""
 
+import typing
+
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce
@@ -7,6 +9,7 @@ from django.db.models.functions import Coalesce
 from portal.accounts.access import scoped
 
 from .models import PLACEHOLDER, DataSet, Environment, MixEntry, Plan, Project, Step, TestCase
+from .payloads import ProfilePreview
 
 DATA_SET_HEAD = 10
 
@@ -107,7 +110,7 @@ _PREVIEW_PLAN = {
 }
 
 
-def profile_preview(*, plan: Plan) -> dict:
+def profile_preview(*, plan: Plan) -> ProfilePreview:
     """Users (or rate) over time and the measured windows of the plan's profile, as the engine will run it.
 
     The engine computes it (``workers.engine.schedule.preview``), so the chart cannot differ from the run.
@@ -122,4 +125,4 @@ def profile_preview(*, plan: Plan) -> dict:
     profile = EnginePlan.from_dict({**_PREVIEW_PLAN, "profile": plan.profile_dict()}).profile
     result = dict(preview(profile))
     result["description"] = plan.profile_description
-    return result
+    return typing.cast(ProfilePreview, result)

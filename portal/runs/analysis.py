@@ -15,13 +15,10 @@ in ``degradation.py``, handoffs in ``handoffs.py``; the rows are read through th
 (``portal.runs.results``).
 """
 
-import itertools
 import math
-from collections import defaultdict, namedtuple
+from collections import defaultdict
 
 import numpy as np
-from django.db import connection
-from django.db.models import Max, Q
 
 from workers.engine import health
 from workers.engine.histogram import Histogram
@@ -31,8 +28,10 @@ from workers.engine.schedule import whole_seconds
 from .capacity import _breaks, _fmt_ms, _search_answer, capacity_of, scalability_model  # noqa: F401
 from .degradation import began_of, degradation_defaults, degradation_of  # noqa: F401
 from .handoffs import handoff_seconds, handoff_timeline  # noqa: F401
-from .models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
-from .results import columns, protocols, storage
+from .models import Run, RunFigures
+from .results import columns, protocols, read, shards, storage
+from .results.read import last_second  # noqa: F401 (re-exported: callers and tests read it here)
+from .results.shards import ShardSeconds
 
 PERCENTILES = (50, 90, 95, 99)
 # Charts of long runs are downsampled to at most this many points.
@@ -162,106 +161,6 @@ def _figures(acc: _Acc, seconds: int, shard_seconds: "ShardSeconds") -> dict:
     }
 
 
-_SHARD_FIELDS = (
-    "second",
-    "active_users",
-    "iterations_started",
-    "iterations_completed",
-    "iterations_dropped",
-    "loop_lag_p99_ms",
-    "cpu_pct",
-    "pages",
-    "errors",
-    "latency_sum_us",
-    "latency_count",
-)
-_SHARD_NULLABLE = ("loop_lag_p99_ms", "cpu_pct")  # float columns, NaN where the row has NULL
-_ShardRow = namedtuple("_ShardRow", _SHARD_FIELDS)
-
-
-class ShardSeconds:
-    """The shards' per-second rows as numpy columns (``_SHARD_FIELDS``): a 48 h run has 172,800
-    rows per shard, which as Python tuples took 60 MB of a finalize's memory (issue 9).
-
-    Iterating yields light named tuples a chunk at a time (None where a nullable column is NULL),
-    for code that reads a row at a time; the heavy paths use the columns.
-    """
-
-    def __init__(self, columns: dict[str, np.ndarray]):
-        self.c = columns
-
-    @classmethod
-    def empty(cls) -> "ShardSeconds":
-        return cls({f: np.zeros(0, np.float64 if f in _SHARD_NULLABLE else np.int64) for f in _SHARD_FIELDS})
-
-    @classmethod
-    def concat(cls, parts: list["ShardSeconds"]) -> "ShardSeconds":
-        if not parts:
-            return cls.empty()
-        return cls({f: np.concatenate([p.c[f] for p in parts]) for f in _SHARD_FIELDS})
-
-    def __len__(self) -> int:
-        return len(self.c["second"])
-
-    def select(self, mask: np.ndarray) -> "ShardSeconds":
-        return ShardSeconds({f: v[mask] for f, v in self.c.items()})
-
-    def __iter__(self):
-        for lo in range(0, len(self), 5000):
-            cols = []
-            for f in _SHARD_FIELDS:
-                part = self.c[f][lo : lo + 5000].tolist()
-                if f in _SHARD_NULLABLE:
-                    part = [None if v != v else v for v in part]  # NaN is NULL
-                cols.append(part)
-            yield from map(_ShardRow._make, zip(*cols, strict=True))
-
-    def per_second(self, field: str, end: int) -> np.ndarray:
-        """``field`` summed over the shards for each second in [0, end) (rows at or past ``end`` left out)."""
-        keep = self.c["second"] < end
-        return np.bincount(self.c["second"][keep], weights=self.c[field][keep], minlength=end)[:end]
-
-
-def _shard_rows(run: Run, since: int | None = None) -> ShardSeconds:
-    """The run's ShardInterval rows as numpy columns, read 5,000 at a time."""
-    rows = ShardInterval.objects.filter(run=run)
-    if since is not None:
-        rows = rows.filter(second__gte=since)
-    parts, chunk = [], []
-
-    def flush():
-        if chunk:
-            cols = list(zip(*chunk, strict=True))
-            parts.append(
-                ShardSeconds(
-                    {
-                        f: np.array(
-                            [np.nan if v is None else v for v in col] if f in _SHARD_NULLABLE else col,
-                            np.float64 if f in _SHARD_NULLABLE else np.int64,
-                        )
-                        for f, col in zip(_SHARD_FIELDS, cols, strict=True)
-                    }
-                )
-            )
-            chunk.clear()
-
-    for row in rows.values_list(*_SHARD_FIELDS).iterator(chunk_size=5000):
-        chunk.append(row)
-        if len(chunk) == 5000:
-            flush()
-    flush()
-    return ShardSeconds.concat(parts)
-
-
-def last_second(run: Run) -> int | None:
-    last = [
-        PageInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
-        ShardInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"],
-    ]
-    last = [s for s in last if s is not None]
-    return max(last) if last else None
-
-
 class _PerSecond:
     """Pages, latency sum and count per second (the degradation input), in numpy arrays."""
 
@@ -335,7 +234,7 @@ class _Series:
 
         Buckets before the rows read (a live run's first load reads label rows only for its
         last LIVE_DETAIL_S) come from the shards' per-second totals: pages, errors and APD,
-        without hits, bytes and p95, which only label rows hold. ``early`` (``_early_buckets``)
+        without hits, bytes and p95, which only label rows hold. ``early`` (``results.shards.early_buckets``)
         gives those buckets' totals ready summed; without it they are summed from ``shard_rows``.
         """
         self.close_seconds()
@@ -447,21 +346,7 @@ def _close_buckets(chart: _Series, buckets: columns.Groups, done) -> None:
 def _errors(run: Run, windows: list[dict]) -> dict[str, dict]:
     """Errors by kind in the measurement windows: counts, the first sample, and the pages they hit."""
     errors: dict[str, dict] = {}
-    in_windows = Q()
-    for w in windows:
-        in_windows |= Q(second__gte=w["start"], second__lt=w["end"])
-    rows = (
-        PageInterval.objects.filter(in_windows, run=run, errors__gt=0)
-        .order_by("second", "shard_no", "label")
-        .values_list("label", "errors_by_kind", "error_samples")
-    )
-    # Spans rolled up while the run was live (earlier than every per-second row left), first.
-    rolled = (
-        PageRollup.objects.filter(in_windows, run=run, errors__gt=0, seconds_bin__isnull=False)
-        .order_by("second", "label")
-        .values_list("label", "errors_by_kind", "error_samples")
-    )
-    for label, by_kind, samples in itertools.chain(rolled.iterator(chunk_size=2000), rows.iterator(chunk_size=2000)):
+    for label, by_kind, samples in read.error_rows(run, windows):
         for kind, n in (by_kind or {}).items():
             e = errors.setdefault(
                 kind, {"kind": kind, "count": 0, "sample": (samples or {}).get(kind, ""), "pages": set()}
@@ -484,7 +369,7 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
     labels and windows, not on the run's length (besides the per-second lists the degradation
     analysis takes, a few integers per second).
     """
-    shard_rows = _shard_rows(run)
+    shard_rows = shards.shard_rows(run)
     last = last_second(run)
     windows = cut_windows(run, last)
     limits = run.plan_snapshot.get("thresholds") or {}
@@ -765,89 +650,11 @@ def series(run: Run, *, since: int | None = None) -> dict:
             _chart_columns(chart, buckets, c)
     _close_buckets(chart, buckets, lambda start: True)
     # The buckets before the detail, summed by the database (at most MAX_POINTS rows come back).
-    early = _early_buckets(run, bucket, before=detail) if since is None and detail > start else None
-    shard_rows = _shard_rows(run, since=detail if early is not None else start)
+    early = shards.early_buckets(run, bucket, before=detail) if since is None and detail > start else None
+    shard_rows = shards.shard_rows(run, since=detail if early is not None else start)
     seconds = ([int(shard_rows.c["second"].max())] if len(shard_rows) else []) + (
         [chart.last] if chart.last is not None else []
     )
     last = max(seconds, default=start - 1)
     result = chart.result(shard_rows, last, totals_from=start, early=early)
     return {**result, "since": None if since is None else start}
-
-
-# A first load whose boundary rows are missing for more (shard, second) pairs than this (a shard
-# lost for hours) sums the rows instead of looking up each pair's latest row.
-EARLY_LOOKUPS_MAX = 50
-
-
-def _early_buckets(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
-    """Per chart bucket of the seconds before ``before``: pages, errors, latency sum and count, users
-    and dropped iterations, in a number of row reads that does not grow with the run's length.
-
-    Each shard's row holds running totals (``ShardInterval.pages_total`` …), so a bucket's sums are
-    the difference between the totals at its last second and at the previous bucket's last, summed
-    over the shards: about two rows per shard per bucket (at most MAX_POINTS buckets) whatever the
-    run's length. The users are the larger of the bucket's first and last seconds' (summed over the
-    shards): its peak whenever users only rise or only fall within it (ramps, steps, a steady hold);
-    a spike shorter than a bucket shows only in the finished run's chart, which is exact.
-
-    Rows without running totals (written before they existed) are summed by the database instead
-    (``_early_buckets_summed``), as are runs whose shards miss too many boundary rows.
-    """
-    starts = list(range(0, before, bucket))
-    if not starts:
-        return {}
-    ends = [min(b + bucket, before) - 1 for b in starts]
-    wanted = sorted({*starts, *ends})
-    totals = ("pages_total", "errors_total", "latency_sum_total", "latency_count_total", "dropped_total")
-    rows = ShardInterval.objects.filter(run=run, second__in=wanted).values_list(
-        "shard_no", "second", "active_users", *totals
-    )
-    at: dict[tuple[int, int], tuple] = {}  # (shard, second) → (users, *totals)
-    for shard_no, second, users, *sums in rows:
-        at[shard_no, second] = (users, *sums)
-    shards = sorted(set(RunShard.objects.filter(run=run).values_list("shard_no", flat=True)) | {k[0] for k in at})
-    # The running totals at each bucket's last second: that second's row, or the shard's latest before it.
-    missing = [(n, e) for n in shards for e in ends if (n, e) not in at]
-    if len(missing) > EARLY_LOOKUPS_MAX:
-        return _early_buckets_summed(run, bucket, before=before)
-    cumulative = {key: value[1:] for key, value in at.items()}
-    for shard_no, end in missing:
-        latest = (
-            ShardInterval.objects.filter(run=run, shard_no=shard_no, second__lte=end)
-            .order_by("-second")
-            .values_list(*totals)
-            .first()
-        )
-        cumulative[shard_no, end] = latest or (0,) * len(totals)
-    if any(v is None for key in cumulative for v in cumulative[key]):
-        return _early_buckets_summed(run, bucket, before=before)
-    out = {}
-    previous = {n: (0,) * len(totals) for n in shards}
-    for first, last in zip(starts, ends, strict=True):
-        sums = [0] * len(totals)
-        for n in shards:
-            now = cumulative[n, last]
-            sums = [s + a - b for s, a, b in zip(sums, now, previous[n], strict=True)]
-            previous[n] = now
-        users = max(sum(at.get((n, second), (0,))[0] for n in shards) for second in (first, last))
-        pages, errors, total_us, count, dropped = sums
-        out[first] = (pages, errors, total_us, count, users, dropped)
-    return out
-
-
-def _early_buckets_summed(run: Run, bucket: int, *, before: int) -> dict[int, tuple[int, ...]]:
-    """``_early_buckets`` summed by the database from the shards' per-second rows (each second over the
-    shards, then each bucket: at most MAX_POINTS rows come back, but every row is read). The users are
-    the bucket's peak second."""
-    table = ShardInterval._meta.db_table
-    sql = (
-        "SELECT second / %s, SUM(pages), SUM(errors), SUM(us), SUM(n), MAX(users), SUM(dropped) FROM ("
-        "SELECT second, SUM(pages) AS pages, SUM(errors) AS errors, SUM(latency_sum_us) AS us, "
-        "SUM(latency_count) AS n, SUM(active_users) AS users, SUM(iterations_dropped) AS dropped "
-        f"FROM {table} WHERE run_id = %s AND second >= 0 AND second < %s GROUP BY second"
-        ") AS per_second GROUP BY second / %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [bucket, run.id, before, bucket])
-        return {int(b) * bucket: tuple(int(v or 0) for v in rest) for b, *rest in cursor.fetchall()}

@@ -20,7 +20,8 @@ from .handoffs import handoff_seconds
 from .models import Run
 
 if TYPE_CHECKING:
-    from .analysis import ShardSeconds, _PerSecond
+    from .analysis import _PerSecond
+    from .results.shards import ShardSeconds
 
 
 DEGRADATION_SETTINGS = ("drop_pct", "rise_pct", "sustain_s", "steady_s")

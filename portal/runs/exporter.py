@@ -16,7 +16,6 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import math
-from collections import defaultdict
 
 from django.conf import settings
 from django.db.models import Count
@@ -27,8 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .models import PageInterval, Run, ShardInterval
-from .results import protocols, storage
+from .models import Run
+from .results import protocols, read
 
 # The per-label gauges cover this many complete seconds before the newest one (which a shard
 # may still be writing); a shard silent for longer than LAST_ROW_S is the watchdog's to judge.
@@ -72,19 +71,7 @@ def collect() -> list:
     for run in running:
         labels = _run_labels(run)
         current = math.floor((now - run.start_at).total_seconds())
-        last = {}
-        rows = ShardInterval.objects.filter(run=run, second__gte=current - LAST_ROW_S).values(
-            "shard_no",
-            "second",
-            "active_users",
-            "pages_total",
-            "errors_total",
-            "latency_sum_total",
-            "latency_count_total",
-        )
-        for row in rows:
-            if row["shard_no"] not in last or row["second"] > last[row["shard_no"]]["second"]:
-                last[row["shard_no"]] = row
+        last = read.shards_last_rows(run, since=current - LAST_ROW_S)
         users.add_metric(labels, sum(r["active_users"] for r in last.values()))
         pages.add_metric(labels, sum(r["pages_total"] for r in last.values()))
         errors.add_metric(labels, sum(r["errors_total"] for r in last.values()))
@@ -98,18 +85,7 @@ def collect() -> list:
         if newest is None:
             continue
         lo, hi = newest - WINDOW_S, newest - 1  # complete seconds: the newest may still be written
-        sums = defaultdict(lambda: [0, 0, 0, 0.0, 0])  # pages, hits, errors, duration sum (µs), count
-        window = PageInterval.objects.filter(run=run, second__gte=lo, second__lte=hi).values_list(
-            "label", "pages", "hits", "errors", "hist_bin", "hist"
-        )
-        for label, n_pages, n_hits, n_errors, binary, legacy in window:
-            s = sums[label]
-            s[0] += n_pages
-            s[1] += n_hits
-            s[2] += n_errors
-            hist = storage.histogram(binary, legacy)
-            s[3] += hist.sum
-            s[4] += hist.count
+        sums = read.label_sums(run, lo=lo, hi=hi)
         for label, (n_pages, n_hits, n_errors, total_us, count) in sorted(sums.items()):
             key = [*labels, label]
             pages_s.add_metric(key, n_pages / WINDOW_S)

@@ -211,6 +211,11 @@ class Run(TimeStamped):
         return measurement_windows(self.engine_profile)
 
     @property
+    def typed_summary(self) -> RunSummary:
+        """The summary as a ``RunSummary`` (templates: ``run.typed_summary.capacity.analysed``), empty without one."""
+        return RunSummary.of(self)
+
+    @property
     def verdict(self) -> str | None:
         """passed, failed, or None: no threshold judged, or the run was cancelled before its window ended."""
         if self.status == self.Status.CANCELLED:
@@ -457,7 +462,7 @@ class ShardInterval(models.Model):
     pages_total = models.BigIntegerField(default=0)
     errors_total = models.BigIntegerField(default=0)
     # The same for latency and dropped iterations, so that a live chart's first load sums any
-    # stretch of seconds as the difference of two rows (``analysis._early_buckets``). Null in
+    # stretch of seconds as the difference of two rows (``results.shards.early_buckets``). Null in
     # rows written before they existed (and after such a row): readers then sum the rows.
     latency_sum_total = models.BigIntegerField(null=True, blank=True)
     latency_count_total = models.BigIntegerField(null=True, blank=True)

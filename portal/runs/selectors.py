@@ -1,9 +1,8 @@
-from django.db.models import Max, Sum
 from django.utils import timezone
 
-from .models import ResultImport, Run, ShardInterval
-from .payloads import RunSeries
-from .results import read
+from .models import ResultImport, Run
+from .payloads import ProtocolSeries, RunDetail, RunSeries, WindowDistribution
+from .results import drilldown, protocols, read
 from .summary import RunSummary
 
 # Live figures average over the last few complete seconds, so a single slow second doesn't flicker.
@@ -17,7 +16,7 @@ def run_live_figures(run: Run) -> dict:
         end = run.finished_at or timezone.now()
         elapsed = max(0.0, (end - run.start_at).total_seconds())
     duration = run.planned_duration
-    last = ShardInterval.objects.filter(run=run).aggregate(s=Max("second"))["s"]
+    last = read.shard_last_second(run)
     figures = {
         "elapsed_s": round(min(elapsed, duration), 1),
         "duration_s": duration,
@@ -30,15 +29,13 @@ def run_live_figures(run: Run) -> dict:
     }
     if last is None:
         return figures
-    figures["users"] = ShardInterval.objects.filter(run=run, second=last).aggregate(u=Sum("active_users"))["u"] or 0
+    figures["users"] = read.users_at(run, last)
     figures["pages"], figures["errors"] = _run_totals(run, last)
-    # The shards' per-second totals: a few rows, never the run's PageInterval rows.
-    recent = ShardInterval.objects.filter(run=run, second__gt=last - LIVE_WINDOW_S, second__lte=last).aggregate(
-        p=Sum("pages"), e=Sum("errors")
-    )
+    # The shards' per-second totals: a few rows, never the run's page rows.
+    pages, errors = read.shard_sums(run, first=last - LIVE_WINDOW_S + 1, last=last)
     span = min(LIVE_WINDOW_S, last + 1)
-    figures["pages_per_s"] = round((recent["p"] or 0) / span, 1)
-    figures["errors_per_s"] = round((recent["e"] or 0) / span, 1)
+    figures["pages_per_s"] = round(pages / span, 1)
+    figures["errors_per_s"] = round(errors / span, 1)
     return figures
 
 
@@ -48,13 +45,7 @@ def _run_totals(run: Run, last: int) -> tuple[int, int]:
     The sink keeps running totals per shard, so this reads one row per shard whatever the
     run's length. Rows written before those existed (running totals all zero) are summed.
     """
-    # One query per shard, each a short backward walk of the (run, second, shard_no) index.
-    latest = ShardInterval.objects.filter(run=run, second__lte=last).order_by("-second")
-    rows = [
-        r
-        for n in run.shards.values_list("shard_no", flat=True)
-        if (r := latest.filter(shard_no=n).values_list("pages_total", "errors_total").first()) is not None
-    ]
+    rows = read.running_totals(run, run.shards.values_list("shard_no", flat=True), last=last)
     pages, errors = sum(r[0] for r in rows), sum(r[1] for r in rows)
     if pages or errors:
         return pages, errors
@@ -98,6 +89,24 @@ def run_series(run: Run, *, since: int | None = None, live: bool = True) -> RunS
         }
     )
     return data
+
+
+def run_protocol_series(run: Run, *, since: int | None = None, live: bool = True) -> ProtocolSeries:
+    """The streams and WebSocket chart's data (``portal.runs.results.protocols.series``): the run page's and the
+    share page's (``live=False``: a shared page never polls) ``protocols.json``; ``since`` (live polls) sends
+    the bucket holding that second and the newer ones."""
+    return {**protocols.series(run, since=since), "active": run.is_active and live}
+
+
+def run_detail(run: Run, params, *, trace_links: bool = True) -> RunDetail | WindowDistribution:
+    """The drill-down and zoom data of the run page and the share page (``portal.runs.results.drilldown``):
+    ``page``, ``from`` and ``to`` of ``params`` (RangeError when one is malformed); ``only=distribution``
+    without a range: only the distribution over the measurement windows. ``trace_links``: links to the
+    team's tracing backend (never from a public page: its address is theirs)."""
+    label, since, until = drilldown.parse_range(params)
+    if params.get("only") == "distribution" and since is None and until is None:
+        return drilldown.window_distribution(run, label)
+    return drilldown.page_detail(run, label=label, since=since, until=until, trace_links=trace_links)
 
 
 def result_imports(environment):

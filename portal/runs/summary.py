@@ -139,6 +139,116 @@ class Handoff(TypedDict, total=False):
     missing_s: int | None
 
 
+class CapacityLevel(TypedDict, total=False):
+    """One level of a steps run, as the capacity table shows it."""
+
+    label: str
+    users: int  # the plan's users of the level (what it asked for)
+    start: int
+    end: int
+    note: str
+    apd_ms: float | None
+    p95_ms: float | None
+    pages_per_s: float | None
+    error_rate_pct: float | None
+    broken: list[str]  # the thresholds it broke, by name
+    held: bool
+    capacity: bool  # the highest level that held
+    knee: bool  # after it, throughput grows less than half as fast as the users
+    predicted_pages_per_s: float  # the scalability model's, where fitted
+
+
+# The Universal Scalability Law fitted to a steps run's levels (portal.runs.capacity.scalability_model);
+# functional syntax: "lambda" is a keyword in Python.
+ScalabilityModel = TypedDict(
+    "ScalabilityModel",
+    {
+        "fitted": bool,
+        "linear": bool,  # levels that never saturated: no σ, κ or peak
+        "reason": str,
+        "concurrency": str,  # "users", or Little's law for arrival rates
+        "lambda": float | None,
+        "sigma": float | None,
+        "kappa": float | None,
+        "lambda_ci": list[float | None] | None,
+        "sigma_ci": list[float | None] | None,
+        "kappa_ci": list[float | None] | None,
+        "peak_users": float | None,
+        "peak_pages_per_s": float | None,
+        "r2": float | None,
+        "levels": list[dict[str, float]],  # n, measured and predicted pages/s
+        "predicted_pages_per_s": list[float],
+        "curve": Any,  # points to draw (portal.stats.scalability.curve)
+        "last_level": float,
+        "sentence": str,
+    },
+    total=False,
+)
+
+
+class Capacity(TypedDict, total=False):
+    """A steps run's capacity: the highest level within the thresholds, the knee, the model (the report's chart)."""
+
+    analysed: bool
+    reason: str  # why not analysed
+    search: bool  # a capacity search: ends done with its answer
+    capacity_users: int | None
+    capacity_pages_per_s: float | None
+    capacity_apd_ms: float | None
+    next_level_broke: str | None
+    first_failure_users: int | None
+    knee_users: int | None
+    broken: dict[str, list[str]]  # users → the thresholds broken there
+    thresholds_set: bool
+    levels: list[CapacityLevel]
+    sentence: str
+    model: ScalabilityModel
+    answer: str  # a capacity search's answer in words
+
+
+class ChangePoint(TypedDict):
+    """When a drift that crossed its limit began (portal.stats.changepoint)."""
+
+    began_s: int
+    began_interval_s: list[int]
+    crossed_s: int
+    shape: str
+
+
+class Degradation(TypedDict, total=False):
+    """A single-window run's degradation: did throughput fall or APD rise, when, and how it drifted."""
+
+    settings: dict[str, float]  # drop_pct, rise_pct, sustain_s, steady_s
+    window: list[int]  # [start, end]
+    analysed: bool
+    reason: str  # why not analysed
+    degraded: bool
+    kind: str | None
+    onset_s: int | None
+    time_to_degradation_s: int | None
+    throughput_onset_s: int | None
+    apd_onset_s: int | None
+    steady_pages_per_s: float | None
+    steady_apd_ms: float | None
+    steady_window: list[int]
+    degraded_pages_per_s: float | None
+    degraded_apd_ms: float | None
+    oscillation: Any
+    excursions: int
+    excursions_per_10_min: float | None
+    drift_ms_per_hour: float | None
+    pages_per_s_drift_per_hour: float | None
+    drift_ms_per_hour_se: float | None
+    pages_per_s_drift_per_hour_se: float | None
+    sentence: str
+    change_points: dict[str, ChangePoint]  # "throughput", "apd"
+    crossed_s: int | None
+    began_s: int | None
+    began_interval_s: list[int] | None
+    began_metric: str
+    began_sentence: str
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The typed view of ``Run.summary``; ``of(run)`` reads it, ``to_json()`` writes the stored form."""
@@ -154,8 +264,8 @@ class RunSummary:
     handoffs: list[Handoff] = field(default_factory=list)
     thresholds: list[Threshold] = field(default_factory=list)
     verdict: Verdict = None
-    capacity: dict[str, Any] = field(default_factory=dict)  # steps runs: portal.runs.analysis capacity
-    degradation: dict[str, Any] = field(default_factory=dict)  # one-window runs: portal.stats degradation
+    capacity: Capacity = field(default_factory=dict)  # type: ignore[assignment]  # steps runs (capacity.py)
+    degradation: Degradation = field(default_factory=dict)  # type: ignore[assignment]  # one-window runs
     # streams, WebSocket sessions and protocols per page and in total (portal/runs/results/protocols.py); {} without
     protocols: dict[str, Any] = field(default_factory=dict)
     stopped_by: dict[str, Any] | None = None  # the stop criterion that ended the run (services/criteria.py)

@@ -17,7 +17,7 @@ from portal.stats.shifts import MIN_RUNS
 from . import selectors, services
 from .forms import ResultUploadForm, RunFilterForm
 from .models import Run
-from .results import drilldown, protocols
+from .results import drilldown
 
 RUNS_PER_PAGE = 100
 # What a row of the runs list never shows: a run's summary holds its pages, windows, errors and
@@ -166,7 +166,7 @@ def run_protocol_series(request, code):
         if not (since.isascii() and since.isdigit() and len(since) <= 9):
             return JsonResponse({"error": "since must be a whole number of seconds (0 or more)"}, status=400)
         since = int(since)
-    return JsonResponse({**protocols.series(run, since=since), "active": run.is_active})
+    return JsonResponse(selectors.run_protocol_series(run, since=since))
 
 
 @login_required
@@ -177,12 +177,9 @@ def run_detail_data(request, code):
     """
     run = get_for_user(request.user, Run.objects.all(), code=code)
     try:
-        label, since, until = drilldown.parse_range(request.GET)
+        return JsonResponse(selectors.run_detail(run, request.GET))
     except drilldown.RangeError as refusal:
         return JsonResponse({"error": str(refusal)}, status=400)
-    if request.GET.get("only") == "distribution" and since is None and until is None:
-        return JsonResponse(drilldown.window_distribution(run, label))
-    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until))
 
 
 @login_required

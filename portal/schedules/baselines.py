@@ -28,6 +28,7 @@ from portal.history.comparison import (
     side_for_trialset,
 )
 from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
+from portal.runs.summary import RunSummary
 from portal.stats import analysis
 
 from . import noise, selectors, soak
@@ -224,7 +225,7 @@ _PROTOCOL_PLACES = {
 def _protocol_figure(run: Run, page: str | None, key: str) -> tuple[dict, int] | None:
     """A run's percentiles ({p90, p95, p99 …} in ms) of a protocol figure of a page (or of all pages) and
     the streams or round trips behind them; None when the run has none."""
-    proto = (run.summary or {}).get("protocols") or {}
+    proto = RunSummary.of(run).protocols
     part, field, _ = _PROTOCOL_PLACES[key]
     pages = proto.get("pages") or []
     if page is None:
@@ -247,7 +248,7 @@ def protocol_cells(baseline_runs: list[Run], run: Run) -> list[noise.Cell]:
     """The stream and WebSocket rows (per page and in total) of the figures the judged run and every baseline
     run have: none for a run without streams or WebSocket sessions. Their noise within a run is the standard
     error of a percentile (``noise.percentile_var``): the runs keep no batch figures of them."""
-    proto = (run.summary or {}).get("protocols") or {}
+    proto = RunSummary.of(run).protocols
     if not proto or not baseline_runs:
         return []
     pages = [None, *sorted(p["label"] for p in proto.get("pages") or [] if p.get("label") is not None)]
@@ -330,7 +331,7 @@ def run_judge(*, run_id: int) -> RunVerdict | None:
     report = compare_sides(side, side_for_run(run), title=f"Run #{run.number} vs {side.label}")
     if not report.samples:
         return _store(run, Verdict.NO_BASELINE, " ".join(report.problems), report.basis, side.label, tolerance, [])
-    extra = soak.soak_rows(run.summary, [r.summary for r in side.runs], tolerance)
+    extra = soak.soak_rows(RunSummary.of(run), [RunSummary.of(r) for r in side.runs], tolerance)
     cells = noise_cells(report, side.runs, run)
     page_cells = len(cells)
     cells += protocol_cells(side.runs, run)  # one family with the page figures (none for a run without streams)

@@ -153,7 +153,7 @@ DRIFT_KEYS = {f.key for f in SOAK_FIGURES if f.steady_key}
 
 def _soak_series(runs: list[Run]):
     """The soaks' degradation onset (the runs that degraded) and drifts per hour (every soak analysed)."""
-    blocks = [(r, d) for r in runs if (d := soak.analysed(r.summary)) is not None]
+    blocks = [(r, d) for r in runs if (d := soak.analysed(RunSummary.of(r))) is not None]
     for fig in SOAK_FIGURES:
         points = []
         for r, d in blocks:

@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Sequence
 
 from portal.common import human_duration
+from portal.runs.summary import RunSummary
 
 ONSET = "Degradation onset"
 APD_DRIFT = "APD drift per hour"
@@ -41,9 +42,13 @@ SPREAD_SDS = 2.0  # how many standard deviations of the baseline runs count as t
 SLOPE_SES = 3.0
 
 
-def analysed(summary: dict | None) -> dict | None:
-    """The summary's degradation block when the run was analysed for degradation (a soak), else None."""
-    d = (summary or {}).get("degradation") or {}
+def analysed(summary: RunSummary | dict | None) -> dict | None:
+    """The summary's degradation block when the run was analysed for degradation (a soak), else None.
+
+    ``summary``: a run's ``RunSummary``, or its stored form."""
+    if not isinstance(summary, RunSummary):
+        summary = RunSummary.from_json(summary)
+    d = summary.degradation
     return d if d.get("analysed") else None
 
 
@@ -147,7 +152,9 @@ def _drift_row(
     return _row(figure, verdict, before, fmt(r), fmt(diff), f"± {noise:.{digits}f} {unit}/h", basis)
 
 
-def soak_rows(run_summary: dict | None, baseline_summaries: list[dict | None], tolerance_pct: float) -> list[dict]:
+def soak_rows(
+    run_summary: RunSummary | dict | None, baseline_summaries: list[RunSummary | dict | None], tolerance_pct: float
+) -> list[dict]:
     """The soak rows of a run's verdict; none when the run or every baseline run was not analysed for degradation."""
     run = analysed(run_summary)
     baseline = [d for d in (analysed(s) for s in baseline_summaries) if d is not None]

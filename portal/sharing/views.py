@@ -22,7 +22,7 @@ from portal.history.models import Experiment, TrialSet
 from portal.projects.models import Environment, Plan, Project
 from portal.runs import selectors as run_selectors
 from portal.runs.models import Run
-from portal.runs.results import drilldown, protocols
+from portal.runs.results import drilldown
 
 from . import content, selectors, services
 from .forms import ShareForm
@@ -235,19 +235,19 @@ def public_series(request, token, run_code):
 
 @_public
 def public_protocol_series(request, token, run_code):
-    """A shared run's streams and WebSocket chart (portal.runs.results.protocols.series), as the run page reads it."""
+    """A shared run's streams and WebSocket chart (``run_selectors.run_protocol_series``), as the run page reads it."""
     link = _link(token)
     if link is None:
         return _gone(request)
     if run_code not in content.allowed_runs(link):
         return _not_here()
     run = get_object_or_404(Run, project=link.project, code=run_code)
-    return JsonResponse({**protocols.series(run), "active": False})
+    return JsonResponse(run_selectors.run_protocol_series(run, live=False))
 
 
 @_public
 def public_detail(request, token, run_code):
-    """The drill-down and zoom data of a shared run (portal.runs.results.drilldown), as the run page reads it."""
+    """The drill-down and zoom data of a shared run (``run_selectors.run_detail``), as the run page reads it."""
     link = _link(token)
     if link is None:
         return _gone(request)
@@ -255,13 +255,10 @@ def public_detail(request, token, run_code):
         return _not_here()
     run = get_object_or_404(Run, project=link.project, code=run_code)
     try:
-        label, since, until = drilldown.parse_range(request.GET)
+        # No links to the team's tracing backend from a public page: its address is theirs.
+        return JsonResponse(run_selectors.run_detail(run, request.GET, trace_links=False))
     except drilldown.RangeError as refusal:
         return JsonResponse({"error": str(refusal)}, status=400)
-    if request.GET.get("only") == "distribution" and since is None and until is None:
-        return JsonResponse(drilldown.window_distribution(run, label))
-    # No links to the team's tracing backend from a public page: its address is theirs.
-    return JsonResponse(drilldown.page_detail(run, label=label, since=since, until=until, trace_links=False))
 
 
 @_public

@@ -288,7 +288,6 @@ class PlanSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     profile_kind = serializers.ChoiceField(choices=Plan.ProfileKind.choices, default=Plan.ProfileKind.RAMP)
-    locals().update(profile_parameter_fields())  # users, rate, …: each a kind's parameter, checked by the kind
     think_time_mode = serializers.ChoiceField(choices=Plan.ThinkTimeMode.choices, default=Plan.ThinkTimeMode.FIXED)
     request_timeout = serializers.FloatField(default=30)
     protocol = serializers.ChoiceField(
@@ -344,6 +343,16 @@ class PlanSerializer(StrictSerializer):
         read_only=True,
         help_text="Why the plan cannot run yet (empty when it can; empty in lists: read the plan)",
     )
+
+    def get_fields(self):
+        """The declared fields, with a field per load-profile parameter (users, rate, …: each a kind's parameter,
+        checked by the kind; ``profile_parameter_fields``) right after ``profile_kind``."""
+        fields = {}
+        for name, field in super().get_fields().items():
+            fields[name] = field
+            if name == "profile_kind":
+                fields.update(profile_parameter_fields())
+        return fields
 
     def to_representation(self, plan):
         data = {

@@ -6,6 +6,7 @@ from portal import csvsafe
 
 from .. import selectors
 from ..models import Run
+from ..payloads import RunSeries
 from . import ExportFormat
 
 SERIES_COLUMNS = (
@@ -34,7 +35,7 @@ class SeriesCSV(ExportFormat):
         return series_csv(selectors.run_series(run))
 
 
-def series_csv(series: dict) -> str:
+def series_csv(series: RunSeries) -> str:
     out = io.StringIO()
     writer = csvsafe.writer(out, lineterminator="\n")
     writer.writerow(SERIES_COLUMNS)

@@ -10,7 +10,11 @@ One module per step of a result's life (``docs/development/architecture.md``, *T
 - ``rollup``: per-second label rows merged into coarser spans (``PageRollup``), after the run and while it
   is live (``live_rollup``);
 - ``drilldown``: a range of a run's rows for one page (the drill-down and zoom);
-- ``read``: whole-run figures per second for other apps (from the shards' rows, which no roll-up takes).
+- ``shards``: the shards' per-second rows for the analysis (numpy columns; a live chart's early buckets);
+- ``read``: every other read — whole-run figures per second for other apps, the watchdog's, the stop
+  criteria's, the planned-against-achieved load's, the live page's and ``/metrics``' few rows.
+
+No code outside this package names an interval model or table (``tests/portal/runs/test_store_door.py``).
 
 Models stay in ``portal.runs.models`` (their migrations are the runs app's); the analysis
 (``portal.runs.analysis``) computes figures from what this package reads.

@@ -22,7 +22,6 @@ window's figures (``Run.stopped_by``); finalize then ends the run *stopped* (lif
 import logging
 import math
 
-from django.db.models import Max
 from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
@@ -31,7 +30,8 @@ from workers.engine.plan import PlanError, profile_from_dict
 from workers.engine.schedule import measurement_windows
 from workers.engine.stop_criteria import CriteriaError, Rule, evaluable, first_broken, parse_rules, stop_sentence
 
-from ..models import Run, RunShard, ShardInterval
+from ..models import Run, RunShard
+from ..results import read
 
 log = logging.getLogger(__name__)
 Status = Run.Status
@@ -99,12 +99,7 @@ def last_complete_second(run_id: int, *, now, start_at) -> tuple[int | None, int
     if not shards or any(status != RunShard.Status.RUNNING for _no, status in shards):
         return None, len(shards)
     now_s = math.floor((now - start_at).total_seconds())
-    latest = dict(
-        ShardInterval.objects.filter(run_id=run_id, second__gte=now_s - RECENT_S)
-        .values("shard_no")
-        .annotate(last=Max("second"))
-        .values_list("shard_no", "last")
-    )
+    latest = read.shards_latest(run_id, since=now_s - RECENT_S)
     if len(latest) < len(shards) or any(no not in latest for no, _status in shards):
         return None, len(shards)
     return min(latest.values()), len(shards)
@@ -128,11 +123,7 @@ def window_figures(
     if not sizes:
         return {}
     first = last + 1 - sizes[-1]
-    rows = list(
-        ShardInterval.objects.filter(run_id=run_id, second__gte=first, second__lte=last)
-        .order_by("-second")
-        .values_list("second", "pages", "errors", "hist_bin")
-    )
+    rows = read.shard_window(run_id, first=first, last=last)
     # Page durations are merged only for the windows a duration rule reads (decoding histograms is the
     # check's main cost); a pages/s or error-rate window needs only the counts.
     timed = {r.window_s for r in rules if all_durations or r.metric not in ("error_rate_pct", "pages_per_s")}

@@ -31,6 +31,7 @@ from ..models import (
 )
 from ..results.batches import BatchSampler
 from ..signals import run_admitted, run_finished
+from ..summary import RunSummary
 from .admission import admission_refusal, engine_queue
 from .load import run_load
 from .targets import (
@@ -283,7 +284,8 @@ def _finalize_compute(run_id: int) -> None:
     ended_early = (RunShard.Status.LOST, RunShard.Status.FAILED, RunShard.Status.INTERRUPTED)
     # A shard no worker ever claimed was not lost: it never ran, and the run is incomplete.
     lost = [s for s in shards if s.status in ended_early and (s.claimed_at or s.handoffs)]
-    has_data = summary["whole_run"]["pages"] > 0
+    typed = RunSummary.from_json(summary)  # read typed; the writes below are the stored form's
+    has_data = typed.whole_run["pages"] > 0
     load = run_load(run, shards)
     if run.cancel_requested:
         # Stopped by its criteria (the target was plainly broken: services.criteria), or by a person.
@@ -300,12 +302,12 @@ def _finalize_compute(run_id: int) -> None:
     elif not load["complete"]:
         # Never a verdict on load that did not run: thresholds held by 20 of 100 users say nothing.
         status = Status.INCOMPLETE
-    elif (capacity := summary.get("capacity") or {}).get("search") and capacity.get("analysed"):
+    elif (capacity := typed.capacity).get("search") and capacity.get("analysed"):
         # A capacity search's upper levels break by design: it has its answer unless the first level broke.
         status = Status.FAILED if capacity["capacity_users"] is None else Status.DONE
-    elif summary["verdict"] == "failed":
+    elif typed.verdict == "failed":
         status = Status.FAILED
-    elif summary["verdict"] is None:
+    elif typed.verdict is None:
         # No threshold applied: nothing to pass. A default error-rate rule would invent a limit the
         # plan's author never set (and fail runs that test error pages on purpose), so the run is
         # *finished*: its figures stand, with no pass/fail verdict claimed.

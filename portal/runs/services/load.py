@@ -15,30 +15,11 @@ whose shards, achieved less than that share of its planned load is *incomplete*.
 import math
 
 from django.conf import settings
-from django.db import connection
 
 from workers.engine.schedule import arrival_count, arrival_time, arrivals_until, shard_user_ids, user_windows
 
-from ..models import GeneratorWorker, RunShard, ShardInterval
-
-Spans = list[tuple[int, int]]
-
-
-def covered_spans(run_id: int) -> dict[int, Spans]:
-    """Per shard, the [start, end) seconds it wrote rows for, runs of consecutive seconds merged (one query)."""
-    table = ShardInterval._meta.db_table
-    # Gaps and islands: consecutive seconds share second - row_number().
-    sql = (
-        f"SELECT shard_no, MIN(second), MAX(second) FROM (SELECT shard_no, second, "  # noqa: S608 (a model's table)
-        f"second - ROW_NUMBER() OVER (PARTITION BY shard_no ORDER BY second) AS island FROM {table} "
-        "WHERE run_id = %s) AS t GROUP BY shard_no, island ORDER BY shard_no, 2"
-    )
-    spans: dict[int, Spans] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
-        for shard_no, first, last in cursor.fetchall():
-            spans.setdefault(shard_no, []).append((first, last + 1))
-    return spans
+from ..models import GeneratorWorker, RunShard
+from ..results.read import Spans, covered_spans
 
 
 def _overlap(a: float, b: float, spans: Spans) -> float:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.common import task
@@ -15,9 +15,9 @@ from portal.common import task
 from ..models import (
     Run,
     RunShard,
-    ShardInterval,
     WatchdogView,
 )
+from ..results import read
 from ..results.rollup import live_rollup_due, rollup_due
 from .admission import pool_capacity
 from .lifecycle import ENQUEUE_RETRY, QUEUED_TIMEOUT, _run_error, finalize_stuck, run_finalize
@@ -108,17 +108,15 @@ def _offer_silent_shards(now, watched: timedelta) -> None:
         return
     silent = RunShard.objects.filter(status=RunShard.Status.RUNNING, heartbeat_at__lt=now - timeout)
     for shard in silent.select_related("run"):
-        last = ShardInterval.objects.filter(run_id=shard.run_id, shard_no=shard.shard_no).aggregate(s=Max("second"))
-        resume = last["s"] + 1 if last["s"] is not None else shard.resume_second
+        last = read.shard_seconds_last(shard.run_id, shard.shard_no)
+        resume = last + 1 if last is not None else shard.resume_second
         totals = dict(shard.totals or {})
         if unique := _unique_cases(shard.run.plan_snapshot):
             # Rows a crashed shard took are unknown: the iterations it started since it was claimed
             # bound them (each took at most one row), so no row is used twice; a few may be skipped.
-            started = ShardInterval.objects.filter(
-                run_id=shard.run_id, shard_no=shard.shard_no, second__gte=shard.resume_second
-            ).aggregate(n=Sum("iterations_started"))["n"]
+            started = read.shard_iterations_started(shard.run_id, shard.shard_no, since=shard.resume_second)
             before = totals.get("data_taken") or {}
-            totals["data_taken"] = {case: before.get(case, 0) + (started or 0) for case in unique}
+            totals["data_taken"] = {case: before.get(case, 0) + started for case in unique}
         # Its gap counts from its last heartbeat, when it went silent, not from this verdict.
         released = _shard_release(
             shard,

@@ -12,7 +12,7 @@ from portal.accounts.services import token_create, token_revoke
 from portal.runs import analysis
 from portal.runs.models import Run
 from tests.portal.accounts.conftest import mail_sent_at_commit  # noqa: F401 (a fixture for the invitations API)
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 from tests.portal.sharing.conftest import story  # noqa: F401 (a fixture for the share links API)
 
 PERSONAS = ("owner", "editor", "viewer", "outsider", "anonymous", "read_token", "run_token", "expired", "revoked")
@@ -111,17 +111,13 @@ def finished_run(plan, alice):
     plan.threshold_apd_ms = 100
     plan.threshold_error_rate_pct = 5
     plan.save()
-    run = Run.objects.create(
-        project=plan.project,
+    run = plan_run(
+        plan,
         number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
         analysis_settings=plan.analysis_settings(),
         created_by=alice,
         status=Run.Status.FINISHING,
+        start_at=None,
     )
     for second in range(7):
         add_second(run, second, users=5, labels={"Home": ([50, 60], {}), "Articles": ([300, 310], {"http_500": 1})})

@@ -20,6 +20,7 @@ from portal.history.models import Experiment, ExternalMeasurement, TuningChange
 from portal.history.selectors import configuration_at
 from portal.projects.models import Environment
 from portal.runs.models import Run
+from tests.portal.runs.factories import plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -114,19 +115,8 @@ def _apply(environment, title, edits, *, user=None, at=None, call_hook=True, **f
 
 
 def _run(plan, status=Run.Status.PASSED, **fields) -> Run:
-    number = Run.objects.filter(project=plan.project).count() + 1
-    return Run.objects.create(
-        project=plan.project,
-        number=number,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        config_snapshot=plan.environment.configuration,
-        status=status,
-        **fields,
-    )
+    defaults = {"config_snapshot": plan.environment.configuration, "status": status, "start_at": None}
+    return plan_run(plan, **{**defaults, **fields})
 
 
 def _new_url(environment):

@@ -9,21 +9,11 @@ from django.utils import timezone
 from portal.runs import analysis, selectors
 from portal.runs.models import Run
 from tests.conftest import wait_for_js
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 
 
 def _finished(plan, alice, number, *, slow_ms, seconds=40):
-    run = Run.objects.create(
-        project=plan.project,
-        number=number,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        config_snapshot=plan.environment.configuration,
-        created_by=alice,
-    )
+    run = plan_run(plan, number=number, config_snapshot=plan.environment.configuration, created_by=alice, start_at=None)
     for s in range(seconds):
         jitter = (s * 7 + number) % 5
         add_second(
@@ -150,16 +140,7 @@ def test_a_steps_runs_curves_give_pages_per_s_and_apd_against_users(plan, alice)
     from portal.history import curves
     from tests.portal.runs.test_capacity_degradation import fill_levels, steps_run
 
-    run = Run.objects.create(
-        project=plan.project,
-        number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        created_by=alice,
-    )
+    run = plan_run(plan, number=1, created_by=alice, start_at=None)
     run = steps_run(run, [10, 20, 40], thresholds={"apd_ms": 1000})
     fill_levels(run, [(50, 20.0), (100, 22.0), (150, 60.0)])
     Run.objects.filter(id=run.id).update(status=Run.Status.PASSED, summary=analysis.summarize(run))

@@ -25,6 +25,7 @@ from portal.runs import analysis
 from portal.runs.models import PageInterval, Run
 from portal.runs.results import storage
 from portal.runs.templatetags.plimsoll import ms, pct, rate
+from tests.portal.runs.factories import plan_run
 from tests.portal.runs.test_store import PROFILES, _finish, _record
 from workers.engine.histogram import Histogram
 
@@ -35,17 +36,8 @@ NAMES = {"APD": "apd_ms", "p95": "p95_ms", "pages/s": "pages_per_s", "error rate
 
 
 def _new_run(plan, number, **fields):
-    return Run.objects.create(
-        project=plan.project,
-        number=number,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        config_snapshot=plan.environment.configuration,
-        **fields,
-    )
+    defaults = {"config_snapshot": plan.environment.configuration, "start_at": None}
+    return plan_run(plan, number=number, **{**defaults, **fields})
 
 
 def _made(plan, number, profile, *, seed, slow_from=None, **fields):

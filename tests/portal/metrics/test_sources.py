@@ -8,6 +8,7 @@ from portal.projects.models import Environment, Server
 from portal.runs.models import Run
 from portal.runs.services import RunError, run_create
 from tests.portal.projects.data import environment_data
+from tests.portal.runs.factories import plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -67,16 +68,7 @@ def test_an_endpoint_outside_the_allowlist_refuses_the_run_before_it_starts(plan
 
 
 def test_the_servers_json_is_scoped_to_the_team(plan, alice, alice_client, client, charlie, bob):
-    run = Run.objects.create(
-        project=plan.project,
-        number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name="p",
-        environment_name="e",
-        plan_snapshot=plan.to_engine_dict(),
-        status=Run.Status.PASSED,
-    )
+    run = plan_run(plan, number=1, plan_name="p", environment_name="e", status=Run.Status.PASSED, start_at=None)
     MetricCollection.objects.create(
         run=run,
         interval_s=5,
@@ -115,16 +107,7 @@ def test_an_admitted_run_starts_its_server_collection_through_the_signal(plan, s
     Server.objects.create(
         environment=plan.environment, name="web-01", metrics_url="http://127.0.0.1:9/metrics", counter_set="demo"
     )
-    run = Run.objects.create(
-        project=plan.project,
-        number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name="p",
-        environment_name="e",
-        plan_snapshot=plan.to_engine_dict(),
-        start_at=timezone.now(),
-    )
+    run = plan_run(plan, number=1, plan_name="p", environment_name="e", start_at=timezone.now())
     assert any("metrics" in str(r) for r in run_admitted.receivers)  # connected by the app, not by this test
     lifecycle._metrics_start(run.id)
     collection = MetricCollection.objects.get(run=run)

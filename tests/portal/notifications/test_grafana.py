@@ -76,14 +76,12 @@ def grafana():
 
 @pytest.fixture
 def finished_run(plan):
-    from portal.runs.models import Run
     from portal.schedules.models import RunVerdict
+    from tests.portal.runs.factories import plan_run
 
     start = timezone.now().replace(microsecond=0) - timedelta(minutes=10)
-    run = Run.objects.create(
-        project=plan.project, number=7, plan=plan, environment=plan.environment, plan_name=plan.name,
-        environment_name=plan.environment.name, plan_snapshot=plan.to_engine_dict(), status="failed",
-        summary={"verdict": "failed", "totals": {"apd_ms": 98.0}}, start_at=start,
+    run = plan_run(
+        plan, number=7, status="failed", summary={"verdict": "failed", "totals": {"apd_ms": 98.0}}, start_at=start,
         finished_at=start + timedelta(minutes=5),
     )  # fmt: skip
     RunVerdict.objects.create(

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from portal.notifications import services
 from portal.notifications.models import Channel, Delivery
-from portal.runs.models import Run
 from portal.schedules.models import RunVerdict, ScheduleFire
 from portal.schedules.services import schedules_tick
+from tests.portal.runs.factories import plan_run
 from tests.processes import free_port
 
 from .addresses import confirm_addresses
@@ -110,11 +110,9 @@ def regressed_run(nightly_run):
 
 @pytest.fixture
 def nightly_run(plan):
-    return Run.objects.create(
-        project=plan.project, number=4, plan=plan, environment=plan.environment, plan_name=plan.name,
-        environment_name=plan.environment.name, plan_snapshot=plan.to_engine_dict(), status="passed",
+    return plan_run(
+        plan, number=4, status="passed", start_at=None, finished_at=timezone.now(),
         summary={"verdict": "passed", "totals": {"apd_ms": 98.0, "p95_ms": 300.0, "pages_per_s": 12.0}},
-        finished_at=timezone.now(),
     )  # fmt: skip
 
 

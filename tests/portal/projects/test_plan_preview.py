@@ -211,3 +211,16 @@ def test_plan_page_without_the_engines_function_says_so(alice_client, plan, monk
     # then
     assert "No chart of this profile" in page
     assert "profile-preview.js" not in page
+
+
+@pytest.mark.parametrize("kind", ["ramp", "pacing", "arrival_rate", "steps"])
+def test_the_preview_is_its_typed_payload(alice_client, project, environment, kind):
+    """portal/projects/payloads.py ProfilePreview: every key the preview sends is typed, the required ones there."""
+    import typing
+
+    from portal.projects.payloads import ProfilePreview
+
+    data = _preview(alice_client, project, _kind_data(environment, kind)).json()
+    typed = set(typing.get_type_hints(ProfilePreview))
+    assert ProfilePreview.__required_keys__ <= set(data) <= typed
+    assert {"users", "rate", "max_users"} & set(data)  # a curve to draw: users or rate

@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from portal.runs import services
 from portal.runs.exporter import WINDOW_S
 from portal.runs.models import Run, RunShard
+from tests.portal.runs.factories import plan_run
 from workers.engine.histogram import Histogram
 
 pytestmark = pytest.mark.django_db
@@ -97,16 +98,7 @@ def test_a_scrape_reads_as_much_of_a_long_run_as_of_a_short_one(client, run, pla
         _scrape(client)
     run.status = Run.Status.PASSED
     run.save()
-    long_run = Run.objects.create(
-        project=plan.project,
-        number=2,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        created_by=alice,
-    )
+    long_run = plan_run(plan, number=2, created_by=alice, start_at=None)
     _write(long_run, 300)
 
     with CaptureQueriesContext(connection) as long:

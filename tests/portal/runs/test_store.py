@@ -19,6 +19,7 @@ from django.utils import timezone
 from portal.history.comparison import compute_batches, run_batches
 from portal.runs import analysis, selectors, services
 from portal.runs.models import PageInterval, PageRollup, Run, RunFigures, RunShard, ShardInterval
+from portal.runs.results import shards as shard_store
 from portal.runs.results import sink
 from portal.runs.services import lifecycle
 from portal.stats import analysis as history_analysis
@@ -560,7 +561,7 @@ def test_a_live_first_load_gets_the_same_early_buckets_when_the_edges_are_not_al
     if case == "rows_without_running_totals":
         ShardInterval.objects.filter(run=run, second__lte=10).update(latency_sum_total=None)
     if case == "too_many_lookups":
-        monkeypatch.setattr(analysis, "EARLY_LOOKUPS_MAX", 2)
+        monkeypatch.setattr(shard_store, "EARLY_LOOKUPS_MAX", 2)
 
     with CaptureQueriesContext(connection) as queries:
         _early_equal(alice_client, run, monkeypatch)

@@ -16,7 +16,7 @@ from portal import client as ci_client
 from portal.notifications.services import run_events, run_payload
 from portal.runs import services
 from portal.runs.models import Run, RunShard
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, plan_run
 from tests.portal.sharing.test_share_links import public, share
 
 pytestmark = pytest.mark.django_db
@@ -75,15 +75,7 @@ def test_a_run_no_threshold_judged_is_finished_not_passed_everywhere(alice_clien
 
 def test_the_same_run_with_an_error_rate_threshold_fails_and_one_it_holds_passes(run, plan):
     assert _finalize(_with_thresholds(run, error_rate_pct=1.0)).status == Run.Status.FAILED
-    other = Run.objects.create(
-        project=plan.project,
-        number=2,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-    )
+    other = plan_run(plan, number=2, start_at=None)
     held = _finalize(_with_thresholds(other, error_rate_pct=30.0))
     assert (held.status, held.verdict) == (Run.Status.PASSED, "passed")
 
