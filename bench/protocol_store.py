@@ -7,7 +7,9 @@ reports written as HTTP/1.1 are the comparison (no protocol row at all). Printed
 
 - the writer's time per shard-second (mean, p99), with and without protocol rows;
 - finalize's summary (``analysis.summarize``) of each run, and the protocol part alone
-  (``protocols.summary_of``);
+  (``protocols.summary_of``, which reads the rows a chunk at a time: ``protocols.merge_rows``), beside
+  the same rows merged one by one as it did before (each row's histograms decoded into ``Histogram``
+  objects and merged: ``Cell.add_row``), with the same figures checked;
 - protocol bytes per label-second (table and index), and the roll-up's time.
 
 Runs in the database of DATABASE_URL (migrated first); its bench runs are deleted at the end.
@@ -81,6 +83,16 @@ def _run(plan, seconds: int, streams: int, protocol: str):
     return run, times
 
 
+def _one_by_one(run, windows) -> dict:
+    """The protocol rows of the windows merged row by row, as ``summary_of`` read them before it batched."""
+    from portal.runs.results import protocols
+
+    cells = {}
+    for _second, label, *values in protocols.read(run, protocols.in_windows(windows)):
+        cells.setdefault(label, protocols.Cell()).add_row(*values)
+    return cells
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=int, default=600)
@@ -119,10 +131,24 @@ def main() -> None:
             whole = time.perf_counter() - t
             windows = summary["windows"]
             t = time.perf_counter()
-            protocols.summary_of(run, windows, {}, [0] * len(windows))
+            batched = protocols.summary_of(run, windows, {}, [0] * len(windows))
             part = time.perf_counter() - t
             rows = ProtocolInterval.objects.filter(run=run).count()
             print(f"           summary {whole:.2f} s, of which protocols {part:.2f} s ({rows} protocol rows)")
+            if rows:
+                t = time.perf_counter()
+                cells = _one_by_one(run, windows)
+                before = time.perf_counter() - t
+                same = {p["label"]: p for p in batched["pages"]} == {
+                    label: protocols.label_figures(label, c, hits=None, seconds=windows[0]["seconds"])
+                    for label, c in cells.items()
+                }
+                per_hour = 3600 / args.seconds
+                print(
+                    f"           protocol rows merged one by one (before) {before:.2f} s, batched (now) {part:.2f} s: "
+                    f"{before / part:.1f}x; per hour of run {before * per_hour:.2f} s → {part * per_hour:.2f} s; "
+                    f"same figures: {same}"
+                )
             if rows:
                 with connection.cursor() as c:
                     c.execute("SELECT pg_total_relation_size('runs_protocolinterval')")

@@ -17,16 +17,26 @@ The same nights are judged by both rules, through the code the portal runs:
   run's noise within it; Holm over all rows at 1 %; minimum pages per figure; the 10 % tolerance); the rolling
   baseline is the last 3 runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
 
+Streams (issue 26): each night also has two streaming pages (an SSE "Ask" with 600 streams a run, a
+"Summarise" with 150), whose time to first event is log-normal (σ 0.4) around its median, times the same
+common drift and a drift of its own (±2 %). Their time-to-first-event p95 per page and over all streams
+join the new rule's family as the portal puts them there (``portal.schedules.baselines.protocol_cells``:
+no batch figures; the noise within a run from the p95's order statistic, ``noise.percentile_var``, read
+from the run's p90, p95 and p99), so its false-alarm rate is the whole family's. The old rule never had
+such rows. Their random numbers come from a generator of their own, so the page figures of a seed are
+the same with and without them (``--no-streams``: the page figures alone, as before).
+
 It reports the false-alarm rate (nights with nothing changed called regressed), the detection rate of one
-page made 20 % slower on the first night, and how many nights a lasting regression (the search page 2×
-slower from one night on) goes on being reported before the rolling baseline absorbs it.
+page made 20 % slower on the first night (for a streaming page: its time to first event), and how many
+nights a lasting regression (the search page 2× slower from one night on) goes on being reported before the
+rolling baseline absorbs it.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +59,13 @@ ERROR_RATE = 0.001
 TOLERANCE = 10.0
 LAST_N = 3
 FIGURES = (("apd_ms", True), ("p95_ms", True), ("pages_per_s", False), ("error_rate_pct", True))
+STREAMS = {  # label: (streams per run, median time to first event ms)
+    "Ask": (600, 250.0),
+    "Summarise": (150, 400.0),
+}
+TTFE_SIGMA = 0.4
+# The streams' own random numbers (None: no streams), apart from the pages' so that a seed's pages stay the same.
+stream_rng: np.random.Generator | None = None
 
 
 @dataclass
@@ -56,6 +73,8 @@ class Run:
     figures: dict  # {page or None: {key: value}}
     batches: dict  # {page or None: {key: [10 values]}}
     pages: dict  # {page or None: int}
+    # {streaming page or None (all streams): (TTFE p90, p95, p99 in ms, streams)}; empty without streams
+    streams: dict = field(default_factory=dict)
 
 
 def _figures(durations: np.ndarray, errors: np.ndarray, seconds: float) -> dict:
@@ -82,7 +101,24 @@ def simulate_run(rng: np.random.Generator, slow: dict | None = None) -> Run:
         all_d.append(d), all_e.append(e), all_b.append(b)
     d, e, b = np.concatenate(all_d), np.concatenate(all_e), np.concatenate(all_b)
     figures[None], pages[None], batches[None] = _figures(d, e, SECONDS), len(d), _batch_figures(d, e, b)
-    return Run(figures, batches, pages)
+    return Run(figures, batches, pages, _streams(common, slow) if stream_rng is not None else {})
+
+
+def _ttfe(t: np.ndarray) -> tuple[float, float, float, int]:
+    p90, p95, p99 = np.quantile(t, (0.90, 0.95, 0.99))
+    return float(p90), float(p95), float(p99), len(t)
+
+
+def _streams(common: float, slow: dict | None) -> dict:
+    """The night's time to first event per streaming page and over all streams (the summary's p90, p95, p99)."""
+    out, every = {}, []
+    for label, (n, median) in STREAMS.items():
+        factor = common * (1 + stream_rng.uniform(-PAGE_DRIFT, PAGE_DRIFT)) * (slow or {}).get(label, 1.0)
+        t = median * factor * np.exp(stream_rng.normal(0, TTFE_SIGMA, n))
+        out[label] = _ttfe(t)
+        every.append(t)
+    out[None] = _ttfe(np.concatenate(every))
+    return out
 
 
 def _batch_figures(d, e, b) -> dict:
@@ -135,8 +171,37 @@ def new_rule(baseline: list[Run], run: Run) -> set:
                     pages=run.pages[page],
                 )
             )
+    cells += stream_cells(baseline, run)
     family = noise.judge_cells(cells, tolerance_pct=TOLERANCE)
     return {(c.page, c.key) for c, j in zip(cells, family.rows, strict=True) if j.verdict == "regressed"}
+
+
+def stream_cells(baseline: list[Run], run: Run) -> list:
+    """The time-to-first-event p95 rows, per streaming page and in total, where every run has them (as
+    ``portal.schedules.baselines.protocol_cells`` makes them)."""
+    cells = []
+    for page, after in run.streams.items():
+        before = [r.streams.get(page) for r in baseline]
+        if any(b is None for b in before):
+            continue
+        cells.append(
+            noise.Cell(
+                page=page,
+                key="ttfe_p95_ms",
+                lower_is_better=True,
+                baseline=[b[1] for b in before],
+                value=after[1],
+                baseline_batches=[[] for _ in before],
+                batches=[],
+                baseline_pages=[b[3] for b in before],
+                pages=after[3],
+                figure="Time to first event p95",
+                baseline_v=[noise.percentile_var(*b) for b in before],
+                v=noise.percentile_var(*after),
+                samples="streams",
+            )
+        )
+    return cells
 
 
 RULES = {"old": (old_rule, False), "new": (new_rule, True)}
@@ -199,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=300, help="first nights with one page slower (default 300)")
     parser.add_argument("--lasting", type=int, default=50, help="lasting regressions of 10 nights (default 50)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-streams", action="store_true", help="the five pages alone, without streaming pages")
     args = parser.parse_args(argv)
     rng = np.random.default_rng(args.seed)
+    global stream_rng
+    stream_rng = None if args.no_streams else np.random.default_rng([args.seed, 26])
+    if stream_rng is not None:
+        print(f"Streaming pages (time to first event p95 in the new rule's family): {', '.join(STREAMS)}")
 
     fa = false_alarms(rng, args.nights)
     print(f"False alarms over {args.nights} nights with nothing changed (goal ≤ 2 %):")
@@ -215,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"A lasting regression (Search 2× slower for 10 nights, {args.lasting} trials): nights reported in a row")
     for name, (mean, lo, hi, always, nights) in la.items():
         print(f"  {name}: mean {mean:.1f} (min {lo}, max {hi}); reported all {nights} nights in {always * 100:.0f} %")
+    if stream_rng is not None:  # after the pages' figures, so that a seed gives them as without streams
+        print(f"Detection of a streaming page's time to first event 20 % slower ({args.trials} trials each)")
+        print("  page (streams per run): old (no such row) / new")
+        for page, (n, _) in STREAMS.items():
+            d = detection(rng, args.trials, page)
+            print(f"  {page} ({n}): — / {d['new'] * 100:.1f} %")
     return 0
 
 

@@ -316,7 +316,7 @@ def summary_markdown(run: dict) -> str:
             lines.append("")
         if verdict.get("method"):
             lines += [f"<sub>{verdict['method']}</sub>", ""]
-    failed = [t for t in run.get("thresholds") or [] if not t["passed"]]
+    failed = [t for t in run.get("thresholds") or [] if t["passed"] is False]
     for t in failed:
         actual = "nothing measured" if t["actual"] is None else f"{t['actual']:g} {t['unit']}"
         lines.append(f"- ❌ {t['window']}: {t['name']} {actual} (limit {t['op']} {t['limit']:g} {t['unit']})")
@@ -330,7 +330,7 @@ def report(run: dict, args, token: str) -> None:
     if stopped := run.get("stopped_by"):
         _say(f"  STOPPED by its criteria: {stopped['text']} broke: {stopped['sentence']}")
     for t in run.get("thresholds") or []:
-        mark = "ok  " if t["passed"] else "FAIL"
+        mark = "ok  " if t["passed"] else "n/a " if t["passed"] is None else "FAIL"
         actual = "nothing measured" if t["actual"] is None else f"{t['actual']:g} {t['unit']}"
         _say(f"  {mark} {t['window']}: {t['name']} {actual} (limit {t['op']} {t['limit']:g} {t['unit']})")
     if run.get("error_message"):

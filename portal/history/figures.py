@@ -197,6 +197,7 @@ def run_capacity(run: Run) -> analysis.CapacityResult | None:
                 p95_ms=math.inf if t.get("p95_ms") is None else t["p95_ms"],
                 pages_per_s=t.get("pages_per_s") or 0.0,
                 error_rate_pct=t.get("error_rate_pct") or 0.0,
+                **{key: t.get(key) for key in ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")},
             )
         )
     limits = snapshot.get("thresholds") or {}
@@ -205,6 +206,10 @@ def run_capacity(run: Run) -> analysis.CapacityResult | None:
         max_p95_ms=limits.get("p95_ms"),
         max_error_rate_pct=limits.get("error_rate_pct"),
         min_pages_per_s=limits.get("min_pages_per_s"),
+        max_ttfe_p95_ms=limits.get("ttfe_p95_ms"),
+        max_gap_p95_ms=limits.get("gap_p95_ms"),
+        max_rtt_p95_ms=limits.get("rtt_p95_ms"),
+        min_h2_share_pct=limits.get("min_h2_share_pct"),
     )
     try:
         return analysis.capacity(levels, thresholds)

@@ -32,6 +32,8 @@ REQUEST_TIMEOUT_S = 10.0
 """Each request, at most (the plan's timeout does not apply: a try has no plan)."""
 BODY_SHOWN = 4096
 """Bytes of each request and response body kept for the page."""
+MESSAGES_SHOWN = 200
+"""WebSocket messages kept per session (a chat that streams thousands is cut, and says so)."""
 
 
 @dataclass
@@ -50,6 +52,9 @@ class Exchange:
     response_bytes: int = 0
     elapsed_ms: float | None = None
     error: str = ""
+    # A WebSocket session's messages, in order: {"direction": "sent" | "received", "text": …, "at_ms": since
+    # the session opened}; a session's exchange has method "WS" and status 101 once its handshake succeeded.
+    messages: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -99,6 +104,30 @@ class _Recorder:
         exchange.response_bytes = len(response.body)
         exchange.elapsed_ms = round(response.total_s * 1000, 1)
         return response
+
+    def websocket_observer(self, event: str, *args) -> None:
+        """A WebSocket session step as it goes (workers/engine/runner.py ``_ws_step``): an exchange per session,
+        with each message sent and received."""
+        if event == "connect":
+            url, headers = args
+            exchange = Exchange("WS", url, dict(headers), "")
+            self.exchanges.append(exchange)
+            object.__setattr__(self, "_ws", exchange)
+            object.__setattr__(self, "_ws_started", time.perf_counter())
+            return
+        exchange = self._ws
+        since = round((time.perf_counter() - self._ws_started) * 1000, 1)
+        if event == "open":
+            exchange.status, exchange.reason = 101, "Switching Protocols"
+            object.__setattr__(self, "_ws_started", time.perf_counter())
+            exchange.elapsed_ms = since
+        elif event in ("sent", "received"):
+            if len(exchange.messages) < MESSAGES_SHOWN:
+                exchange.messages.append({"direction": event, "text": _text(args[0].encode()), "at_ms": since})
+            elif len(exchange.messages) == MESSAGES_SHOWN:
+                exchange.messages.append({"direction": "", "text": f"… (only the first {MESSAGES_SHOWN} shown)"})
+        elif event == "error":
+            exchange.error = args[0]
 
     async def close(self) -> None:
         await self.inner.close()

@@ -449,9 +449,9 @@ def summarize_with_series(run: Run, *, sampler=None) -> tuple[dict, dict]:
         totals.update({k: v for k, v in proto["totals"].items() if k in protocols.TOTAL_KEYS})
     for w, acc, w_shards, w_proto in zip(windows, per_window, window_shards, window_protocols, strict=True):
         w["totals"] = _figures(acc, w["seconds"], w_shards) | w_proto
-        w["thresholds"] = judge(limits, w["totals"])
+        w["thresholds"] = judge(limits, w["totals"], imported=run.is_imported)
         w["verdict"] = _verdict(w["thresholds"])
-    thresholds = judge(limits, totals) if len(windows) == 1 else []
+    thresholds = judge(limits, totals, imported=run.is_imported) if len(windows) == 1 else []
     verdict = _verdict(thresholds) if len(windows) == 1 else _combined([w["verdict"] for w in windows])
     pages = [
         {
@@ -558,10 +558,19 @@ THRESHOLDS = (
 )
 
 
-def judge(limits: dict, totals: dict) -> list[dict]:
+# The thresholds on figures only the engine measures (streams, WebSocket sessions, protocols): a result
+# file of another tool (an imported run, docs/imports.md) cannot carry them.
+ENGINE_ONLY_THRESHOLDS = frozenset(("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "min_h2_share_pct"))
+NOT_CARRIED = "not judged: the imported file has no such figure"
+
+
+def judge(limits: dict, totals: dict, *, imported: bool = False) -> list[dict]:
     """Each threshold set on the plan, with the measured value and whether it held.
 
-    Pages/s is a floor ("at least"), the others are ceilings ("at most").
+    Pages/s is a floor ("at least"), the others are ceilings ("at most"). ``passed`` is None, with a
+    ``not_judged`` reason, for a threshold on a figure an imported run's file cannot carry (time to
+    first event, gaps, WebSocket round trips, HTTP/2 share) when the run has no such figure: the file
+    says nothing about it, which is neither held nor failed. A native run without the figure still fails.
     """
     results = []
     for key, name, total_key, unit, op in THRESHOLDS:
@@ -569,6 +578,19 @@ def judge(limits: dict, totals: dict) -> list[dict]:
         if limit is None:
             continue
         actual = totals.get(total_key)
+        if actual is None and imported and key in ENGINE_ONLY_THRESHOLDS:
+            results.append(
+                {
+                    "name": name,
+                    "limit": limit,
+                    "actual": None,
+                    "unit": unit,
+                    "op": op,
+                    "passed": None,
+                    "not_judged": NOT_CARRIED,
+                }
+            )
+            continue
         if actual is None:  # No successful page means no latency: a latency threshold cannot hold on nothing.
             passed = key == "error_rate_pct"
         elif op == "≤":
@@ -580,9 +602,12 @@ def judge(limits: dict, totals: dict) -> list[dict]:
 
 
 def _verdict(thresholds: list[dict]) -> str | None:
-    if not thresholds:
+    """Passed when every judged threshold held; None when none was judged (a threshold not judged counts for
+    neither)."""
+    judged = [t for t in thresholds if t["passed"] is not None]
+    if not judged:
         return None
-    return "passed" if all(t["passed"] for t in thresholds) else "failed"
+    return "passed" if all(t["passed"] for t in judged) else "failed"
 
 
 def _combined(verdicts: list[str | None]) -> str | None:

@@ -16,7 +16,16 @@ CAPACITY_THRESHOLDS = {
     "p95_ms": ("max_p95_ms", "p95"),
     "error_rate_pct": ("max_error_rate_pct", "Error rate"),
     "min_pages_per_s": ("min_pages_per_s", "Pages/s"),
+    # Streams, WebSocket sessions and protocols (issue 26): a level breaks on them too, where the plan sets them.
+    "ttfe_p95_ms": ("max_ttfe_p95_ms", "Time to first event p95"),
+    "gap_p95_ms": ("max_gap_p95_ms", "Gap between events p95"),
+    "rtt_p95_ms": ("max_rtt_p95_ms", "WebSocket round trip p95"),
+    "min_h2_share_pct": ("min_h2_share_pct", "HTTP/2 share"),
 }
+# The level's figure each threshold reads, where it is not the threshold's own key.
+_FIGURE = {"min_pages_per_s": "pages_per_s", "min_h2_share_pct": "h2_share_pct"}
+# The window totals of those figures (present only when the run has them: portal.runs.results.protocols).
+PROTOCOL_FIGURES = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")
 _THRESHOLD_NAME = {attr: name for attr, name in CAPACITY_THRESHOLDS.values()}
 _THRESHOLD_KEY = {attr: key for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
 
@@ -31,9 +40,9 @@ def _fmt_rate(value: float) -> str:
 
 
 def _fmt_limit(key: str, value: float) -> str:
-    if key in ("apd_ms", "p95_ms"):
+    if key.endswith("_ms"):
         return _fmt_ms(value)
-    if key == "error_rate_pct":
+    if key.endswith("_pct"):
         return formatting.percent(value)
     return f"{_fmt_rate(value)} pages/s"
 
@@ -44,10 +53,15 @@ def _breaks(level: dict, limits: dict) -> str:
     for attr in level["broken_fields"]:
         key = _THRESHOLD_KEY[attr]
         limit = _fmt_limit(key, limits[key])
-        actual = level.get(key if key != "min_pages_per_s" else "pages_per_s")
-        measured = "no successful page" if actual is None else _fmt_limit(key, actual)
+        actual = level.get(_FIGURE.get(key, key))
+        if actual is None:
+            measured = "no successful page" if key in ("apd_ms", "p95_ms") else "none measured"
+        else:
+            measured = _fmt_limit(key, actual)
         if key == "min_pages_per_s":
             parts.append(f"pages/s fall below {limit} ({measured})")
+        elif key == "min_h2_share_pct":
+            parts.append(f"the HTTP/2 share falls below {limit} ({measured})")
         elif key == "error_rate_pct":
             parts.append(f"the error rate breaks {limit} ({measured})")
         else:
@@ -81,6 +95,8 @@ def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
                 "p95_ms": t["p95_ms"],
                 "pages_per_s": t["pages_per_s"],
                 "error_rate_pct": t["error_rate_pct"],
+                # a level's stream, WebSocket and protocol figures, when the run has them
+                **{key: t[key] for key in PROTOCOL_FIGURES if key in t},
             }
         )
     users = [r["users"] for r in rows]
@@ -102,6 +118,7 @@ def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
             p95_ms=math.inf if r["p95_ms"] is None else r["p95_ms"],
             pages_per_s=r["pages_per_s"],
             error_rate_pct=r["error_rate_pct"],
+            **{key: r.get(key) for key in PROTOCOL_FIGURES},
         )
         for r in rows
     ]

@@ -84,7 +84,7 @@ def run_headline(run: Run) -> str:
     if run.verdict == "passed":
         sentence += ": every threshold held."
     elif run.verdict == "failed":
-        failed = [t["name"] for t in s.thresholds if not t.get("passed")]
+        failed = [t["name"] for t in s.thresholds if t.get("passed") is False]
         sentence += f": thresholds failed ({', '.join(failed)})." if failed else ": thresholds failed."
     elif run.status == Run.Status.FINISHED:
         sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."

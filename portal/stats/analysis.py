@@ -424,16 +424,38 @@ class Level:
     p95_ms: float
     pages_per_s: float
     error_rate_pct: float
+    # Streams and WebSocket sessions (issue 26): None when the level has no such figure.
+    ttfe_p95_ms: float | None = None
+    gap_p95_ms: float | None = None
+    rtt_p95_ms: float | None = None
+    h2_share_pct: float | None = None
+
+
+# (threshold, the level's figure, "≤" a ceiling or "≥" a floor) for the stream, WebSocket and protocol figures.
+PROTOCOL_LIMITS = (
+    ("max_ttfe_p95_ms", "ttfe_p95_ms", "≤"),
+    ("max_gap_p95_ms", "gap_p95_ms", "≤"),
+    ("max_rtt_p95_ms", "rtt_p95_ms", "≤"),
+    ("min_h2_share_pct", "h2_share_pct", "≥"),
+)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Pass conditions for a level; None means "not set" and is not checked."""
+    """Pass conditions for a level; None means "not set" and is not checked.
+
+    A stream, WebSocket or protocol threshold breaks on a level that has no such figure (a level
+    without a stream has no time to first event: a limit cannot hold on nothing, as a run's judgement).
+    """
 
     max_apd_ms: float | None = None
     max_p95_ms: float | None = None
     max_error_rate_pct: float | None = None
     min_pages_per_s: float | None = None
+    max_ttfe_p95_ms: float | None = None
+    max_gap_p95_ms: float | None = None
+    max_rtt_p95_ms: float | None = None
+    min_h2_share_pct: float | None = None
 
     def broken(self, level: Level) -> list[str]:
         """Names of the thresholds this level breaks (empty when it holds)."""
@@ -446,6 +468,12 @@ class Thresholds:
             out.append("max_error_rate_pct")
         if self.min_pages_per_s is not None and level.pages_per_s < self.min_pages_per_s:
             out.append("min_pages_per_s")
+        for name, figure, op in PROTOCOL_LIMITS:
+            limit, actual = getattr(self, name), getattr(level, figure)
+            if limit is None:
+                continue
+            if actual is None or (actual > limit if op == "≤" else actual < limit):
+                out.append(name)
         return out
 
 

@@ -1315,6 +1315,12 @@ class _Run:
             message = errors.short(f"{where} -> this HTTP client cannot open WebSocket sessions")
             self._record_error(step, errors.CONNECTION_ERROR, message, 0, 0, 0)
             return False
+        # A client that keeps what a session exchanged (Try it: portal/projects/tryit.py) has an observer,
+        # called with ("connect", url, headers), ("open",), ("sent", text), ("received", text), ("error", message)
+        # and ("closed",); a run's client has none, and pays one attribute look-up per session.
+        observe = getattr(client, "websocket_observer", None)
+        if observe is not None:
+            observe("connect", url, headers)
         start = time.perf_counter()
         try:
             session, connect_s = await open_websocket(client, url, headers, step.timeout, ws.max_message_bytes)
@@ -1325,9 +1331,14 @@ class _Run:
             kind, detail = errors.classify(exc)
             if kind == errors.TIMEOUT:
                 detail = f"no WebSocket handshake within {step.timeout:g} s"
-            self._record_error(step, kind, errors.request_message("WS", step.path, detail), 1, 0, 0)
+            message = errors.request_message("WS", step.path, detail)
+            if observe is not None:
+                observe("error", message)
+            self._record_error(step, kind, message, 1, 0, 0)
             return False
         handshake_s = time.perf_counter() - start
+        if observe is not None:
+            observe("open")
         rtts: list[float] = []
         failure: tuple[str, str] | None = None
         loop = self.loop
@@ -1339,6 +1350,8 @@ class _Run:
                     text = a.text if compiled.template is None else compiled.template.render(values)
                     last_send = time.perf_counter()
                     await session.send(text)
+                    if observe is not None:
+                        observe("sent", text)
                 elif a.kind == "wait":
                     await asyncio.sleep(a.seconds)
                 else:
@@ -1355,6 +1368,8 @@ class _Run:
                                 f"no message matching {compiled.describe()} within {limit:g} s"
                             ) from None
                         text = message if isinstance(message, str) else message.decode("utf-8", "replace")
+                        if observe is not None:
+                            observe("received", text)
                         if compiled.matches(text):
                             break
                     if last_send is not None:
@@ -1382,6 +1397,8 @@ class _Run:
             failure = kind, errors.request_message("WS", step.path, detail)
         finally:
             session.abort()  # whatever is left of the connection (a no-op after a clean close)
+        if observe is not None:
+            observe("error", failure[1]) if failure is not None else observe("closed")
         li = self._label(step.label)
         if li.rtt_hist is None:
             li.rtt_hist = Histogram()

@@ -221,7 +221,8 @@ class RunDetailSerializer(RunSerializer):
         read_only=True, allow_null=True, help_text="Totals, windows, thresholds, pages, errors (null while running)"
     )
     thresholds = serializers.SerializerMethodField(
-        help_text="Each threshold of each measured window, and whether it held"
+        help_text="Each threshold of each measured window, and whether it held (passed: true or false; null with "
+        "not_judged saying why when an imported run's file has no such figure)"
     )
 
     load = RunLoadSerializer(read_only=True, allow_null=True, help_text="Planned against achieved load, per shard")

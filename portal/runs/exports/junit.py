@@ -48,7 +48,7 @@ def junit_xml(run: Run) -> str:
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for window in RunSummary.of(run).windows:
         suite = ET.SubElement(root, "testsuite", name=f"{run.plan_name}: {window['label']}")
-        counts = {"tests": 0, "failures": 0, "errors": 0}
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         for t in window.get("thresholds") or []:
             case = ET.SubElement(
                 suite,
@@ -58,7 +58,10 @@ def junit_xml(run: Run) -> str:
                 time=str(window.get("seconds", 0)),
             )
             counts["tests"] += 1
-            if not t["passed"]:
+            if t["passed"] is None:  # an imported run's file has no such figure (analysis.judge)
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=f"{t['name']}: {t.get('not_judged') or 'not judged'}")
+            elif not t["passed"]:
                 counts["failures"] += 1
                 measured = "nothing measured" if t["actual"] is None else f"{_number(t['actual'])} {t['unit']}"
                 failure = ET.SubElement(
@@ -67,9 +70,11 @@ def junit_xml(run: Run) -> str:
                 failure.text = f"measured={_number(t['actual'])} limit={_number(t['limit'])} unit={t['unit']}"
         if window.get("note"):
             ET.SubElement(suite, "system-out").text = window["note"]
+        if not counts["skipped"]:
+            del counts["skipped"]
         suite.attrib.update({k: str(v) for k, v in counts.items()})
-        for k in totals:
-            totals[k] += counts[k]
+        for k, n in counts.items():
+            totals[k] = totals.get(k, 0) + n
     _baseline_suite(root, run, totals)
     _stop_criteria_suite(root, run, totals)
     outcome = None

@@ -12,12 +12,15 @@ Percentiles come from merged histograms, as everywhere else.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+
+import numpy as np
 from django.db.models import Q
 
 from workers.engine.histogram import Histogram
 
 from ..models import PageRollup, ProtocolInterval
-from . import storage
+from . import columns, storage
 
 H1 = "http/1.1"
 ROLLUP_S = PageRollup.ROLLUP_S
@@ -137,6 +140,78 @@ class Cell:
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+HIST_NAMES = ("ttfe", "gap", "events", "rtt")
+
+
+def merge_rows(rows: Iterable[tuple], key_of: Callable[[tuple], Hashable | None]) -> dict:
+    """The rows (tuples ending with ROW_FIELDS[2:]: hits … ws_received) merged into a Cell per ``key_of(row)``
+    (None: the row is left out), a chunk of rows at a time.
+
+    Why: decoding and merging each row's histograms into Python ``Histogram`` objects one by one cost about
+    4.5 s per hour of a 20-label run at finalize. Here each chunk's histograms of one kind are decoded at once
+    by numpy and summed per key with one ``bincount`` (``columns.decode``, ``columns.Groups``, as the page rows
+    are read); the Python work per row is its counters and its (small) protocol counts. A key's histograms stay
+    dense (open) from chunk to chunk while few keys are open, and are closed into its cell once more than
+    ``columns.MAX_OPEN_GROUPS`` of a kind are, so memory is bounded whatever the run's length.
+    """
+    cells: dict = {}
+    groups = {name: columns.Groups() for name in HIST_NAMES}
+    chunk: list[tuple] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == columns.ROWS_PER_CHUNK:
+            _merge_chunk(chunk, key_of, cells, groups)
+            chunk = []
+    if chunk:
+        _merge_chunk(chunk, key_of, cells, groups)
+    for name, g in groups.items():
+        _close(g, cells, name)
+    return cells
+
+
+def _close(groups: columns.Groups, cells: dict, name: str) -> None:
+    for key in list(groups.open):
+        getattr(cells[key], name).merge(groups.close(key))
+
+
+def _merge_chunk(chunk: list[tuple], key_of, cells: dict, groups: dict[str, columns.Groups]) -> None:
+    local: dict = {}  # key → its position among this chunk's keys
+    at = np.full(len(chunk), -1, np.int64)
+    blobs: tuple[list, ...] = ([], [], [], [])
+    for i, row in enumerate(chunk):
+        hits, protocols, ttfe, gap, events, rtt, sent, received = row[-8:]
+        key = key_of(row)
+        if key is None:
+            ttfe = gap = events = rtt = None
+        else:
+            k = local.get(key)
+            if k is None:
+                k = local[key] = len(local)
+                if key not in cells:
+                    cells[key] = Cell()
+            at[i] = k
+            cell = cells[key]
+            cell.hits += hits
+            if protocols:
+                counts = cell.protocols
+                for name, n in protocols.items():
+                    counts[name] = counts.get(name, 0) + n
+            cell.ws_sent += sent
+            cell.ws_received += received
+        blobs[0].append(ttfe)
+        blobs[1].append(gap)
+        blobs[2].append(events)
+        blobs[3].append(rtt)
+    keys = list(local)
+    for name, column in zip(HIST_NAMES, blobs, strict=True):
+        if all(b is None for b in column):
+            continue
+        g = groups[name]
+        g.add(keys, at, columns.decode(column))
+        if len(g.open) > columns.MAX_OPEN_GROUPS:
+            _close(g, cells, name)
+
+
 def read(run, where: Q | None = None, labels: set[str] | None = None, *, with_span: bool = False):
     """The run's protocol rows (per second, or per roll-up span) as value tuples in ROW_FIELDS order
     (``with_span``: ``span_s`` after the label)."""
@@ -245,15 +320,16 @@ def summary_of(run, windows: list[dict], label_hits: dict[str, int], window_hits
     page rows), so the HTTP/1.1 hits of seconds without a protocol row are counted.
     Returns ``{"pages": [...per label...], "totals": {...}, "window_totals": [{...} per window]}``.
     """
-    cells: dict[tuple[str, int], Cell] = {}
-    for second, label, span_s, *values in read(run, in_windows(windows), with_span=True):
+
+    def window_of(row: tuple) -> tuple[str, int] | None:
+        second, label, span_s = row[:3]
         # the first window the row overlaps (a per-second row is in one; a rolled-up minute may start before it)
         w = next((i for i, win in enumerate(windows) if win["start"] - ROLLUP_S < second < win["end"]), None)
-        if w is not None and span_s == 1 and second < windows[w]["start"]:
-            w = None
-        if w is None:
-            continue
-        cells.setdefault((label, w), Cell()).add_row(*values)
+        if w is None or (span_s == 1 and second < windows[w]["start"]):
+            return None
+        return label, w
+
+    cells: dict[tuple[str, int], Cell] = merge_rows(read(run, in_windows(windows), with_span=True), window_of)
     if not cells:
         return None
     per_label: dict[str, Cell] = {}
@@ -298,10 +374,8 @@ def spans_figures(
     """Per-label protocol figures of the seconds of ``spans`` ([(from, to), …]); a rolled-up row counts in the
     span its first second is in. ``label_hits``: each label's hits in those seconds (for the HTTP/1.1 hits of
     seconds without a protocol row), {} to count the recorded protocols only."""
-    per_label: dict[str, Cell] = {}
     where = in_windows([{"start": a, "end": b} for a, b in spans])
-    for _second, label, *values in read(run, where, labels):
-        per_label.setdefault(label, Cell()).add_row(*values)
+    per_label: dict[str, Cell] = merge_rows(read(run, where, labels), lambda row: row[1])
     seconds = max(sum(b - a for a, b in spans), 1)
     return [
         label_figures(label, cell, hits=label_hits.get(label), seconds=seconds)
@@ -354,9 +428,7 @@ def series(run, *, since: int | None = None, bucket: int | None = None) -> dict:
         if ProtocolInterval.objects.filter(run=run, span_s__gt=1).exists():  # rolled up: minutes at best
             bucket = max(bucket, PageRollup.ROLLUP_S)
     where = Q(second__gte=since // bucket * bucket) if since is not None else None
-    cells: dict[int, Cell] = {}
-    for second, _label, *values in read(run, where):
-        cells.setdefault(second // bucket * bucket, Cell()).add_row(*values)
+    cells: dict[int, Cell] = merge_rows(read(run, where), lambda row: row[0] // bucket * bucket)
     t = sorted(cells)
     out = {"bucket": bucket, "t": t, "ttfe_p95": [], "gap_p95": [], "rtt_p95": [], "ws_msgs_per_s": [], "h2_pct": []}
     for start in t:
@@ -379,11 +451,15 @@ def rollup(run_id: int, lo: int, hi: int) -> int:
     (shard 0), replacing them; returns the rows read. Rows already rolled up are merged again unchanged."""
     span = PageRollup.ROLLUP_S
     rows = ProtocolInterval.objects.filter(run_id=run_id, second__gte=lo, second__lt=hi)
-    cells: dict[tuple[int, str], Cell] = {}
     read_rows = 0
-    for second, label, *values in rows.order_by("second", "shard_no", "label").values_list(*ROW_FIELDS):
-        cells.setdefault((second // span * span, label), Cell()).add_row(*values)
+
+    def minute_of(row: tuple) -> tuple[int, str]:
+        nonlocal read_rows
         read_rows += 1
+        return row[0] // span * span, row[1]
+
+    ordered = rows.order_by("second", "shard_no", "label").values_list(*ROW_FIELDS).iterator(chunk_size=2000)
+    cells: dict[tuple[int, str], Cell] = merge_rows(ordered, minute_of)
     if not read_rows:
         return 0
     rows.delete()
@@ -504,9 +580,7 @@ class LiveGauges:
         )
 
     def add(self, run, run_labels: list[str], lo: int, hi: int, seconds: int) -> None:
-        cells: dict[str, Cell] = {}
-        for _second, label, *values in read(run, Q(second__gte=lo, second__lte=hi)):
-            cells.setdefault(label, Cell()).add_row(*values)
+        cells: dict[str, Cell] = merge_rows(read(run, Q(second__gte=lo, second__lte=hi)), lambda row: row[1])
         for label, c in sorted(cells.items()):
             key = [*run_labels, label]
             if c.ttfe.count:

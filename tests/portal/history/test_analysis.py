@@ -305,6 +305,21 @@ def test_capacity_checks_every_threshold():
     assert Thresholds().broken(level) == []
 
 
+def test_capacity_breaks_on_the_stream_websocket_and_protocol_thresholds_and_on_their_absence():
+    level = Level(users=100, apd_ms=300, p95_ms=900, pages_per_s=4, error_rate_pct=0, ttfe_p95_ms=850, rtt_p95_ms=40)
+    t = Thresholds(max_ttfe_p95_ms=800, max_rtt_p95_ms=50, max_gap_p95_ms=100, min_h2_share_pct=90)
+    # TTFE over its limit; no gap and no h2 share measured: a limit cannot hold on nothing; the round trip holds
+    assert t.broken(level) == ["max_ttfe_p95_ms", "max_gap_p95_ms", "min_h2_share_pct"]
+    assert Thresholds(max_ttfe_p95_ms=900, max_rtt_p95_ms=40).broken(level) == []
+    levels = [
+        Level(users=u, apd_ms=100, p95_ms=200, pages_per_s=u, error_rate_pct=0, ttfe_p95_ms=ttfe)
+        for u, ttfe in ((10, 90), (20, 150), (40, 300))
+    ]
+    result = capacity(levels, Thresholds(max_apd_ms=1000, max_ttfe_p95_ms=200))
+    assert (result.capacity_users, result.first_failure_users) == (20, 40)
+    assert result.broken == {40: ["max_ttfe_p95_ms"]}
+
+
 def test_knee_where_throughput_stops_growing():
     # ×2 users: pages ×2, ×1.9, then ×1.2 (gain 0.2 / 1.0 = 0.2 < 0.5): knee at 400.
     levels = [_lv(100, 500, 10), _lv(200, 500, 20), _lv(400, 550, 38), _lv(800, 1200, 45.6)]

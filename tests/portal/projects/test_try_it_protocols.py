@@ -2,6 +2,7 @@
 target's protocols face over TLS: the environment's protocol and CA bundle apply, as in a run."""
 
 import pytest
+from django.urls import reverse
 
 from portal.projects import tryit
 from portal.projects.models import Environment, Step, TestCase
@@ -26,7 +27,12 @@ def assistant(project):
         name="Chat",
         kind=Step.Kind.WEBSOCKET,
         path="/ws",
-        ws_actions=[{"send": "hello"}, {"expect": {"contains": "hello"}}],
+        ws_actions=[
+            {"send": "hello"},
+            {"expect": {"contains": "hello"}},
+            {"send": '{"ask": "<b>tea</b>"}'},
+            {"expect": {"contains": "tea"}},
+        ],
     )
     Step.objects.create(
         test_case=tc, position=1, name="Ask", kind=Step.Kind.STREAM, path="/sse", stream_last_event_contains="[DONE]"
@@ -41,10 +47,22 @@ def test_a_session_and_a_stream_are_tried_over_tls_with_the_environments_ca(proj
     result = tryit.test_case_try(test_case=assistant, environment=env)
 
     assert result.errors == {} and result.completed, result.errors
-    assert [(e.method, e.url, e.status) for e in result.exchanges] == [("GET", f"{streams.https_url}/sse", 200)]
-    assert "[DONE]" in result.exchanges[0].response_body
+    assert [(e.method, e.url, e.status) for e in result.exchanges] == [
+        ("WS", f"{streams.https_url}/ws", 101),
+        ("GET", f"{streams.https_url}/sse", 200),
+    ]
+    # the session's exchange lists each message sent and received, in order
+    session = result.exchanges[0]
+    assert [(m["direction"], m["text"]) for m in session.messages] == [
+        ("sent", "hello"),
+        ("received", "hello"),
+        ("sent", '{"ask": "<b>tea</b>"}'),
+        ("received", '{"ask": "<b>tea</b>"}'),
+    ]
+    assert all(m["at_ms"] >= 0 for m in session.messages) and session.error == ""
+    assert "[DONE]" in result.exchanges[1].response_body
     served = streams.app.counters.snapshot()
-    assert (served["ws_sessions"], served["ws_messages_in"], served["sse_done"]) == (1, 1, 1)
+    assert (served["ws_sessions"], served["ws_messages_in"], served["sse_done"]) == (1, 2, 1)
     assert served["by_protocol"].get("2") == 1  # the stream over HTTP/2 (ALPN), as a run would
 
 
@@ -54,3 +72,20 @@ def test_without_the_ca_bundle_the_certificate_is_refused(project, assistant, st
     result = tryit.test_case_try(test_case=assistant, environment=env)
 
     assert "TLS handshake failed" in result.errors["Assistant: Chat"]
+    # the session's exchange says so, with no message
+    session = result.exchanges[0]
+    assert (session.method, session.status, session.messages) == ("WS", None, [])
+    assert "TLS handshake failed" in session.error
+
+
+def test_the_page_shows_each_message_of_a_session(alice_client, project, assistant, streams):
+    env = Environment.objects.create(project=project, name="TLS", base_url=streams.https_url, ca_bundle=streams.ca_pem)
+
+    html = alice_client.post(
+        reverse("projects:testcase-try", args=[assistant.code]), {"environment": str(env.code)}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+
+    assert 'data-outcome="passed"' in html
+    assert "handshake · 4 messages" in html
+    assert html.count('<li data-direction="sent">') == 2 and html.count('<li data-direction="received">') == 2
+    assert "<code>{&quot;ask&quot;: &quot;&lt;b&gt;tea&lt;/b&gt;&quot;}</code>" in html  # escaped, as sent

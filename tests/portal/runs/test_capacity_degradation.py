@@ -300,6 +300,47 @@ def test_a_capacity_search_whose_upper_levels_break_ends_done_with_its_capacity(
     ]
 
 
+def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets_it(run):
+    from portal.runs.models import ProtocolInterval
+    from workers.engine.histogram import Histogram
+
+    # given: pages that hold their APD limit at every level, and streams whose first events slow with the load
+    thresholds = {"apd_ms": 10_000, "ttfe_p95_ms": 200, "rtt_p95_ms": 50}
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds=thresholds)
+    rows = []
+    for (start, end, _), ttfe_ms, rtt_ms in zip(
+        run.measurement_windows, (60, 150, 250, 900), (5, 8, 9, 70), strict=True
+    ):
+        for second in range(int(start), int(end)):
+            ttfe, events, rtt = Histogram(), Histogram(), Histogram()
+            ttfe.record_many([ttfe_ms * 1000] * 4)
+            events.record_many([6] * 4)
+            rtt.record_many([rtt_ms * 1000] * 3)
+            rows.append(
+                ProtocolInterval(
+                    run=run, shard_no=0, second=second, label="A", hits=4, protocols={"h2": 4},
+                    ttfe_bin=ttfe.to_bytes(), events_bin=events.to_bytes(), rtt_bin=rtt.to_bytes(), ws_sent=3,
+                    ws_received=3,
+                )
+            )  # fmt: skip
+    ProtocolInterval.objects.bulk_create(rows)
+
+    services.run_finalize(run.id)
+
+    # then: the capacity is the last level whose first events held, and the answer says why the next broke
+    run.refresh_from_db()
+    cap = run.summary["capacity"]
+    assert (run.status, cap["capacity_users"], cap["first_failure_users"]) == (Run.Status.DONE, 20, 40)
+    assert cap["next_level_broke"] == "Time to first event p95 breaks 200 ms (250 ms)"
+    assert cap["broken"] == {
+        "40": ["Time to first event p95"],
+        "60": ["Time to first event p95", "WebSocket round trip p95"],
+    }
+    assert [lv["ttfe_p95_ms"] for lv in cap["levels"]] == [60.0, 150.0, 250.0, 900.0]
+    # each level's own verdict agrees with the search
+    assert [w["verdict"] for w in run.summary["windows"]] == ["passed", "passed", "failed", "failed"]
+
+
 def test_a_capacity_search_whose_first_level_breaks_fails(run):
     run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 50})
 

@@ -273,6 +273,36 @@ def test_an_import_for_a_plan_joins_its_journey_and_is_judged_by_its_thresholds(
         _import(k6_json, plan.environment, "--plan", "Nope")
 
 
+def test_an_imported_run_leaves_stream_thresholds_not_judged_and_is_judged_by_the_others(k6_json, plan, alice_client):
+    from portal.runs.exports.junit import junit_xml
+
+    # A k6 file carries no streams: the plan's time-to-first-event and HTTP/2 share thresholds cannot be judged
+    plan.threshold_ttfe_p95_ms, plan.threshold_min_h2_share_pct = 800, 90
+    plan.save()
+    _import(k6_json, plan.environment, "--plan", plan.name)
+    run = Run.objects.get()
+    judged = {t["name"]: t for t in run.summary["thresholds"]}
+    assert judged["Time to first event p95"]["passed"] is None and judged["HTTP/2 share"]["passed"] is None
+    assert judged["Time to first event p95"]["not_judged"] == "not judged: the imported file has no such figure"
+    # only thresholds not judged: no verdict, as an import without thresholds
+    assert (run.summary["verdict"], run.status) == (None, "finished")
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert 'not judged</span> <span class="small muted">the imported file has no such figure' in page
+    xml = junit_xml(run)
+    assert 'skipped message="Time to first event p95: not judged: the imported file has no such figure"' in xml
+    assert "<failure" not in xml
+    api = alice_client.get(reverse("api:run-detail", args=[run.code])).json()
+    assert {t["name"]: t["passed"] for t in api["thresholds"]}["HTTP/2 share"] is None
+
+    # With a page threshold beside them, the verdict is that threshold's: it held, so the import passed.
+    run.delete()
+    plan.threshold_apd_ms = 60_000
+    plan.save()
+    _import(k6_json, plan.environment, "--plan", plan.name)
+    run = Run.objects.get()
+    assert (run.summary["verdict"], run.status) == ("passed", "passed")
+
+
 def test_the_upload_form_offers_the_projects_plans(k6_json, plan, alice_client, tasks_at_commit):
     page = alice_client.get(reverse("runs:import", args=[plan.environment.code])).content.decode()
     assert f'<option value="{plan.code}">Smoke</option>' in page

@@ -171,6 +171,51 @@ def test_a_stream_threshold_fails_on_slow_first_events_and_on_a_run_without_stre
     assert judged["Time to first event p95"]["actual"] is None and not judged["Time to first event p95"]["passed"]
 
 
+def test_the_rows_are_merged_a_chunk_at_a_time_with_the_figures_of_a_merge_row_by_row(proto_run, monkeypatch):
+    from portal.runs.results import columns
+
+    for second in range(4):
+        for shard in (0, 1):
+            write(
+                proto_run,
+                second,
+                {
+                    "Ask": stream_label([30 + 7 * second + shard, 900 + second], events=3 + second, gap_ms=4 + shard),
+                    "Tell": stream_label([5 + second], protocol="http/1.1"),
+                    "Chat": ws_label([2 + second, 40 * shard + 1], sent=second, received=shard + 1),
+                },
+                shard,
+            )
+    windows = [{"start": 0, "end": 2, "seconds": 2}, {"start": 2, "end": 4, "seconds": 2}]
+    reference: dict = {}  # each row decoded into Histograms and merged one by one, as finalize did before
+    for second, label, *values in protocols.read(proto_run, protocols.in_windows(windows)):
+        reference.setdefault((label, second // 2), protocols.Cell()).add_row(*values)
+
+    def state(cell):
+        hists = [(h._counts, h.count, h.sum, h.min, h.max) for h in (cell.ttfe, cell.gap, cell.events, cell.rtt)]
+        return cell.hits, cell.protocols, cell.ws_sent, cell.ws_received, hists
+
+    # Chunks of 5 rows and one open group at most: every chunk boundary and every closing path is crossed.
+    monkeypatch.setattr(columns, "ROWS_PER_CHUNK", 5)
+    monkeypatch.setattr(columns, "MAX_OPEN_GROUPS", 1)
+    rows = protocols.read(proto_run, protocols.in_windows(windows), with_span=True)
+    merged = protocols.merge_rows(rows, lambda row: (row[1], row[0] // 2))
+    assert {k: state(c) for k, c in merged.items()} == {k: state(c) for k, c in reference.items()}
+    assert len(merged) == 6 and merged["Ask", 1].events.sum == 2 * 2 * (5 + 6)  # shards × responses × events
+
+    # No row is decoded on its own any more: the summary's histograms come from the chunks' columns.
+    def one_by_one(blob):
+        raise AssertionError("a protocol row's histogram decoded on its own")
+
+    monkeypatch.setattr(protocols.Histogram, "from_bytes", staticmethod(one_by_one))
+    summary = protocols.summary_of(proto_run, windows, {}, [0, 0])
+    whole = protocols.Cell()
+    for cell in reference.values():
+        whole.add(cell)
+    assert summary["totals"]["ttfe_ms"] == protocols._ms(whole.ttfe)
+    assert summary["totals"]["rtt_ms"] == protocols._ms(whole.rtt) and summary["totals"]["ws_sent"] == 12
+
+
 def test_the_snapshot_and_the_engine_carry_the_new_thresholds_only_when_set(plan):
     assert set(plan.to_engine_dict()["thresholds"]) == {"apd_ms", "p95_ms", "error_rate_pct", "min_pages_per_s"}
     plan.threshold_ttfe_p95_ms, plan.threshold_min_h2_share_pct = 800, 90.0
