@@ -7,7 +7,8 @@
   one (prior knowledge): an HTTP/2 server independent of python-hyper.
 * ``RawH2Server``: a server built on the ``h2`` library's server side that
   misbehaves on purpose, per path: resets streams, refuses them, sends GOAWAY,
-  breaks the framing, never opens its flow-control window, caps concurrent streams.
+  breaks the framing, never opens its flow-control window, caps concurrent streams,
+  sends a stream's first event in one read with thousands of frames after it.
 """
 
 from __future__ import annotations
@@ -157,6 +158,9 @@ class _RawH2(asyncio.Protocol):
             asyncio.get_running_loop().call_later(0.05, self._ok_later, stream_id)
         elif path == "/upload":
             pass  # answers never: the body is never read (see never_read)
+        elif path == "/sse-burst":
+            conn.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"text/event-stream")])
+            asyncio.get_running_loop().call_later(0.05, self._burst, stream_id)
         else:
             self._ok(stream_id, b"ok " + path.encode())
 
@@ -164,6 +168,30 @@ class _RawH2(asyncio.Protocol):
         self._ok(stream_id, b"slow ok")
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(self.conn.data_to_send())
+
+    def _burst(self, stream_id: int) -> None:
+        """An SSE stream's first event, then ``burst_frames`` DATA frames of keep-alive comments and a last
+        event, in one write: the client reads the first event together with much to parse after it.
+        ``burst_sent`` is the write's time (``time.perf_counter``). The frames are made here, not by h2: h2
+        takes longer to make them than the client to parse them, and its flow-control books are not needed.
+        """
+        if self.transport is None or self.transport.is_closing():
+            return
+        sid = stream_id.to_bytes(4, "big")
+
+        def frame(payload: bytes, flags: int = 0) -> bytes:
+            return len(payload).to_bytes(3, "big") + bytes((0, flags)) + sid + payload
+
+        data = b"".join(
+            (
+                self.conn.data_to_send(),
+                frame(b"data: first\n\n"),
+                frame(b": k\n\n") * self.server.burst_frames,
+                frame(b"data: [DONE]\n\n", flags=1),  # END_STREAM
+            )
+        )
+        self.server.burst_sent = time.perf_counter()
+        self.transport.write(data)
 
     def _ok(self, stream_id: int, body: bytes) -> None:
         self.conn.send_headers(stream_id, [(b":status", b"200"), (b"content-length", str(len(body)).encode())])
@@ -189,6 +217,8 @@ class RawH2Server:
         self.refused = 0
         self.goaways = 0
         self.resets_received = 0
+        self.burst_frames = 20_000  # /sse-burst
+        self.burst_sent = 0.0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raw-h2", daemon=True)

@@ -17,7 +17,7 @@ from workers.engine.plan import Plan, PlanError
 from workers.engine.runner import run_sync
 from workers.engine.streams import StreamIncomplete, StreamObserver
 
-from .protocol_servers import StreamsServer
+from .protocol_servers import RawH2Server, StreamsServer
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +144,36 @@ def test_time_to_first_event_against_the_servers_send_time(demo):
     delays_ms = sorted((engine - server) * 1000 for (engine, _), server in zip(seen, sent, strict=True))
     # same machine, same clock: the engine saw each first event after the server sent it, and soon after
     assert 0 <= delays_ms[2] < 3, delays_ms
+
+
+def test_the_first_event_is_timed_when_its_read_arrives_not_after_the_frames_that_came_with_it():
+    """h2 parses a whole read before the engine sees its first DATA frame: 20,000 frames after the first event
+    in one read take h2 tens of milliseconds, which the time to first event must not include."""
+    server = RawH2Server()
+
+    async def go():
+        client = H2Client(protocol="h2c")
+        try:
+            obs = StreamObserver("sse", 5)
+            resp = await client.request("GET", f"{server.url}/sse-burst", {}, b"", 10, obs)
+            obs.finish()
+            return resp, obs, time.perf_counter()
+        finally:
+            await client.close()
+
+    try:
+        resp, obs, done = asyncio.run(go())
+    finally:
+        server.stop()
+    assert resp.protocol == "h2" and obs.events == 2 and obs.last_event == "[DONE]"
+    sent = server.burst_sent
+    # The whole burst took the client this long to read and parse; its first event was seen as it arrived,
+    # on the same clock as the server's write (perf_counter: CLOCK_MONOTONIC, one process).
+    parse_ms, seen_ms = (done - sent) * 1000, (obs.first_event - sent) * 1000
+    assert parse_ms > 40, parse_ms  # else the burst proves nothing
+    assert 0 <= seen_ms < min(10, parse_ms / 4), (seen_ms, parse_ms)
+    assert obs.first_event - obs.start >= 0.05  # the server waited 50 ms before the burst
+    assert resp.ttfb_s <= obs.first_event - obs.start
 
 
 def test_the_sse_parser_reads_line_ends_comments_and_split_pieces():

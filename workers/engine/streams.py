@@ -110,8 +110,17 @@ class StreamObserver:
         """Something arrived (headers)."""
         self._last_activity = _now()
 
-    def feed(self, data: bytes) -> None:
-        now = self._last_activity = _now()
+    def feed(self, data: bytes, now: float = 0.0) -> None:
+        """A piece of body; ``now``: when the connection was handed the bytes that held it (else: now).
+
+        A connection that parses a whole read before it hands over the pieces
+        (HTTP/2: every frame of the read, ``h2.receive_data``) stamps the read
+        on arrival and passes that time, so the events are not timed after the
+        parsing of what came with them.
+        """
+        if not now:
+            now = _now()
+        self._last_activity = now
         if self.kind == "sse":
             self._feed_sse(data, now)
         else:
