@@ -22,27 +22,26 @@ core, the server to the other one:
 1. **per response** (``client``): a process pinned to the generator's core
    runs ``--users`` virtual users in a closed loop with the engine's own client
    (``workers.engine.h2.make_client``, the runner's) and ``StreamObserver``
-   (the runner's TTFE is ``first_event - start`` of that observer, both
-   ``time.perf_counter``, which on Linux is CLOCK_MONOTONIC too, so the same
-   clock as the server's stamps). Per response:
+   (the runner's TTFE is ``first_event - sent`` of that observer: from the
+   request's send to the first event's read, both ``time.perf_counter``, which
+   on Linux is CLOCK_MONOTONIC too, so the same clock as the server's stamps).
+   Per response:
 
    - ``delta``: engine TTFE − server TTFE (``sent − req``): all the engine adds,
      its send path, its receive path and both loopback trips;
    - ``receipt``: the engine's first-event time − ``sent``: how long after the
      server wrote the first event the engine stamped it (loopback delivery plus
      the engine's read path);
-   - ``send``: ``req`` − the engine's request start (the engine's send path and
-     the request's trip).
+   - ``send``: ``req`` − the engine's ``sent`` (the write and the request's trip).
 
 2. **the engine's run** (``engine``): ``python -m workers.engine run --plan``
    against the same server, the runner's ``ttfe_ms`` p50/p95 against the
    server's own TTFE of the same responses (a distribution, not per response:
    the run gives histograms).
 
-Percentiles are nearest rank on the exact values. The first request of a
-connection includes the connection's set-up in the engine's TTFE (as its time
-to first byte does) and not in the server's; those responses are left out of
-the per-response figures (counted as ``first_on_connection``).
+Percentiles are nearest rank on the exact values. The first response of each
+connection is left out of the per-response figures (``first_on_connection``):
+the server's connection is new there too.
 """
 
 from __future__ import annotations
@@ -235,8 +234,8 @@ async def _clients(port: int, protocol: str, users: int, duration: float, path: 
                     continue
                 finally:
                     obs.close()
-                if obs.events:
-                    rows.append([rid, obs.start, obs.first_event, resp.connect_s > 0, resp.protocol])
+                if obs.events:  # from the request's send, as the runner's TTFE is (streams.py)
+                    rows.append([rid, obs.sent, obs.first_event, resp.connect_s > 0, resp.protocol])
         finally:
             await client.close()
 

@@ -104,6 +104,7 @@ class _RawH2(asyncio.Protocol):
         self.conn.local_settings = h2.settings.Settings(client=False, initial_values=settings)
         self.transport: asyncio.Transport | None = None
         self.open = 0
+        self.arrived = 0.0
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -112,6 +113,7 @@ class _RawH2(asyncio.Protocol):
         transport.write(self.conn.data_to_send())
 
     def data_received(self, data: bytes) -> None:
+        arrived = time.perf_counter()
         try:
             events = self.conn.receive_data(data)
         except Exception:
@@ -121,6 +123,7 @@ class _RawH2(asyncio.Protocol):
             if isinstance(ev, h2.events.RequestReceived):
                 path = dict(ev.headers)[b":path"].decode()
                 self.server.paths.append(path)
+                self.server.arrived = self.arrived = arrived  # the request's read, before h2 parsed it
                 self.open += 1
                 self.server.max_open = max(self.server.max_open, self.open)
                 self._handle(ev.stream_id, path)
@@ -172,7 +175,8 @@ class _RawH2(asyncio.Protocol):
     def _burst(self, stream_id: int) -> None:
         """An SSE stream's first event, then ``burst_frames`` DATA frames of keep-alive comments and a last
         event, in one write: the client reads the first event together with much to parse after it.
-        ``burst_sent`` is the write's time (``time.perf_counter``). The frames are made here, not by h2: h2
+        ``burst_sent`` is the write's time (``time.perf_counter``), ``bursts`` the server's time to first
+        event of each (from the read that held the request). The frames are made here, not by h2: h2
         takes longer to make them than the client to parse them, and its flow-control books are not needed.
         """
         if self.transport is None or self.transport.is_closing():
@@ -191,6 +195,7 @@ class _RawH2(asyncio.Protocol):
             )
         )
         self.server.burst_sent = time.perf_counter()
+        self.server.bursts.append(self.server.burst_sent - self.arrived)
         self.transport.write(data)
 
     def _ok(self, stream_id: int, body: bytes) -> None:
@@ -219,6 +224,8 @@ class RawH2Server:
         self.resets_received = 0
         self.burst_frames = 20_000  # /sse-burst
         self.burst_sent = 0.0
+        self.arrived = 0.0  # the last request's arrival (time.perf_counter)
+        self.bursts: list[float] = []  # /sse-burst: seconds from the request's arrival to the burst's write
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raw-h2", daemon=True)

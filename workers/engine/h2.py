@@ -458,6 +458,8 @@ class _H2Conn(asyncio.Protocol):
             observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
         try:
             conn.send_headers(stream_id, headers, end_stream=not body)
+            if observer is not None:
+                observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
             if body:
                 await self._send_body(stream_id, s, body)
             else:
