@@ -20,24 +20,33 @@ compared on its own. Two measurements, each client pinned to the generator's
 core, the server to the other one:
 
 1. **per response** (``client``): a process pinned to the generator's core
-   runs ``--users`` virtual users in a closed loop with the engine's own client
-   (``workers.engine.h2.make_client``, the runner's) and ``StreamObserver``
-   (the runner's TTFE is ``first_event - sent`` of that observer: from the
-   request's send to the first event's read, both ``time.perf_counter``, which
-   on Linux is CLOCK_MONOTONIC too, so the same clock as the server's stamps).
+   runs the engine's runner (``run_sync``, the plan below, the runner's own
+   client factory ``make_client``) whose clients only add ``&id=`` to each
+   URL and keep each request's ``StreamObserver``. The runner's TTFE is that
+   observer's ``first_event - sent``: from the request's send to the first
+   event's read, both ``time.perf_counter``, which on Linux is CLOCK_MONOTONIC
+   too, so the same clock as the server's stamps; the run's own histogram
+   (``run_ttfe_ms``) is given beside.
    Per response:
 
-   - ``delta``: engine TTFE − server TTFE (``sent − req``): all the engine adds,
-     its send path, its receive path and both loopback trips;
-   - ``receipt``: the engine's first-event time − ``sent``: how long after the
-     server wrote the first event the engine stamped it (loopback delivery plus
-     the engine's read path);
-   - ``send``: ``req`` − the engine's ``sent`` (the write and the request's trip).
+   - ``receipt``: the engine's first-event time − the server's ``sent``, on the
+     same clock: how long after the server wrote the first event the engine
+     stamped it (loopback delivery and the engine's read path). The engine's
+     request-send stamp is taken just before its own write, so this is its
+     error against the server's send timestamps;
+   - ``send``: the server's ``req`` − the engine's send stamp: the request's trip
+     and the server's own delay in reading it (its process waiting for the
+     core), which the server's TTFE leaves out and any client's TTFE includes;
+   - ``delta``: engine TTFE − server TTFE (``sent − req``) = ``send`` + ``receipt``.
 
-2. **the engine's run** (``engine``): ``python -m workers.engine run --plan``
-   against the same server, the runner's ``ttfe_ms`` p50/p95 against the
-   server's own TTFE of the same responses (a distribution, not per response:
-   the run gives histograms).
+2. **the engine's command** (``engine``): ``python -m workers.engine run --plan``
+   with the same plan against the same server, its ``ttfe_ms`` p50/p95 against
+   the server's own TTFE of the same responses (distributions, not per
+   response: the command gives histograms).
+
+A ``bare`` client (a bare ``asyncio.Protocol`` on uvloop that stamps at
+``data_received`` and parses nothing) gives the floor: loopback and an event
+loop's wake-up on this machine.
 
 Percentiles are nearest rank on the exact values. The first response of each
 connection is left out of the per-response figures (``first_on_connection``):
@@ -206,41 +215,54 @@ def serve(port: int) -> None:
 # -- the client: the engine's own client and stream observer, per response ----------------------------
 
 
-async def _clients(port: int, protocol: str, users: int, duration: float, path: str) -> dict[str, Any]:
+def _plan(port: int, protocol: str, users: int, duration: float, path: str) -> dict[str, Any]:
+    return {
+        "base_url": f"http://127.0.0.1:{port}",
+        "protocol": protocol,
+        "test_cases": [{"name": "SSE", "steps": [{"name": "tokens", "path": path, "stream": {"kind": "sse"}}]}],
+        # the users' starts spread over the ramp-up (STAGGER_S): their events do not arrive together
+        "profile": {"kind": "ramp", "users": users, "ramp_up": STAGGER_S, "hold": duration},
+    }
+
+
+def _runner(port: int, protocol: str, users: int, duration: float, path: str) -> dict[str, Any]:
+    """The engine's runner (``run_sync``, as a run), each request tagged with an id for the server's stamps.
+
+    The client factory is the runner's own (``make_client``); each client's ``request`` only adds
+    ``&id=`` to the URL and keeps the request's ``StreamObserver`` for the figures.
+    """
+    import itertools
+
     from workers.engine.h2 import make_client
-    from workers.engine.streams import StreamObserver
-    from workers.engine.tracecontext import TraceContext
+    from workers.engine.runner import run_sync
 
-    rows: list[list[Any]] = []
-    errors: list[str] = []
-    deadline = time.perf_counter() + duration
-    stagger = STAGGER_S / users
+    seen: list[tuple[str, Any, Any]] = []
+    ids = itertools.count(1)
 
-    async def user(u: int) -> None:
-        await asyncio.sleep(u * stagger)  # users out of step: their events do not arrive together
+    def factory() -> Any:
         client = make_client("127.0.0.1/32", protocol=protocol, verify=False)
-        client.trace = TraceContext()  # as the runner's users have by default (plan.trace_context)
-        n = 0
-        try:
-            while time.perf_counter() < deadline:
-                n += 1
-                rid = f"{u}-{n}"
-                obs = StreamObserver("sse", 10.0)
-                try:
-                    resp = await client.request("GET", f"http://127.0.0.1:{port}{path}&id={rid}", {}, b"", 30.0, obs)
-                    obs.finish()
-                except Exception as exc:  # counted and shown; the user goes on
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                    continue
-                finally:
-                    obs.close()
-                if obs.events:  # from the request's send, as the runner's TTFE is (streams.py)
-                    rows.append([rid, obs.sent, obs.first_event, resp.connect_s > 0, resp.protocol])
-        finally:
-            await client.close()
+        request = client.request
 
-    await asyncio.gather(*(user(u) for u in range(users)))
-    return {"rows": rows, "errors": errors[:5], "error_count": len(errors)}
+        async def tagged(method: str, url: str, headers: Any, body: bytes, timeout: Any, stream: Any = None) -> Any:
+            rid = str(next(ids))
+            resp = await request(method, f"{url}&id={rid}", headers, body, timeout, stream)
+            if stream is not None:
+                seen.append((rid, stream, resp))
+            return resp
+
+        client.request = tagged
+        return client
+
+    totals = run_sync(_plan(port, protocol, users, duration, path), sink=None, client_factory=factory)
+    label = totals.labels.get("SSE: tokens")
+    rows = [[rid, o.sent, o.first_event, r.connect_s > 0, r.protocol] for rid, o, r in seen if o.events]
+    ttfe = label.to_dict().get("ttfe_ms", {}) if label is not None else {}
+    return {
+        "rows": rows,
+        "error_count": totals.errors,
+        "errors": dict(label.errors_by_kind) if label is not None else {},
+        "run_ttfe_ms": {"p50": ttfe.get("p50"), "p95": ttfe.get("p95")},
+    }
 
 
 class _BareClient(asyncio.Protocol):
@@ -297,7 +319,7 @@ def client_main(argv: list[str]) -> None:
     if protocol == "bare":
         print(json.dumps(uvloop.run(_bare(port, users, duration, path))), flush=True)
         return
-    print(json.dumps(uvloop.run(_clients(port, protocol, users, duration, path))), flush=True)
+    print(json.dumps(_runner(port, protocol, users, duration, path)), flush=True)
 
 
 # -- analysis ---------------------------------------------------------------------------------------------
@@ -396,6 +418,7 @@ def measure(args: argparse.Namespace, work: Path, also: Any = None) -> dict[str,
                 times = json.loads(_get(f"http://127.0.0.1:{port}/_times"))
                 run: dict[str, Any] = {"protocol": protocol, "client": per_response(got.get("rows", []), times)}
                 run["client"]["errors"] = got.get("error_count")
+                run["client"]["run_ttfe_ms"] = got.get("run_ttfe_ms")  # the same run's own histogram
                 if not got:
                     run["client"]["problem"] = f"exit {r.rc}: {r.tail(3)}"
                 if protocol != "bare":
@@ -410,14 +433,7 @@ def measure(args: argparse.Namespace, work: Path, also: Any = None) -> dict[str,
 
 
 def _engine_run(args: argparse.Namespace, work: Path, port: int, protocol: str, path: str) -> dict[str, Any]:
-    plan = {
-        "base_url": f"http://127.0.0.1:{port}",
-        "protocol": protocol,
-        "test_cases": [{"name": "SSE", "steps": [{"name": "tokens", "path": path, "stream": {"kind": "sse"}}]}],
-        # the users' starts spread over the ramp-up, as the per-response clients' are (STAGGER_S)
-        "profile": {"kind": "ramp", "users": args.users, "ramp_up": STAGGER_S, "hold": args.duration},
-    }
-    (work / "plan.json").write_text(json.dumps(plan))
+    (work / "plan.json").write_text(json.dumps(_plan(port, protocol, args.users, args.duration, path)))
     argv = [sys.executable, "-m", "workers.engine", "run", "--plan", str(work / "plan.json"), "--json"]
     r = procs.run(pin(args.gen_core, argv), timeout_s=args.duration + GRACE_S, cwd=str(REPO))
     data = _last_json(r.stdout) or {}
