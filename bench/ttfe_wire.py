@@ -1,6 +1,6 @@
 """Time to first event against the server's own send timestamps (issue 26 item 6).
 
-    .venv/bin/python -m bench.ttfe_wire [--users 4] [--duration 6] [--first-ms 50] [--protocol http1 --protocol h2c]
+    .venv/bin/python -m bench.ttfe_wire [--users 2] [--duration 6] [--first-ms 50] [--protocol http1 --protocol h2c]
 
 The demo target's counters see a request only once Hypercorn has parsed it and
 called the application, and an event only when the application hands it to
@@ -72,7 +72,7 @@ from . import procs
 from .tools import REPO, _last_json, pin
 
 GRACE_S = 40.0
-USERS = 4  # few: queueing in either process is not what is measured
+USERS = 2  # few: queueing in either process (users waiting on each other) is not what is measured
 STAGGER_S = 0.05  # the users' starts are spread over this (the first event's delay): not in lockstep
 H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _ns = time.monotonic_ns
