@@ -14,10 +14,11 @@ server to the other one, every process bounded in time and ended with the bench:
 2. **WebSocket messages/s**: a minimal echo server (``_ws_echo_server`` below: raw
    RFC 6455 framing on uvloop, so the server is not what is measured), each user
    a session of 100 ping-pongs, then a new session; messages sent + received per second.
-3. **Time to first event**: the demo target's ``/sse`` (``python -m demo.streams``,
-   first event after 50 ms, 5 events), the engine's ``ttfe`` p50 against the
-   server's own (request in to first event out, from its counters); k6 has no such
-   figure (its ``http_req_waiting``, the time to the response headers, is shown to say so).
+3. **Time to first event**: ``bench/ttfe_wire.py`` (a bare SSE server that stamps
+   each request's arrival and its first event's write, first event after 50 ms, 5
+   events, a few users): the engine's TTFE against those stamps, per response, and
+   the engine's run's ``ttfe`` p50/p95 against the server's; k6 has no such figure
+   (its ``http_req_waiting``, the time to the response headers, is shown to say so).
 
 Prints a table and writes ``bench/results/protocols-<time>.json``.
 """
@@ -36,7 +37,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -422,68 +422,24 @@ def ws_memory(args: argparse.Namespace, work: Path, sessions: int = 1000) -> dic
 
 
 def ttfe(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    port, tls_port = _free_port(), _free_port()
-    argv = [sys.executable, "-m", "demo.streams", "--port", str(port), "--tls-port", str(tls_port)]
-    procs.REGISTRY.start(pin(args.server_core, argv), cwd=str(REPO))
-    base = f"http://127.0.0.1:{port}"
-    path = "/sse?tokens=5&first_ms=50&gap_ms=5"
-    users = min(args.users, 20)  # ~100 streams/s: a Python server keeps its own timing honest at this rate
-    try:
-        _wait_port(port)
-        runs = []
-        for _ in range(args.reps):
-            for protocol in ("http1", "h2c"):
-                _post(f"{base}/_demo/counters/reset")
-                plan = {
-                    "base_url": base,
-                    "protocol": protocol,
-                    "test_cases": [
-                        {"name": "SSE", "steps": [{"name": "tokens", "path": path, "stream": {"kind": "sse"}}]}
-                    ],
-                    "profile": {"kind": "constant", "users": users, "hold": args.duration},
-                }
-                e = _engine(plan, args.gen_core, args.duration, work)
-                served = json.loads(_get(f"{base}/_demo/counters"))
-                label = (e.get("labels") or {}).get("SSE: tokens", {})
-                server_p50 = (
-                    statistics.median(served["first_event_delay"]) * 1000 if served["first_event_delay"] else None
-                )
-                engine_p50 = (label.get("ttfe_ms") or {}).get("p50")
-                runs.append(
-                    {
-                        "protocol": protocol,
-                        "engine_ttfe_p50_ms": engine_p50,
-                        "server_ttfe_p50_ms": round(server_p50, 3) if server_p50 is not None else None,
-                        "delta_p50_ms": round(engine_p50 - server_p50, 3) if engine_p50 and server_p50 else None,
-                        "streams": label.get("pages"),
-                        "engine_errors": e.get("errors"),
-                        "problems": [e["problem"]] if "problem" in e else [],
-                    }
-                )
-            k = _k6(
-                K6_SSE.format(users=users, duration=args.duration, url=base + path), args.gen_core, args.duration, work
-            )
-            km = k.get("metrics", {})
-            runs.append(
-                {
-                    "protocol": "k6 (http/1.1)",
-                    "k6_http_req_waiting_p50_ms": km.get("http_req_waiting", {}).get("med"),
-                    "k6_http_req_duration_p50_ms": km.get("http_req_duration", {}).get("med"),
-                    "problems": [k["problem"]] if "problem" in k else [],
-                }
-            )
-        return {"runs": runs}
-    finally:
-        procs.REGISTRY.stop_all()
+    """``bench/ttfe_wire.py``: the engine's TTFE against its server's send timestamps, per response; then k6."""
+    from . import ttfe_wire
 
+    wire_args = argparse.Namespace(**{**vars(args), "users": min(args.users, ttfe_wire.USERS), "first_ms": 50})
+    wire_args.protocol = ["bare", "http1", "h2c"]
 
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as r:  # noqa: S310 - loopback only
-        return r.read().decode()
+    def k6(port: int, path: str) -> dict[str, Any]:
+        url = f"http://127.0.0.1:{port}{path}"
+        script = K6_SSE.format(users=wire_args.users, duration=args.duration, url=url)
+        k = _k6(script, args.gen_core, args.duration, work)
+        km = k.get("metrics", {})
+        return {
+            "k6_http_req_waiting_p50_ms": km.get("http_req_waiting", {}).get("med"),
+            "k6_http_req_duration_p50_ms": km.get("http_req_duration", {}).get("med"),
+            "problems": [k["problem"]] if "problem" in k else [],
+        }
 
-
-def _post(url: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(url, data=b"", method="POST"), timeout=10).read()  # noqa: S310
+    return ttfe_wire.measure(wire_args, work, also=k6)
 
 
 # -- main ------------------------------------------------------------------------------------------------

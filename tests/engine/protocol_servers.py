@@ -7,7 +7,8 @@
   one (prior knowledge): an HTTP/2 server independent of python-hyper.
 * ``RawH2Server``: a server built on the ``h2`` library's server side that
   misbehaves on purpose, per path: resets streams, refuses them, sends GOAWAY,
-  breaks the framing, never opens its flow-control window, caps concurrent streams.
+  breaks the framing, never opens its flow-control window, caps concurrent streams,
+  sends a stream's first event in one read with thousands of frames after it.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class _RawH2(asyncio.Protocol):
         self.conn.local_settings = h2.settings.Settings(client=False, initial_values=settings)
         self.transport: asyncio.Transport | None = None
         self.open = 0
+        self.arrived = 0.0
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -111,6 +113,7 @@ class _RawH2(asyncio.Protocol):
         transport.write(self.conn.data_to_send())
 
     def data_received(self, data: bytes) -> None:
+        arrived = time.perf_counter()
         try:
             events = self.conn.receive_data(data)
         except Exception:
@@ -120,6 +123,7 @@ class _RawH2(asyncio.Protocol):
             if isinstance(ev, h2.events.RequestReceived):
                 path = dict(ev.headers)[b":path"].decode()
                 self.server.paths.append(path)
+                self.server.arrived = self.arrived = arrived  # the request's read, before h2 parsed it
                 self.open += 1
                 self.server.max_open = max(self.server.max_open, self.open)
                 self._handle(ev.stream_id, path)
@@ -157,6 +161,9 @@ class _RawH2(asyncio.Protocol):
             asyncio.get_running_loop().call_later(0.05, self._ok_later, stream_id)
         elif path == "/upload":
             pass  # answers never: the body is never read (see never_read)
+        elif path == "/sse-burst":
+            conn.send_headers(stream_id, [(b":status", b"200"), (b"content-type", b"text/event-stream")])
+            asyncio.get_running_loop().call_later(0.05, self._burst, stream_id)
         else:
             self._ok(stream_id, b"ok " + path.encode())
 
@@ -164,6 +171,32 @@ class _RawH2(asyncio.Protocol):
         self._ok(stream_id, b"slow ok")
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(self.conn.data_to_send())
+
+    def _burst(self, stream_id: int) -> None:
+        """An SSE stream's first event, then ``burst_frames`` DATA frames of keep-alive comments and a last
+        event, in one write: the client reads the first event together with much to parse after it.
+        ``burst_sent`` is the write's time (``time.perf_counter``), ``bursts`` the server's time to first
+        event of each (from the read that held the request). The frames are made here, not by h2: h2
+        takes longer to make them than the client to parse them, and its flow-control books are not needed.
+        """
+        if self.transport is None or self.transport.is_closing():
+            return
+        sid = stream_id.to_bytes(4, "big")
+
+        def frame(payload: bytes, flags: int = 0) -> bytes:
+            return len(payload).to_bytes(3, "big") + bytes((0, flags)) + sid + payload
+
+        data = b"".join(
+            (
+                self.conn.data_to_send(),
+                frame(b"data: first\n\n"),
+                frame(b": k\n\n") * self.server.burst_frames,
+                frame(b"data: [DONE]\n\n", flags=1),  # END_STREAM
+            )
+        )
+        self.server.burst_sent = time.perf_counter()
+        self.server.bursts.append(self.server.burst_sent - self.arrived)
+        self.transport.write(data)
 
     def _ok(self, stream_id: int, body: bytes) -> None:
         self.conn.send_headers(stream_id, [(b":status", b"200"), (b"content-length", str(len(body)).encode())])
@@ -189,6 +222,10 @@ class RawH2Server:
         self.refused = 0
         self.goaways = 0
         self.resets_received = 0
+        self.burst_frames = 20_000  # /sse-burst
+        self.burst_sent = 0.0
+        self.arrived = 0.0  # the last request's arrival (time.perf_counter)
+        self.bursts: list[float] = []  # /sse-burst: seconds from the request's arrival to the burst's write
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="raw-h2", daemon=True)

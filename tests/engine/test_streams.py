@@ -7,6 +7,7 @@ What the engine recorded is compared with what the target says it served
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from workers.engine.plan import Plan, PlanError
 from workers.engine.runner import run_sync
 from workers.engine.streams import StreamIncomplete, StreamObserver
 
-from .protocol_servers import StreamsServer
+from .protocol_servers import RawH2Server, StreamsServer
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,59 @@ def test_time_to_first_event_against_the_servers_send_time(demo):
     delays_ms = sorted((engine - server) * 1000 for (engine, _), server in zip(seen, sent, strict=True))
     # same machine, same clock: the engine saw each first event after the server sent it, and soon after
     assert 0 <= delays_ms[2] < 3, delays_ms
+
+
+def test_the_first_event_is_timed_when_its_read_arrives_not_after_the_frames_that_came_with_it():
+    """h2 parses a whole read before the engine sees its first DATA frame: 20,000 frames after the first event
+    in one read take h2 tens of milliseconds, which the time to first event must not include."""
+    server = RawH2Server()
+
+    async def go():
+        client = H2Client(protocol="h2c")
+        try:
+            obs = StreamObserver("sse", 5)
+            resp = await client.request("GET", f"{server.url}/sse-burst", {}, b"", 10, obs)
+            obs.finish()
+            return resp, obs, time.perf_counter()
+        finally:
+            await client.close()
+
+    try:
+        resp, obs, done = asyncio.run(go())
+    finally:
+        server.stop()
+    assert resp.protocol == "h2" and obs.events == 2 and obs.last_event == "[DONE]"
+    sent = server.burst_sent
+    # The whole burst took the client this long to read and parse; its first event was seen as it arrived,
+    # on the same clock as the server's write (perf_counter: CLOCK_MONOTONIC, one process).
+    parse_ms, seen_ms = (done - sent) * 1000, (obs.first_event - sent) * 1000
+    assert parse_ms > 40, parse_ms  # else the burst proves nothing
+    assert 0 <= seen_ms < min(10, parse_ms / 4), (seen_ms, parse_ms)
+    assert obs.first_event - obs.sent >= 0.05  # the server waited 50 ms before the burst
+    assert resp.ttfb_s <= obs.first_event - obs.start
+
+
+def test_the_time_to_first_event_is_the_servers_not_the_encoding_of_a_large_request():
+    """Time to first event counts from the request's send: h2's HPACK takes tens of milliseconds over a 16 KB
+    header (a large cookie or token), which is the engine's work, not the server's (streams.py)."""
+    server = RawH2Server()
+    server.burst_frames = 0
+    plan = _plan(server.url, "/sse-burst", users=1, hold=0.3, last_event_contains="[DONE]")
+    plan["test_cases"][0]["steps"][0]["headers"] = {"x-token": os.urandom(8192).hex()}
+    try:
+        totals = run_sync(plan, sink=None)
+    finally:
+        server.stop()
+    label = totals.labels["S: tokens"]
+    d = label.to_dict()
+    assert totals.errors == 0 and label.pages >= 2 and len(server.bursts) == label.pages
+    # The server answers its headers at once: the time to first byte is mostly the request's encoding.
+    assert d["ttfb_ms"]["p50"] > 20, d["ttfb_ms"]  # else the header proves nothing
+    server_ms = [b * 1000 for b in server.bursts]  # the request's read to the first event's write
+    assert min(server_ms) >= 50
+    # the engine's figure: the server's, the two trips on loopback and the histogram's bucket (≤ 0.1 %)
+    assert label.ttfe_histogram.min / 1000 >= min(server_ms) - 0.1
+    assert label.ttfe_histogram.max / 1000 < max(server_ms) + min(10, d["ttfb_ms"]["p50"] / 2), (d, server_ms)
 
 
 def test_the_sse_parser_reads_line_ends_comments_and_split_pieces():

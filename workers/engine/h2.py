@@ -323,6 +323,7 @@ class _H2Conn(asyncio.Protocol):
         transport.write(conn.data_to_send())  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
+        now = _now()  # the read's arrival: h2 parses all of it before its events are seen (streams.py)
         conn = self.conn
         try:
             events = conn.receive_data(data)
@@ -342,11 +343,11 @@ class _H2Conn(asyncio.Protocol):
                 if s is not None and ev.data:
                     s.chunks.append(ev.data)
                     if s.observer is not None:
-                        s.observer.feed(ev.data)
+                        s.observer.feed(ev.data, now)
             elif t is h2.events.ResponseReceived:
                 s = streams.get(ev.stream_id)
                 if s is not None:
-                    s.t_headers = _now()
+                    s.t_headers = now
                     if s.observer is not None:
                         s.observer.touch()
                     hdrs = s.headers
@@ -457,6 +458,8 @@ class _H2Conn(asyncio.Protocol):
             observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
         try:
             conn.send_headers(stream_id, headers, end_stream=not body)
+            if observer is not None:
+                observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
             if body:
                 await self._send_body(stream_id, s, body)
             else:

@@ -1292,7 +1292,7 @@ class _Run:
         if observer is not None:
             if li.events_hist is None:
                 li.ttfe_hist, li.gap_hist, li.events_hist = Histogram(), Histogram(), Histogram()
-            li.ttfe_hist.record((observer.first_event - observer.start) * 1_000_000)
+            li.ttfe_hist.record((observer.first_event - observer.sent) * 1_000_000)  # from the send (streams.py)
             gap_hist = li.gap_hist
             for gap in observer.gaps:
                 gap_hist.record(gap * 1_000_000)

@@ -13,9 +13,18 @@ the same clock (``time.perf_counter``) as the request's start:
 * ``chunked``: newline-delimited records (NDJSON token streams and the like):
   each non-empty line is an event; a last line without its newline counts too.
 
-Figures per response: time to first event (``first_event - start``), the
+Figures per response: time to first event (``first_event - sent``), the
 gaps between consecutive events, the number of events. Time to first byte and
 to last byte are the response's own (``Response.ttfb_s``, ``total_s``).
+
+``sent`` is when the request (of the hop that answers with the stream) was
+handed to its connection: the HTTP/1.1 request's bytes written, the HTTP/2
+HEADERS made (HPACK-encoded) and queued. The time to first event is the
+server's and the network's, as the server's own time to first token is, and
+not the engine's own work before the request left: the connection set-up (in
+the time to first byte and the connect histogram), the request's encoding
+(an HTTP/2 request with large headers takes h2 milliseconds), an earlier
+redirect hop. ``start`` (the call) stays for reference.
 
 **Idle stall**: from the start of each request hop, if nothing arrives for
 ``idle_timeout`` seconds (no headers, no body byte), the observer calls the
@@ -62,6 +71,7 @@ class StreamObserver:
         "kind",
         "idle_timeout",
         "start",
+        "sent",
         "first_event",
         "last_event_at",
         "gaps",
@@ -80,7 +90,7 @@ class StreamObserver:
             raise ValueError(f"stream kind must be one of {', '.join(KINDS)}")
         self.kind = kind
         self.idle_timeout = idle_timeout
-        self.start = _now()  # the request's start; H1Client.request sets it again
+        self.start = self.sent = _now()  # the request's call (H1Client.request sets it) and its send (begin, sent)
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_stall: Callable[[BaseException], None] | None = None
@@ -98,20 +108,37 @@ class StreamObserver:
     # -- used by the connections --
 
     def begin(self, loop: asyncio.AbstractEventLoop, on_stall: Callable[[BaseException], None]) -> None:
-        """A request hop starts on a connection that will feed us; ``on_stall`` fails it."""
+        """A request hop starts on a connection that will feed us; ``on_stall`` fails it.
+
+        Called just before the request is written (HTTP/1.1: its bytes are made); a connection that
+        encodes the request after this (HTTP/2) calls ``mark_sent`` once it has.
+        """
         self._reset()
         self._loop = loop
         self._on_stall = on_stall
-        self._last_activity = _now()
+        self.sent = self._last_activity = _now()
         self._cancel_timer()
         self._timer = loop.call_later(self.idle_timeout, self._check)
+
+    def mark_sent(self) -> None:
+        """The request is encoded and handed to the connection: the time to first event counts from now."""
+        self.sent = _now()
 
     def touch(self) -> None:
         """Something arrived (headers)."""
         self._last_activity = _now()
 
-    def feed(self, data: bytes) -> None:
-        now = self._last_activity = _now()
+    def feed(self, data: bytes, now: float = 0.0) -> None:
+        """A piece of body; ``now``: when the connection was handed the bytes that held it (else: now).
+
+        A connection that parses a whole read before it hands over the pieces
+        (HTTP/2: every frame of the read, ``h2.receive_data``) stamps the read
+        on arrival and passes that time, so the events are not timed after the
+        parsing of what came with them.
+        """
+        if not now:
+            now = _now()
+        self._last_activity = now
         if self.kind == "sse":
             self._feed_sse(data, now)
         else:
