@@ -147,6 +147,7 @@ def test_time_to_first_event_against_the_servers_send_time(demo):
     assert 0 <= delays_ms[2] < 3, delays_ms
 
 
+@pytest.mark.serial  # the first event seen within a few ms of its write
 def test_the_first_event_is_timed_when_its_read_arrives_not_after_the_frames_that_came_with_it():
     """h2 parses a whole read before the engine sees its first DATA frame: 20,000 frames after the first event
     in one read take h2 tens of milliseconds, which the time to first event must not include."""
@@ -177,6 +178,7 @@ def test_the_first_event_is_timed_when_its_read_arrives_not_after_the_frames_tha
     assert resp.ttfb_s <= obs.first_event - obs.start
 
 
+@pytest.mark.serial  # time to first event within 10 ms of the server's
 def test_the_time_to_first_event_is_the_servers_not_the_encoding_of_a_large_request():
     """Time to first event counts from the request's send: h2's HPACK takes tens of milliseconds over a 16 KB
     header (a large cookie or token), which is the engine's work, not the server's (streams.py)."""
