@@ -7,8 +7,9 @@ prints size, load and analysis times for three sizes.
 
 ``--linear``: the analysis of 8,000, 16,000 and 32,000 entries (``--sizes``) before and after
 the fixes that made it linear (issue 30, item 4), in one run: the version before each fix is
-read from git (``git show REV:portal/projects/har.py``) and timed on the same entries as the
-working tree's. Three shapes, each quadratic before its fix:
+read from git (``git show REV:portal/projects/har.py``; the package ``portal/projects/har/`` at a
+revision after the split) and timed on the same entries as the working tree's. Three shapes, each
+quadratic before its fix:
 
 - ``firefox``: an HTML page and 19 images, over and over, without ``_resourceType`` (Firefox
   records none: each entry asked whether any entry was typed); before: b2182d4^.
@@ -23,9 +24,15 @@ the row says so. The best of two runs is kept for the working tree, one run for 
 """
 
 import argparse
+import importlib.util
+import io
 import json
+import pathlib
+import re
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 import types
 from datetime import UTC, datetime
@@ -85,13 +92,30 @@ SHAPES = {
 
 
 def har_at(revision: str) -> types.ModuleType:
-    """portal/projects/har.py as it was at ``revision``, as a module of its own."""
-    source = subprocess.run(
-        ["git", "show", f"{revision}:portal/projects/har.py"], capture_output=True, text=True, check=True
-    ).stdout
-    module = types.ModuleType(f"har_at_{revision}")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, f"har.py@{revision}", "exec"), module.__dict__)  # noqa: S102 (the repository's own code)
+    """The HAR import as it was at ``revision``, as a module of its own: ``portal/projects/har.py`` before the
+    split into a package, the package ``portal/projects/har/`` after it (extracted and imported under its own name).
+    """
+    name = "har_at_" + re.sub(r"\W", "_", revision)
+    single = subprocess.run(["git", "cat-file", "-e", f"{revision}:portal/projects/har.py"], capture_output=True)
+    if single.returncode == 0:
+        source = subprocess.run(
+            ["git", "show", f"{revision}:portal/projects/har.py"], capture_output=True, text=True, check=True
+        ).stdout
+        module = types.ModuleType(name)
+        sys.modules[module.__name__] = module  # dataclasses look their module up
+        exec(compile(source, f"har.py@{revision}", "exec"), module.__dict__)  # noqa: S102 (the repository's own code)
+        return module
+    archive = subprocess.run(["git", "archive", revision, "portal/projects/har"], capture_output=True, check=True)
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as folder:  # its modules are all imported by its __init__
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(folder, filter="data")
+        package = pathlib.Path(folder) / "portal" / "projects" / "har"
+        spec = importlib.util.spec_from_file_location(
+            name, package / "__init__.py", submodule_search_locations=[str(package)]
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # its modules import each other relatively, through this name
+        spec.loader.exec_module(module)
     return module
 
 

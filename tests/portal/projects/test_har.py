@@ -1,4 +1,4 @@
-"""The HAR analysis as plain functions (portal/projects/har.py): no database, no Django.
+"""The HAR analysis as plain functions (portal/projects/har/): no database, no Django.
 
 Each test builds a small HAR the way Chromium writes one (``_resourceType``, ``redirectURL``,
 text bodies) and checks one rule of the preview. The recording of a real browser session
