@@ -10,6 +10,7 @@ from rest_framework import serializers
 from portal.api.base import StrictSerializer
 from portal.projects.models import Environment, Plan, Project, Server, Step
 from portal.projects.selectors import data_set_head
+from portal.projects.services import PLAN_VALUES
 
 
 class ProjectSerializer(serializers.ModelSerializer):
@@ -253,30 +254,8 @@ def profile_parameter_fields() -> dict:
     return fields
 
 
-PLAN_FIELDS = (
-    "profile_kind",
-    *Plan.PROFILE_INPUTS,  # every kind's parameters (workers/engine/profiles.py PARAMETERS)
-    "think_time_mode",
-    "request_timeout",
-    "protocol",
-    "tls_accept_any",
-    "trace_context",
-    "trace_sample_rate",
-    "threshold_apd_ms",
-    "threshold_p95_ms",
-    "threshold_error_rate_pct",
-    "threshold_min_pages_per_s",
-    "threshold_ttfe_p95_ms",
-    "threshold_gap_p95_ms",
-    "threshold_rtt_p95_ms",
-    "threshold_min_h2_share_pct",
-    "capacity_search",
-    "degradation_drop_pct",
-    "degradation_rise_pct",
-    "degradation_sustain_s",
-    "degradation_steady_s",
-    "stop_criteria",
-)
+# the plan's own values besides its description (read where the document is built)
+PLAN_FIELDS = tuple(name for name in PLAN_VALUES if name != "description")
 
 
 class PlanSerializer(StrictSerializer):

@@ -8,6 +8,7 @@ from workers.engine.stop_criteria import CriteriaError, parse_text, rules_text
 
 from .. import profiles, rules
 from ..models import MixEntry, Plan, PlanLevel
+from ..services import PLAN_VALUES
 from .projects import ProjectScopedForm
 
 MAX_LEVELS = rules.MAX_LEVELS
@@ -77,30 +78,8 @@ class PlanForm(ProjectScopedForm):
 
     class Meta:
         model = Plan
-        fields = [
-            "name",
-            "description",
-            "environment",
-            "profile_kind",
-            *Plan.PROFILE_INPUTS,
-            "think_time_mode",
-            "request_timeout",
-            "protocol",
-            "tls_accept_any",
-            "trace_context",
-            "trace_sample_rate",
-            "threshold_apd_ms",
-            "threshold_p95_ms",
-            "threshold_error_rate_pct",
-            "threshold_min_pages_per_s",
-            "threshold_ttfe_p95_ms",
-            "threshold_gap_p95_ms",
-            "threshold_rtt_p95_ms",
-            "threshold_min_h2_share_pct",
-            "capacity_search",
-            *DEGRADATION_INPUTS,
-            "stop_criteria",
-        ]
+        # the plan's own values as the service and the API take them (services.PLAN_VALUES)
+        fields = ["name", "description", "environment", *(v for v in PLAN_VALUES if v != "description")]
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
 
     def __init__(self, *args, **kwargs):
@@ -212,7 +191,7 @@ class PlanForm(ProjectScopedForm):
 
     def service_values(self) -> dict:
         """The cleaned form as services.plan_save's keyword arguments."""
-        from ..services import PLAN_VALUES, LevelSpec
+        from ..services import LevelSpec
 
         data = self.cleaned_data
         levels = None
