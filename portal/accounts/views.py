@@ -196,6 +196,21 @@ def invitation(request, token):
     return render(request, "accounts/invitation.html", context, status=400 if form and form.errors else 200)
 
 
+def _over_client_limit(request, form, kind: str, per_hour: int, said: str) -> float:
+    """Counts this request against the client address's hourly limit of ``kind``; over it, the form
+    says so (``said`` … "from your address in the last hour") and the seconds to wait are returned, else 0."""
+    allowed, wait = limits.take(f"{kind}:{client_ip(request)}", per_hour, 3600)
+    if allowed:
+        return 0.0
+    form.add_error(None, f"{said} from your address in the last hour: try again in {limits.minutes(wait)}.")
+    return max(1.0, wait)
+
+
+def _too_many(response, wait: float):
+    response["Retry-After"] = str(round(wait))
+    return response
+
+
 @sensitive_post_parameters("password1", "password2")
 def signup(request):
     if not settings.PLIMSOLL_SIGNUP:
@@ -205,16 +220,8 @@ def signup(request):
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         per_hour = settings.PLIMSOLL_SIGNUPS_PER_CLIENT_HOUR
-        allowed, wait = limits.take(f"signup:{client_ip(request)}", per_hour, 3600)
-        if not allowed:
-            form.add_error(
-                None,
-                f"{per_hour} accounts were created from your address in the last hour: "
-                f"try again in {limits.minutes(wait)}.",
-            )
-            response = render(request, "accounts/signup.html", {"form": form}, status=429)
-            response["Retry-After"] = str(round(wait))
-            return response
+        if wait := _over_client_limit(request, form, "signup", per_hour, f"{per_hour} accounts were created"):
+            return _too_many(render(request, "accounts/signup.html", {"form": form}, status=429), wait)
         user = form.save()
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         messages.success(request, f"Welcome, {user.get_username()}: {user.teams.get()} is yours.")
@@ -234,16 +241,9 @@ class PasswordResetView(auth_views.PasswordResetView):
 
     def form_valid(self, form):
         per_hour = settings.PLIMSOLL_RESET_REQUESTS_PER_CLIENT_HOUR
-        allowed, wait = limits.take(f"password-reset-from:{client_ip(self.request)}", per_hour, 3600)
-        if not allowed:
-            form.add_error(
-                None,
-                f"{per_hour} password resets were asked from your address in the last hour: "
-                f"try again in {limits.minutes(wait)}.",
-            )
-            response = self.render_to_response(self.get_context_data(form=form), status=429)
-            response["Retry-After"] = str(max(1, round(wait)))
-            return response
+        said = f"{per_hour} password resets were asked"
+        if wait := _over_client_limit(self.request, form, "password-reset-from", per_hour, said):
+            return _too_many(self.render_to_response(self.get_context_data(form=form), status=429), wait)
         return super().form_valid(form)
 
 
