@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .procs import REGISTRY, capture
+from .procs import REGISTRY, capture, free_port
 
 FILE_SIZE = 2048
 START_TIMEOUT_S = 10.0
@@ -61,12 +61,6 @@ http {{
     }}
 }}
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def nginx_temp_kinds() -> list[str]:

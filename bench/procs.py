@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -164,3 +165,22 @@ def capture(argv: Sequence[str], timeout_s: float = 30.0) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return (r.stdout + r.stderr).strip()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the bench's servers bind it next)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 15) -> None:
+    """Waits until something accepts connections on 127.0.0.1:port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")

@@ -32,7 +32,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -123,23 +122,6 @@ export default function () {{ http.get('{url}'); }}
 PER_SESSION = 100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
 def _engine(plan: dict, core: int | None, duration: float, work: Path) -> dict[str, Any]:
     path = work / "plan.json"
     path.write_text(json.dumps(plan))
@@ -182,12 +164,12 @@ def h2_requests(args: argparse.Namespace, work: Path, h1: bool = False) -> dict[
     cert = trustme.CA().issue_cert("127.0.0.1")
     cert.private_key_and_cert_chain_pem.write_to_path(str(d / "cert.pem"))
     cert.private_key_pem.write_to_path(str(d / "key.pem"))
-    port, port_h1 = _free_port(), _free_port()
+    port, port_h1 = procs.free_port(), procs.free_port()
     affinity = f"worker_cpu_affinity {1 << args.server_core:b};" if args.server_core is not None else ""
     (d / "nginx.conf").write_text(NGINX_CONF.format(d=d, port=port, port_h1=port_h1, affinity=affinity))
     procs.REGISTRY.start([NGINX, "-c", str(d / "nginx.conf"), "-p", str(d)])
     try:
-        _wait_port(port)
+        procs.wait_port(port)
         origin = f"http://127.0.0.1:{port_h1}" if h1 else f"https://127.0.0.1:{port}"
         url = f"{origin}/2k"
         want, k6_script = ("http/1.1", K6_H1) if h1 else ("h2", K6_H2)
@@ -255,12 +237,12 @@ def _summary(runs: list[dict[str, Any]], ours: str, theirs: str) -> dict[str, An
 
 
 def ws_messages(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    port = _free_port()
+    port = procs.free_port()
     procs.REGISTRY.start(
         pin(args.server_core, [sys.executable, "-m", "bench.protocols", "_ws_echo", str(port)]), cwd=str(REPO)
     )
     try:
-        _wait_port(port)
+        procs.wait_port(port)
         actions = [a for _ in range(PER_SESSION // 2) for a in ({"send": "ping"}, {"expect": {"contains": "ping"}})]
         plan = {
             "base_url": f"http://127.0.0.1:{port}",
@@ -373,7 +355,7 @@ def ws_memory(args: argparse.Namespace, work: Path, sessions: int = 1000) -> dic
     from workers.engine.h1 import H1Client
     from workers.engine.ws import open_websocket
 
-    port = _free_port()
+    port = procs.free_port()
     echo = [sys.executable, "-m", "bench.protocols", "_ws_echo", str(port)]
     procs.REGISTRY.start(pin(args.server_core, echo), cwd=str(REPO))
 
@@ -410,7 +392,7 @@ def ws_memory(args: argparse.Namespace, work: Path, sessions: int = 1000) -> dic
         }
 
     try:
-        _wait_port(port)
+        procs.wait_port(port)
         import uvloop
 
         return uvloop.run(run())

@@ -376,38 +376,17 @@ def _get(url: str) -> str:
         return r.read().decode()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port: int, timeout: float = 15) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
-
-
 def measure(args: argparse.Namespace, work: Path, also: Any = None) -> dict[str, Any]:
     """Both measurements, for each protocol, ``args.reps`` times; ``also(port, path)`` (optional) runs last,
     against the same server, and its result is ``also`` in the answer."""
-    port = _free_port()
+    port = procs.free_port()
     procs.REGISTRY.start(
         pin(args.server_core, [sys.executable, "-m", "bench.ttfe_wire", "_serve", str(port)]), cwd=str(REPO)
     )
     path = f"/sse?tokens=5&first_ms={args.first_ms}&gap_ms=5"
     out: dict[str, Any] = {"users": args.users, "duration_s": args.duration, "first_ms": args.first_ms, "runs": []}
     try:
-        _wait_port(port)
+        procs.wait_port(port)
         _get(f"http://127.0.0.1:{port}/_times")  # the readiness pokes: forgotten
         for _ in range(args.reps):
             for protocol in args.protocol or ["bare", "http1", "h2c"]:
