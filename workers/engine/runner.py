@@ -1346,7 +1346,7 @@ class _Run:
                 if a.kind == "send":
                     text = a.text if compiled.template is None else compiled.template.render(values)
                     last_send = time.perf_counter()
-                    await session.send(text)
+                    session.send_text(text)  # never waits: send() without its coroutine
                 elif a.kind == "wait":
                     await asyncio.sleep(a.seconds)
                 else:

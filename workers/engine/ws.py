@@ -296,6 +296,10 @@ class WsSession(asyncio.Protocol):
     # -- used by the runner --
 
     async def send(self, text: str) -> None:
+        self.send_text(text)
+
+    def send_text(self, text: str) -> None:
+        """``send()`` without its coroutine (a send never waits: the transport buffers)."""
         if self.error is not None:
             raise self.error
         if self.handshake.done():
