@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from workers.engine import errors
+from workers.engine import errors, runner
 from workers.engine.gcpolicy import GcPolicy
 from workers.engine.h1 import make_h1_client
 from workers.engine.histogram import Histogram
@@ -502,6 +502,34 @@ def test_think_time_modes_keep_the_mean(mode):
         assert max(draws) <= 3.0
     if mode == "exponential":
         assert statistics.median(draws) == pytest.approx(2.0 * 0.693, rel=0.05)
+
+
+def test_a_client_that_answers_without_waiting_starves_no_one_and_the_run_ends_on_time():
+    """The loop turns every runner.TURN_EVERY iterations without a think time, not after each one."""
+    clients = []
+
+    class InstantClient:
+        def __init__(self):
+            self.requests = 0
+
+        async def request(self, method, url, headers, body, timeout):
+            self.requests += 1  # no await: the loop does not turn here
+            return Response(200, {}, b"ok", 2, 0, 0.0001, 0.0001)
+
+        async def close(self):
+            pass
+
+    def factory():
+        clients.append(InstantClient())
+        return clients[-1]
+
+    plan = make_plan("http://127.0.0.1:9", [{"name": "A", "steps": [{"name": "Home", "path": "/"}]}], users=3, hold=0.3)
+    started = time.monotonic()
+    totals = run_sync(plan, sink=None, client_factory=factory)
+
+    assert time.monotonic() - started < 5
+    assert len(clients) == 3 and totals.pages == sum(c.requests for c in clients)
+    assert min(c.requests for c in clients) > runner.TURN_EVERY  # each user got its turns, again and again
 
 
 def test_no_think_time_means_none():

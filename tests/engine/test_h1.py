@@ -424,6 +424,46 @@ def test_headers_are_case_insensitive_and_keep_repeated_fields():
     assert h.getall("missing") == []
 
 
+def test_each_response_has_its_own_headers_when_a_server_repeats_them(raw_server):
+    """Decoded header lists are remembered (h1._response_headers); every response still gets its own dict."""
+    same = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Kind: Same\r\nContent-Type: text/plain\r\n\r\nok"
+    repeated = (
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: a=1\r\nVary: Accept\r\n"
+        b"Set-Cookie: b=2\r\nVary: Cookie\r\n\r\nok"
+    )
+    replies = [same, same, repeated, repeated, same]
+
+    async def handler(reader, writer, number):
+        for reply in replies:
+            await handler.server.read_request(reader)
+            writer.write(reply)
+            await writer.drain()
+        await handler.server.read_request(reader)  # kept alive: wait for the client to close it
+
+    server = handler.server = raw_server(handler)
+
+    async def main():
+        client = H1Client()
+        try:
+            got = [await get(client, server.url + "/") for _ in replies]
+        finally:
+            await client.close()
+        first, second, multi1, multi2, last = (r.headers for r in got)
+        assert type(first) is Headers
+        assert first == {"content-length": "2", "x-kind": "Same", "content-type": "text/plain"}
+        assert second == first and second is not first
+        first["x-kind"] = "changed by whoever read the first response"
+        del first["content-type"]
+        assert second["X-Kind"] == last["x-kind"] == "Same" and last["Content-Type"] == "text/plain"
+        for h in (multi1, multi2):  # repeated fields: joined, every value kept, each time
+            assert h.getall("Set-Cookie") == ["a=1", "b=2"] and h["vary"] == "Accept, Cookie"
+        assert multi1 is not multi2 and multi1._multi is not multi2._multi
+        assert client.cookies.get("a") == "1" and client.cookies.get("b") == "2"
+
+    run(main)
+    assert server.connections == 1
+
+
 def test_body_delimited_by_close_interim_100_truncation_and_garbage(raw_server):
     replies = {
         1: b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end",

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import json
 import threading
+import time
 
 import pytest
 
@@ -96,6 +97,32 @@ def test_the_handshake_carries_the_users_cookies_and_the_steps_headers(demo):
             await client.close()
 
     assert json.loads(asyncio.run(go())) == {"cookie": "sid=abc123", "x-team": "blue"}
+
+
+def test_receive_times_out_on_the_loops_deadline_wheel_and_an_outside_cancel_stays_a_cancel(demo):
+    async def go():
+        client = H1Client()
+        session, _ = await open_websocket(client, demo.http_url.replace("http", "ws") + "/ws", {}, 2)
+        try:
+            t0 = time.perf_counter()
+            with pytest.raises(TimeoutError, match="no message within 0.05 s"):
+                await session.receive(0.05)
+            waited = time.perf_counter() - t0
+            await session.send("still open")
+            message, _ = await session.receive(2)
+            reader = asyncio.get_running_loop().create_task(session.receive(10))
+            await asyncio.sleep(0.05)
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+            return waited, message, asyncio.current_task().cancelling()
+        finally:
+            await session.close()
+            await client.close()
+
+    waited, message, cancelling = asyncio.run(go())
+    assert 0.05 <= waited < 1.0  # the wheel fires at most a tick (10 ms) late; the machine is shared
+    assert message == "still open" and cancelling == 0
 
 
 @pytest.mark.serial  # two sessions within a 0.4 s hold

@@ -126,6 +126,9 @@ GC_TICK_S = 0.1
 ARRIVAL_BATCH = 64  # arrivals started back to back (catching up) before the scheduler lets the loop turn
 SPAWN_LEAD_S = 0.05  # a closed-model user's task is created this long before its first session starts
 SPAWN_BATCH = 256  # user tasks created back to back before the spawner lets the loop turn
+# Iterations ended without a think time before one of them lets the loop turn (sleep(0)): a client that
+# answers without waiting must not starve the others, but a loop turn per request costs ~5 % of it.
+TURN_EVERY = 32
 
 
 # -- results -------------------------------------------------------------------
@@ -688,6 +691,7 @@ class _Run:
         self.data_taken = dict(data_taken or {})
         self.draining = False  # a handoff: start nothing new
         self.in_flight = 0  # pages being requested now (a drain waits for them)
+        self.unturned = 0  # iterations ended without a think time since the last forced loop turn
         self.profile = plan.profile
         self.shard = shard  # arrival_rate: (shard_no, shard_count) of the arrivals this run starts
         self.timeout = plan.request_timeout
@@ -1061,7 +1065,7 @@ class _Run:
                 self._interval().iterations_completed += 1
             if i == last and due_perf is not None:
                 break
-            think = draw_think_time(self.think_mode, step.think_time, rng)
+            think = draw_think_time(self.think_mode, step.think_time, rng) if step.think_time > 0 else 0.0
             if think > 0:
                 remaining = stop_at - loop.time()
                 if think >= remaining:
@@ -1075,8 +1079,12 @@ class _Run:
             if not ok:
                 break
         if not slept:
-            # Let the loop turn (and its clock advance) even if a client answered without waiting.
-            await asyncio.sleep(0)
+            # Let the loop turn (and its clock advance) even if a client answered without waiting: every
+            # TURN_EVERY such iterations (of all users), since a client that waited has let it turn already.
+            self.unturned += 1
+            if self.unturned >= TURN_EVERY:
+                self.unturned = 0
+                await asyncio.sleep(0)
         return True
 
     # -- arrivals (open model) --
@@ -1230,7 +1238,8 @@ class _Run:
                 detail = f"no complete response within {step.timeout:g} s"
             self._record_error(step, kind, errors.request_message(step.method, step.path, detail), 1, 0, len(body))
             return False
-        protocols = self._label(step.label).protocols
+        li = self._label(step.label)
+        protocols = li.protocols
         protocols[resp.protocol] = protocols.get(resp.protocol, 0) + resp.hits
         status_ok = 200 <= resp.status < 400 if step.expect_status is None else resp.status == step.expect_status
         if not status_ok:
@@ -1249,6 +1258,7 @@ class _Run:
             if failure is not None:
                 self._record_error(step, failure[0], failure[1], hits, bytes_in, bytes_out)
                 return False
+            li = self._label(step.label)  # the second the page ends in
         page = Page(resp.body, resp.headers) if step.text_present or step.text_absent or step.extractors else None
         if step.text_present or step.text_absent:
             message = _text_check(step, page.text)
@@ -1258,7 +1268,6 @@ class _Run:
         if step.max_duration_ms is not None and duration * 1000 > step.max_duration_ms:
             message = f"page took {duration * 1000:.0f} ms, more than {step.max_duration_ms:g} ms"
             self._record_error(step, errors.CHECK_FAILED, message, hits, bytes_in, bytes_out)
-            li = self._label(step.label)
             li.hist.record((duration + late_s) * 1_000_000)
             li.ttfb_hist.record(resp.ttfb_s * 1_000_000)
             if resp.connect_s > 0:
@@ -1278,7 +1287,6 @@ class _Run:
             except ExtractionError as exc:
                 self._record_error(step, errors.EXTRACTION_FAILED, str(exc), hits, bytes_in, bytes_out)
                 return False
-        li = self._label(step.label)
         li.pages += 1
         li.hits += hits
         li.bytes_in += bytes_in
@@ -1349,7 +1357,7 @@ class _Run:
                 if a.kind == "send":
                     text = a.text if compiled.template is None else compiled.template.render(values)
                     last_send = time.perf_counter()
-                    await session.send(text)
+                    session.send_text(text)  # never waits: send() without its coroutine
                     if observe is not None:
                         observe("sent", text)
                 elif a.kind == "wait":

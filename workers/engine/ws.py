@@ -41,7 +41,7 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from .h1 import H1Client, _deadlines_of, _prepare
+from .h1 import H1Client, _current_tasks, _Deadlines, _deadlines_of, _prepare
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE",
@@ -145,6 +145,7 @@ class WsSession(asyncio.Protocol):
         self._fast = False  # our own frame parser handles what the server sends (see the class docstring)
         self._buf = b""
         self._masks = b""
+        self._deadlines: _Deadlines | None = None  # the loop's deadline wheel (h1.py), for receive()
 
     # -- asyncio callbacks --
 
@@ -295,6 +296,10 @@ class WsSession(asyncio.Protocol):
     # -- used by the runner --
 
     async def send(self, text: str) -> None:
+        self.send_text(text)
+
+    def send_text(self, text: str) -> None:
+        """``send()`` without its coroutine (a send never waits: the transport buffers)."""
         if self.error is not None:
             raise self.error
         if self.handshake.done():
@@ -332,16 +337,36 @@ class WsSession(asyncio.Protocol):
                 raise self.error
             if deadline - loop.time() <= 0:
                 raise TimeoutError(f"no message within {timeout:g} s")
-            # A plain timer on the waiter: asyncio.wait_for costs several times more per message.
             self.waiter = waiter = loop.create_future()
-            timer = loop.call_at(deadline, _expire, waiter)
+            task = _current_tasks.get(loop) if _current_tasks is not None else asyncio.current_task()
+            if task is None:  # not in a task (a bare coroutine runner): a plain timer on the waiter
+                timer = loop.call_at(deadline, _expire, waiter)
+                try:
+                    expired = await waiter
+                finally:
+                    timer.cancel()
+                    self.waiter = None
+                if expired and not self.messages and self.error is None:
+                    raise TimeoutError(f"no message within {timeout:g} s")
+                continue
+            # The deadline on the loop's shared wheel (h1._Deadlines: a set insert and discard, firing at most
+            # 10 ms late) rather than a loop timer per message (call_at and cancel cost ~3 times as much).
+            deadlines = self._deadlines
+            if deadlines is None:
+                deadlines = self._deadlines = _deadlines_of(loop)
+            cancelling = task.cancelling()
+            slot = deadlines.arm(loop, deadline, task)
             try:
-                expired = await waiter
+                await waiter
+            except asyncio.CancelledError:
+                if deadlines.expired(task) and task.uncancel() <= cancelling:
+                    if self.messages:  # it came in the very turn the deadline passed: it is in time
+                        break
+                    raise TimeoutError(f"no message within {timeout:g} s") from None
+                raise
             finally:
-                timer.cancel()
+                deadlines.disarm(slot, task)
                 self.waiter = None
-            if expired and not self.messages and self.error is None:
-                raise TimeoutError(f"no message within {timeout:g} s")
         return self.messages.popleft()
 
     async def hold(self, seconds: float) -> None:
