@@ -176,6 +176,9 @@ ScalabilityModel = TypedDict(
         "peak_users": float | None,
         "peak_pages_per_s": float | None,
         "r2": float | None,
+        # no model, a measured ceiling instead: the flat top's pages/s and the users where it was reached
+        "ceiling_pages_per_s": float | None,
+        "ceiling_users": float | None,
         "levels": list[dict[str, float]],  # n, measured and predicted pages/s
         "predicted_pages_per_s": list[float],
         "curve": Any,  # points to draw (portal.stats.scalability.curve)

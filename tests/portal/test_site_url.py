@@ -105,6 +105,8 @@ def test_gunicorn_warns_at_start_when_site_url_names_another_port():
     assert "Booting worker" in log, log
     assert f"SITE_URL is http://127.0.0.1:8000 but this server answers on http://127.0.0.1:{port}" in log
 
-    quiet = _gunicorn_start_log(port, PLIMSOLL_PORT=str(port))
+    # a port of its own: the first server's may still be held while it shuts down
+    other = free_port()
+    quiet = _gunicorn_start_log(other, PLIMSOLL_PORT=str(other))
     assert "Booting worker" in quiet, quiet
     assert "SITE_URL" not in quiet
