@@ -110,7 +110,18 @@ def pytest_configure(config):
 # that send thousands of requests. pytest-xdist's worksteal hands each process a contiguous half of the
 # collection and lets an idle one take tests not yet started from the other; with the long tests first,
 # what is left for the end are short ones, so neither process idles while the other finishes a long one.
-LONG_FIRST = ("test_schemathesis.py", "test_malformed_requests.py")
+LONG_FIRST = (
+    "test_schemathesis.py",
+    "test_malformed_requests.py",
+    # portal modules with tests of 10–30 s each (`--durations` on 2026-11-28)
+    "test_live_rollup.py",
+    "test_run_list.py",
+    "test_site_url.py",
+    "test_deploy_settings.py",
+    "test_drilldown.py",
+    "test_result_files_tools.py",
+    "test_try_it.py",
+)
 
 
 def _long(item) -> bool:
