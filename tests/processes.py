@@ -173,15 +173,9 @@ class Worker:
         return self.log_path.read_text()
 
     def close(self):
-        """At a fixture's end: kill the worker and its pool at once. A warm shutdown (SIGTERM) waits for
-        the task in hand and hands an engine shard off to the next worker, which only costs the suite
-        time (10–15 s a module); the tests of shutdown and handoff send their signal themselves."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
+        """A warm stop (SIGTERM), as at a deployment: the worker unregisters its generator slots on the
+        way out (workers/celery.py), which the next module's admission counts on; killed after 15 s."""
+        stop(self.proc, timeout=15)
         self.log.close()
 
 
