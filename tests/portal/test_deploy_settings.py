@@ -54,16 +54,21 @@ def _settings(env: dict, *names: str) -> list[str]:
     return result.stdout.split()
 
 
-def test_the_deploy_check_is_clean_with_the_docker_settings(tmp_path):
-    # when
-    result = subprocess.run(
+def _deploy_check(env: dict) -> subprocess.CompletedProcess:
+    """`manage.py check --deploy`, failing on any warning, as an operator runs it."""
+    return subprocess.run(
         [PYTHON, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
         cwd=ROOT,
-        env=_env(tmp_path, **_docker_env()),
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+def test_the_deploy_check_is_clean_with_the_docker_settings(tmp_path):
+    # when
+    result = _deploy_check(_env(tmp_path, **_docker_env()))
     # then
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues (0 silenced)." in result.stdout
@@ -73,14 +78,7 @@ def test_the_deploy_check_is_clean_with_nothing_but_a_host_name_and_a_key(tmp_pa
     """Issue 30 item 8: W005 (HSTS subdomains) and W021 (preload) were left for every operator to meet."""
     env = _env(tmp_path, DEBUG="false", ALLOWED_HOSTS="plimsoll.example.com", SECRET_KEY=secrets.token_urlsafe(50))
     # when
-    result = subprocess.run(
-        [PYTHON, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _deploy_check(env)
     # then: clean, with only the preload warning silenced (the operator's one-way choice)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues (1 silenced)." in result.stdout
@@ -92,14 +90,7 @@ def test_the_deploy_check_is_clean_with_an_https_site_url_and_a_key(tmp_path):
     W012 and W016, and the portal refused requests for its own name."""
     env = _env(tmp_path, DEBUG="false", SITE_URL="https://plimsoll.example.com", SECRET_KEY=secrets.token_urlsafe(50))
     # when
-    result = subprocess.run(
-        [PYTHON, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _deploy_check(env)
     # then
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues (1 silenced)." in result.stdout

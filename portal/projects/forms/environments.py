@@ -143,21 +143,7 @@ class EnvironmentForm(ProjectScopedForm):
     def service_values(self) -> dict:
         """The cleaned form as services.environment_save's keyword arguments (without servers)."""
         data = self.cleaned_data
-        values = {
-            k: data[k]
-            for k in (
-                "name",
-                "base_url",
-                "config_url",
-                "description",
-                "metrics_interval_s",
-                "prometheus_url",
-                "generator_pool",
-                "trace_url_template",
-                "otlp_endpoint",
-            )
-        }
-        values["protocol"] = data["protocol"]
+        values = {k: data[k] for k in self.Meta.fields}  # the model's fields this form edits, as they are
         if data.get("ca_bundle_file"):
             values["ca_bundle"] = data["ca_bundle_file"]
             values["ca_bundle_name"] = self.files["ca_bundle_file"].name
