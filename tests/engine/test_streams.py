@@ -194,7 +194,9 @@ def test_the_time_to_first_event_is_the_servers_not_the_encoding_of_a_large_requ
     d = label.to_dict()
     assert totals.errors == 0 and label.pages >= 2 and len(server.bursts) == label.pages
     # The server answers its headers at once: the time to first byte is mostly the request's encoding.
-    assert d["ttfb_ms"]["p50"] > 20, d["ttfb_ms"]  # else the header proves nothing
+    # else the header proves nothing (≈ 20 ms on this machine quiet, more when loaded); counted from the
+    # call, the engine's figure would then exceed the bound below by half the encoding at least
+    assert d["ttfb_ms"]["p50"] > 10, d["ttfb_ms"]
     server_ms = [b * 1000 for b in server.bursts]  # the request's read to the first event's write
     assert min(server_ms) >= 50
     # the engine's figure: the server's, the two trips on loopback and the histogram's bucket (≤ 0.1 %)
