@@ -392,8 +392,9 @@ def test_response_header_checks_refuse_what_rfc_9113_forbids():
     from workers.engine.h2wire import MalformedHeaders, check_response, check_trailers
 
     good = [(b":status", b"200"), (b"server", b"nginx"), (b"set-cookie", b"a=1"), (b"set-cookie", b"b=2")]
-    assert check_response(good) == (200, (("server", "nginx"), ("set-cookie", "a=1"), ("set-cookie", "b=2")), None)
-    assert check_response(good[:2])[2] == {"server": "nginx"}
+    assert check_response(good) == (200, (("server", "nginx"), ("set-cookie", "a=1"), ("set-cookie", "b=2")), None, -1)
+    assert check_response(good[:2])[2:] == ({"server": "nginx"}, -1)
+    assert check_response([(b":status", b"204"), (b"content-length", b"12")])[3] == 12
     for bad in (
         [(b"server", b"nginx")],  # no :status
         [(b":status", b"200"), (b"Server", b"nginx")],

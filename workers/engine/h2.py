@@ -136,7 +136,7 @@ class _Stream:
     def __init__(self, waiter: asyncio.Future[None], out_window: int, head: bool) -> None:
         self.waiter = waiter
         self.status = 0
-        self.headers = Headers()
+        self.headers: Headers | None = None  # set with the response's headers
         self.chunks: list[bytes] = []
         self.t_headers = 0.0
         self.t_done = 0.0
@@ -225,7 +225,15 @@ class _H2Conn(asyncio.Protocol):
                     break
                 payload = data[pos + 9 : stop]
                 pos = stop
-                self._frame(lt & 0xFF, flags, sid & 0x7FFFFFFF, payload, now)
+                kind = lt & 0xFF
+                if self.pending is not None:
+                    self._frame(kind, flags, sid & 0x7FFFFFFF, payload, now)
+                elif kind == 0:  # DATA, HEADERS of one frame: the steady state, without _frame's dispatch
+                    self._data(flags, sid & 0x7FFFFFFF, payload, now)
+                elif kind == 1 and flags & _PLAIN_HEADERS == w.END_HEADERS and sid & 1 and sid < self.next_id:
+                    self._headers(sid, flags, payload, now)
+                else:
+                    self._frame(kind, flags, sid & 0x7FFFFFFF, payload, now)
                 if self.failure is not None:
                     return
         except _Invalid as exc:
@@ -334,7 +342,7 @@ class _H2Conn(asyncio.Protocol):
         s = self.streams.get(sid)
         trailers = s is not None and s.t_headers != 0.0
         try:
-            status, fields, simple = self.decoder.decode_cached(
+            status, fields, simple, length = self.decoder.decode_cached(
                 block, w.check_trailers if trailers else w.check_response
             )
         except w.HPACKError as exc:
@@ -357,12 +365,13 @@ class _H2Conn(asyncio.Protocol):
         if simple is not None:
             s.headers = Headers(simple)
         else:
-            hdrs = s.headers
+            s.headers = hdrs = Headers()
             for name, value in fields:
                 hdrs._add(name, value)
-        length = s.headers.get("content-length") if not s.head and status not in (204, 304) else None
-        if length is not None:
-            s.length = int(length) if length.isdigit() else -2
+            length = hdrs.get("content-length", "")
+            length = -1 if not length else int(length) if length.isdigit() else -2
+        if length != -1 and not s.head and status != 204 and status != 304:
+            s.length = length
         if s.observer is not None:
             s.observer.touch()
         if flags & w.END_STREAM:
@@ -485,9 +494,29 @@ class _H2Conn(asyncio.Protocol):
                 else:
                     self._free_slot()  # pass the slot we were given on
                 raise
+        stream_id, s = self.open_stream(prep, cookie, body, observer, tp)
+        try:
+            if body:
+                await self._send_body(stream_id, s, body)
+            await s.waiter
+        except BaseException as exc:
+            self._abandon(stream_id, s)
+            if s.sending and isinstance(exc, asyncio.CancelledError):
+                raise _StalledCancel() from None  # noqa: B904 - H2Client._stalled turns it back into the timeout
+            raise
+        return s
+
+    def has_slot(self) -> bool:
+        return len(self.streams) < (self.max_streams if self.settings_seen else 1)
+
+    def open_stream(
+        self, prep: _Prepared, cookie: str, body: bytes, observer: StreamObserver | None, tp: bytes
+    ) -> tuple[int, _Stream]:
+        """Open a stream (a slot is free) and send its HEADERS; raises ``_Refused`` if the connection is done."""
+        transport = self.transport
         if self.next_id > w.MAX_WINDOW:  # stream ids used up: a new connection takes over
             self.closed = True
-        if not self.usable():
+        if self.closed or transport is None or transport.is_closing():
             raise _Refused("the HTTP/2 connection closed before the request was sent")
         block = prep.h2
         if block is None:
@@ -499,25 +528,18 @@ class _H2Conn(asyncio.Protocol):
             self.first_block = False
         stream_id = self.next_id
         self.next_id += 2
-        waiter = self.loop.create_future()
-        s = _Stream(waiter, self.peer_window, prep.head)
+        s = _Stream(self.loop.create_future(), self.peer_window, prep.head)
         self.streams[stream_id] = s
         if observer is not None:
             s.observer = observer
             observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
-        try:
-            self._write(w.headers_frames(stream_id, block, not body, self.max_frame))
-            if observer is not None:
-                observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
-            if body:
-                await self._send_body(stream_id, s, body)
-            await waiter
-        except BaseException as exc:
-            self._abandon(stream_id, s)
-            if s.sending and isinstance(exc, asyncio.CancelledError):
-                raise _StalledCancel() from None  # noqa: B904 - H2Client._stalled turns it back into the timeout
-            raise
-        return s
+        if len(block) <= self.max_frame:  # one HEADERS frame (END_HEADERS, END_STREAM without a body)
+            transport.write(w.HEAD.pack(len(block) << 8 | 1, 4 if body else 5, stream_id) + block)
+        else:
+            transport.write(w.headers_frames(stream_id, block, not body, self.max_frame))
+        if observer is not None:
+            observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
+        return stream_id, s
 
     async def _send_body(self, stream_id: int, s: _Stream, body: bytes) -> None:
         view = memoryview(body)
@@ -622,6 +644,9 @@ class _H2Conn(asyncio.Protocol):
                 fut.set_result(None)
 
 
+_PLAIN_HEADERS = w.END_HEADERS | w.PADDED | w.PRIORITY_FLAG
+
+
 class _Invalid(Exception):
     """A frame that breaks RFC 9113: the connection ends with GOAWAY(code)."""
 
@@ -698,11 +723,21 @@ class H2Client(H1Client):
             self._finish(conn1, prep.close)
             return result
         for attempt in (0, 1):
-            conn = await self._h2_conn(prep)
-            if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
-                return await H1Client._hop(self, prep, body, stream, tp)
+            conn = self._h2.get(prep.origin)
+            if conn is None or not conn.usable():
+                conn = await self._h2_conn(prep)
+                if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
+                    return await H1Client._hop(self, prep, body, stream, tp)
             try:
-                s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream, tp)
+                if body or not conn.has_slot():
+                    s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream, tp)
+                else:  # conn.roundtrip without its coroutine: a GET with a free slot (the steady state)
+                    stream_id, s = conn.open_stream(prep, self._cookie_value(prep), body, stream, tp)
+                    try:
+                        await s.waiter
+                    except BaseException:
+                        conn._abandon(stream_id, s)
+                        raise
             except _Refused:
                 if attempt or self._closed:
                     raise ServerDisconnected("the server refused the stream twice (GOAWAY or REFUSED_STREAM)") from None
@@ -810,7 +845,8 @@ def tls_context(*, verify: bool = True, ca_bundle: str | None = None, alpn: tupl
     key = (verify, ca_bundle, alpn)
     ctx = _contexts.get(key)
     if ctx is None:
-        ctx = ssl.create_default_context()
+        # Without verification the system's CA store is not read (≈ 40 ms of CPU per context, more when loaded).
+        ctx = ssl.create_default_context() if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if ca_bundle:
             try:
                 ctx.load_verify_locations(cadata=ca_bundle)

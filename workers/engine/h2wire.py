@@ -272,9 +272,9 @@ class MalformedHeaders(ValueError):
     """A header block that RFC 9113 §8.2 forbids."""
 
 
-def check_response(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[str, str], ...], dict[str, str] | None]:
-    """(status, regular fields decoded as latin-1, the same as a dict when no name repeats) of a response's
-    header block; raises ``MalformedHeaders``."""
+def check_response(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[str, str], ...], Any, int]:
+    """(status, regular fields decoded as latin-1, the same as a dict when no name repeats, content-length: -1
+    if none, -2 if not a number) of a response's header block; raises ``MalformedHeaders``."""
     status = 0
     regular: list[tuple[str, str]] = []
     for name, value in fields:
@@ -290,15 +290,18 @@ def check_response(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[
     if not status:
         raise MalformedHeaders("response without :status")
     simple = dict(regular)
-    return status, tuple(regular), simple if len(simple) == len(regular) else None
+    if len(simple) != len(regular):
+        return status, tuple(regular), None, -1  # a repeated name: content-length is read from the Headers
+    length = simple.get("content-length")
+    return status, tuple(regular), simple, -1 if length is None else int(length) if length.isdigit() else -2
 
 
-def check_trailers(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[str, str], ...], None]:
+def check_trailers(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[str, str], ...], Any, int]:
     for name, value in fields:
         if name[:1] == b":":
             raise MalformedHeaders(f"pseudo-header field {name!r} in trailers")
         _check_field(name, value)
-    return 0, (), None
+    return 0, (), None, -1
 
 
 def _check_field(name: bytes, value: bytes) -> None:
