@@ -241,7 +241,7 @@ class CachingDecoder(hpack.hpack.Decoder):
     def decode_cached(self, data: bytes, check: Any) -> Any:
         """``check(fields)`` of the block's fields (raw bytes): computed on a miss, the same on a hit."""
         table = self.header_table
-        key = (data, tuple(table.dynamic_entries), table._maxsize)
+        key = (data, tuple(table.dynamic_entries), table._maxsize, check)  # a response's block or trailers
         hit = self._blocks.get(key)
         if hit is not None:
             result, added = hit
