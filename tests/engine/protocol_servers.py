@@ -8,7 +8,9 @@
 * ``RawH2Server``: a server built on the ``h2`` library's server side that
   misbehaves on purpose, per path: resets streams, refuses them, sends GOAWAY,
   breaks the framing, never opens its flow-control window, caps concurrent streams,
-  sends a stream's first event in one read with thousands of frames after it.
+  sends a stream's first event in one read with thousands of frames after it; and
+  frames written by hand that the ``h2`` library never makes (CONTINUATION, padding,
+  priority fields, a response cut into 40 writes, trailers, fields it would refuse).
 """
 
 from __future__ import annotations
@@ -94,6 +96,74 @@ class NginxH2(NginxProcess):
         super().__init__(directory, server=server, ports=[tls_port, h2c_port, h1_port], files={"2k.txt": TWO_K})
 
 
+def _raw_frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream_id.to_bytes(4, "big") + payload
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """An HPACK literal field without indexing, new name, no Huffman (both strings under 127 bytes)."""
+    return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+
+
+_STATUS_200 = b"\x88"  # static index 8
+
+
+def _continuation(stream_id: int) -> bytes:
+    """HEADERS without END_HEADERS, then two CONTINUATION frames; the body in one DATA frame."""
+    block = _STATUS_200 + b"".join(_literal(b"x-part-%d" % i, b"v" * 100) for i in range(5))
+    a, b, c = block[:50], block[50:300], block[300:]
+    return b"".join(
+        (
+            _raw_frame(1, 0, stream_id, a),
+            _raw_frame(9, 0, stream_id, b),
+            _raw_frame(9, 0x4, stream_id, c),  # END_HEADERS
+            _raw_frame(0, 0x1, stream_id, b"continued"),
+        )
+    )
+
+
+def _padded(stream_id: int) -> bytes:
+    """HEADERS padded and with priority fields; DATA frames padded (one with a pad length of 0)."""
+    block = _STATUS_200 + _literal(b"x-padded", b"yes")
+    headers = bytes((7,)) + bytes(5) + block + bytes(7)  # pad length, priority (5 bytes), block, padding
+    return b"".join(
+        (
+            _raw_frame(1, 0x4 | 0x8 | 0x20, stream_id, headers),
+            _raw_frame(0, 0x8, stream_id, bytes((200,)) + b"pad" + bytes(200)),
+            _raw_frame(0, 0x8, stream_id, bytes((0,)) + b"ded"),
+            _raw_frame(0, 0x1 | 0x8, stream_id, bytes((3,)) + b"!" + bytes(3)),
+        )
+    )
+
+
+def _split(stream_id: int) -> bytes:
+    """A PING, a response of several DATA frames and trailers: written in 40 pieces (frames cut anywhere)."""
+    block = _STATUS_200 + _literal(b"content-length", b"3000")
+    body = b"".join(_raw_frame(0, 0, stream_id, bytes((65 + i,)) * 1000) for i in range(3))
+    trailers = _raw_frame(1, 0x1 | 0x4, stream_id, _literal(b"x-trailer", b"done"))
+    return _raw_frame(6, 0, 0, b"pingpong") + _raw_frame(1, 0x4, stream_id, block) + body + trailers
+
+
+def _uppercase(stream_id: int) -> bytes:
+    """A response field name in capitals: RFC 9113 §8.2.1 makes the response malformed."""
+    return _raw_frame(1, 0x1 | 0x4, stream_id, _STATUS_200 + _literal(b"X-Upper", b"1"))
+
+
+def _bad_length(stream_id: int) -> bytes:
+    """A content-length that the body does not match (RFC 9113 §8.1.1)."""
+    block = _STATUS_200 + _literal(b"content-length", b"10")
+    return _raw_frame(1, 0x4, stream_id, block) + _raw_frame(0, 0x1, stream_id, b"short")
+
+
+RAW_RESPONSES = {
+    "/continuation": _continuation,
+    "/padded": _padded,
+    "/split": _split,
+    "/uppercase": _uppercase,
+    "/bad-length": _bad_length,
+}
+
+
 class _RawH2(asyncio.Protocol):
     """One server-side HTTP/2 connection whose behaviour depends on the request path."""
 
@@ -105,10 +175,13 @@ class _RawH2(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.open = 0
         self.arrived = 0.0
+        self.received: dict[int, int] = {}  # /count: request body bytes per stream
+        self.big: dict[int, memoryview] = {}  # /big: what is still to send, as the client's windows allow
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         self.server.connections += 1
+        self.index = self.server.connections
         self.conn.initiate_connection()
         transport.write(self.conn.data_to_send())
 
@@ -123,18 +196,51 @@ class _RawH2(asyncio.Protocol):
             if isinstance(ev, h2.events.RequestReceived):
                 path = dict(ev.headers)[b":path"].decode()
                 self.server.paths.append(path)
+                self.server.log.append((self.index, path))
                 self.server.arrived = self.arrived = arrived  # the request's read, before h2 parsed it
                 self.open += 1
                 self.server.max_open = max(self.server.max_open, self.open)
                 self._handle(ev.stream_id, path)
             elif isinstance(ev, h2.events.DataReceived):
+                if ev.stream_id in self.received:
+                    self.received[ev.stream_id] += len(ev.data)
                 if not self.server.never_read:
                     self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded) and ev.stream_id in self.received:
+                self._ok(ev.stream_id, b"%d" % self.received.pop(ev.stream_id))
             elif isinstance(ev, h2.events.StreamReset):
                 self.server.resets_received += 1
                 self.open -= 1
+        self._pump()
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(self.conn.data_to_send())
+
+    def _pump(self) -> None:
+        """/big: send what the client's flow-control windows allow (h2 refuses to send more)."""
+        for stream_id, rest in list(self.big.items()):
+            while rest:
+                n = min(len(rest), self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size)
+                if n <= 0:
+                    break
+                self.conn.send_data(stream_id, rest[:n].tobytes(), end_stream=n == len(rest))
+                rest = rest[n:]
+            if rest:
+                self.big[stream_id] = rest
+            else:
+                del self.big[stream_id]
+                self.open -= 1
+
+    def _raw(self, data: bytes, pieces: int = 1) -> None:
+        """Write ``data`` after what h2 has queued, in ``pieces`` writes 5 ms apart (so many reads)."""
+        data = self.conn.data_to_send() + data
+        step = -(-len(data) // pieces)
+        loop = asyncio.get_running_loop()
+        for i in range(pieces):
+            loop.call_later(0.005 * i, self._write_now, data[i * step : (i + 1) * step])
+
+    def _write_now(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
     def _handle(self, stream_id: int, path: str) -> None:
         conn = self.conn
@@ -157,6 +263,21 @@ class _RawH2(asyncio.Protocol):
             block = b"\xff\xff\xff\xff\x0f"
             frame = len(block).to_bytes(3, "big") + b"\x01\x05" + stream_id.to_bytes(4, "big") + block
             self.transport.write(conn.data_to_send() + frame)
+        elif path in RAW_RESPONSES:
+            # Frames written by hand (h2 only makes plain ones): literal fields, no dynamic table.
+            self._raw(RAW_RESPONSES[path](stream_id), pieces=40 if path == "/split" else 1)
+            self.open -= 1
+        elif path == "/upload-count":
+            self.received[stream_id] = 0  # answered at the end of the request body: its length
+        elif path.startswith("/big/"):
+            conn.send_headers(stream_id, [(b":status", b"200")])
+            self.big[stream_id] = memoryview(b"b" * int(path[5:]))
+        elif path == "/goaway-mid" and self.server.goaways == 0:
+            # GOAWAY naming this stream's predecessor as the last one processed, written by hand so that h2
+            # goes on answering the streams it has: those opened before are answered, this one and later not.
+            last = stream_id - 2
+            self.server.goaways += 1
+            self.transport.write(conn.data_to_send() + _raw_frame(7, 0, 0, last.to_bytes(4, "big") + bytes(4)))
         elif path == "/slow":
             asyncio.get_running_loop().call_later(0.05, self._ok_later, stream_id)
         elif path == "/upload":
@@ -217,6 +338,7 @@ class RawH2Server:
         }
         self.never_read = never_read
         self.paths: list[str] = []
+        self.log: list[tuple[int, str]] = []  # (connection number, path) of every request
         self.connections = 0
         self.max_open = 0
         self.refused = 0

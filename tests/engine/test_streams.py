@@ -180,8 +180,9 @@ def test_the_first_event_is_timed_when_its_read_arrives_not_after_the_frames_tha
 
 @pytest.mark.serial  # time to first event within 10 ms of the server's
 def test_the_time_to_first_event_is_the_servers_not_the_encoding_of_a_large_request():
-    """Time to first event counts from the request's send: h2's HPACK takes tens of milliseconds over a 16 KB
-    header (a large cookie or token), which is the engine's work, not the server's (streams.py)."""
+    """Time to first event counts from the request's send: HPACK's Huffman coding takes tens of milliseconds
+    over a 16 KB header (a large cookie or token), which is the engine's work, not the server's (streams.py).
+    The engine encodes a request's fixed fields once (h2wire.py): the first request pays it."""
     server = RawH2Server()
     server.burst_frames = 0
     plan = _plan(server.url, "/sse-burst", users=1, hold=0.3, last_event_contains="[DONE]")
@@ -193,15 +194,15 @@ def test_the_time_to_first_event_is_the_servers_not_the_encoding_of_a_large_requ
     label = totals.labels["S: tokens"]
     d = label.to_dict()
     assert totals.errors == 0 and label.pages >= 2 and len(server.bursts) == label.pages
-    # The server answers its headers at once: the time to first byte is mostly the request's encoding.
-    # else the header proves nothing (≈ 20 ms on this machine quiet, more when loaded); counted from the
+    # The server answers its headers at once: the first request's time to first byte is mostly its encoding,
+    # else the header proves nothing (≈ 30 ms on this machine quiet, more when loaded); counted from the
     # call, the engine's figure would then exceed the bound below by half the encoding at least
-    assert d["ttfb_ms"]["p50"] > 10, d["ttfb_ms"]
+    assert d["ttfb_ms"]["max"] > 10, d["ttfb_ms"]
     server_ms = [b * 1000 for b in server.bursts]  # the request's read to the first event's write
     assert min(server_ms) >= 50
     # the engine's figure: the server's, the two trips on loopback and the histogram's bucket (≤ 0.1 %)
     assert label.ttfe_histogram.min / 1000 >= min(server_ms) - 0.1
-    assert label.ttfe_histogram.max / 1000 < max(server_ms) + min(10, d["ttfb_ms"]["p50"] / 2), (d, server_ms)
+    assert label.ttfe_histogram.max / 1000 < max(server_ms) + min(10, d["ttfb_ms"]["max"] / 2), (d, server_ms)
 
 
 def test_the_sse_parser_reads_line_ends_comments_and_split_pieces():

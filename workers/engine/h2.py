@@ -1,4 +1,10 @@
-"""HTTP/2 for the engine: the sans-IO ``h2`` library (python-hyper) on the engine's own asyncio transports.
+"""HTTP/2 for the engine: its own framing (``h2wire``) and ``hpack`` (python-hyper) on its asyncio transports.
+
+The ``h2`` library's state machines, events and checks cost ~4 times the
+CPU of the rest of a request; the client side of RFC 9113 that a load
+generator needs is made here instead (frames read and made in ``_H2Conn``,
+header blocks in ``h2wire``), and tested against nginx, Hypercorn and a
+server on ``h2`` (tests/engine/test_h2.py).
 
 ``H2Client`` is an ``H1Client`` (same cookies, redirects, deadlines, allowlist
 and body decoding) whose requests go over HTTP/2 when the plan's ``protocol``
@@ -20,8 +26,8 @@ says so and the server agrees; the protocol of each request is recorded in
   it. At most the server's ``SETTINGS_MAX_CONCURRENT_STREAMS`` streams are
   open; further requests wait, in order. A connection that received GOAWAY takes
   no new stream; a new one is opened for the next request.
-* **Flow control**: received DATA is acknowledged as it is consumed (h2 sends
-  WINDOW_UPDATE once half a window is used); the client announces a 1 MiB
+* **Flow control**: received DATA is acknowledged as it is consumed (a
+  WINDOW_UPDATE once half a window is used, one per read at most); the client announces a 1 MiB
   stream window and a 16 MiB connection window, so downloads are not throttled.
   A request body is sent as the server's windows allow; a server that never
   opens its window leaves the request waiting until its timeout, which is then
@@ -34,6 +40,7 @@ says so and the server agrees; the protocol of each request is recorded in
   bad frame size...) fail every stream of the connection with
   ``H2ProtocolError`` (kind ``protocol_error``), after a GOAWAY. A timeout or
   cancellation resets only its own stream (CANCEL); the connection goes on.
+  A connection retired by a graceful GOAWAY finishes its streams before it closes.
 * **Headers**: pseudo-headers from the URL, the user's headers lower-cased, the
   connection-specific ones (Connection, Keep-Alive, Transfer-Encoding, Upgrade,
   Host) left out as RFC 9113 §8.2.2 requires; cookies from the jar as one
@@ -43,22 +50,10 @@ says so and the server agrees; the protocol of each request is recorded in
 from __future__ import annotations
 
 import asyncio
-import functools
 import ssl
 from collections import deque
-from typing import Any
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
-import h2.stream
-import h2.utilities
-import hpack.hpack
-import hpack.table
-
+from . import h2wire as w
 from .h1 import (
     HTTP11,
     H1Client,
@@ -94,138 +89,6 @@ _ORIGIN_H1 = 1  # an origin spoken to over HTTP/1.1
 _ORIGIN_H2 = 2  # an origin spoken to over HTTP/2
 
 
-# HPACK: servers such as nginx send their response headers as Huffman-coded literals without indexing,
-# the same few strings (Server, Content-Type, ETag, Date within a second...) on every response, and
-# hpack decodes each bit by bit in Python: about a third of the CPU of a request. The decoded strings
-# are cached (bytes in, bytes out, both immutable; errors are raised as before, never cached).
-_huffman = hpack.hpack.decode_huffman
-
-
-@functools.lru_cache(maxsize=4096)
-def _huffman_cached(data: bytes) -> bytes:
-    return _huffman(data)
-
-
-def _decode_huffman(data: bytes | bytearray | memoryview) -> bytes:
-    return _huffman_cached(bytes(data))
-
-
-hpack.hpack.decode_huffman = _decode_huffman
-
-
-# Whole header blocks, cached per connection. HPACK is deterministic: a block decoded against a given dynamic
-# table gives the same headers and adds the same entries to the table; the same headers encoded against the
-# same table give the same block. So:
-# * responses: a block is looked up with the decoder's table content (nginx adds every response header to
-#   it, so the table cycles through the same few states); a hit returns the headers and makes the same
-#   additions to the table, as the decoding would have. Blocks that resize the table are not cached.
-# * requests: the encoder's table counts its changes (``version``); a block is reused only at the version it
-#   was made at, and only blocks that left the table as it was are kept (the first request of a kind adds
-#   its fields to the table and really runs).
-# A server that answers with the same headers (Date changing once a second) and a user who sends the same
-# request again cost a dict lookup instead of ~40 µs each way in hpack.
-_BLOCK_CACHE = 64  # blocks per connection and direction; emptied when full
-
-
-class _CountingTable(hpack.table.HeaderTable):
-    """hpack's header table, counting its changes and, on request, noting what is added to it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.version = 0
-        self.added: list[tuple[bytes, bytes]] | None = None
-
-    def add(self, name: bytes, value: bytes) -> None:
-        self.version += 1
-        if self.added is not None:
-            self.added.append((name, value))
-        super().add(name, value)
-
-    @property
-    def maxsize(self) -> int:
-        return self._maxsize
-
-    @maxsize.setter
-    def maxsize(self, newmax: int) -> None:
-        self.version += 1
-        self.added = None  # a resize: the block is not replayable
-        hpack.table.HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
-
-
-class _CachingDecoder(hpack.hpack.Decoder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.header_table = _CountingTable()
-        self._blocks: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[tuple[bytes, bytes]]]] = {}
-
-    def decode(self, data: bytes, raw: bool = False) -> Any:
-        table = self.header_table
-        key = (bytes(data), tuple(table.dynamic_entries), table._maxsize, self.max_header_list_size, raw)
-        hit = self._blocks.get(key)
-        if hit is not None:
-            headers, added = hit
-            for name, value in added:
-                table.add(name, value)
-            return list(headers)
-        added = table.added = []
-        try:
-            decoded = super().decode(data, raw)
-        finally:
-            replayable = table.added is added
-            table.added = None
-        if replayable:
-            if len(self._blocks) >= _BLOCK_CACHE:
-                self._blocks.clear()
-            self._blocks[key] = (tuple(decoded), added)
-        return decoded
-
-
-# h2 checks every received header list (RFC 9113 §8.2: characters, pseudo-fields, connection-specific fields):
-# a pure function of the list and the kind of block, so a list seen before passes (or fails) as it did.
-# Only passing lists are kept; the set is shared (process-wide, bounded), as the lists are all alike.
-_validate_headers = h2.utilities.validate_headers
-_VALID: set[tuple[Any, ...]] = set()
-
-
-def _validate_headers_cached(headers: Any, flags: Any) -> Any:
-    items = tuple(headers)
-    key = (items, flags)
-    if key not in _VALID:
-        for _ in _validate_headers(items, flags):  # raises on an invalid list: never kept
-            pass
-        if len(_VALID) >= 1024:
-            _VALID.clear()
-        _VALID.add(key)
-    return items  # h2's checks pass every field through unchanged
-
-
-h2.stream.validate_headers = _validate_headers_cached
-
-
-class _CachingEncoder(hpack.hpack.Encoder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.header_table = _CountingTable()
-        self._blocks: dict[tuple[Any, ...], bytes] = {}
-
-    def encode(self, headers: Any, huffman: bool = True) -> bytes:
-        table = self.header_table
-        if table.resized or isinstance(headers, dict):
-            return super().encode(headers, huffman)
-        items = tuple(headers)
-        # The tuples' types too: h2 marks some fields never-indexed (a HeaderTuple subclass, equal to a plain one).
-        key = (items, tuple(map(type, items)), table.version, huffman)
-        block = self._blocks.get(key)
-        if block is not None:
-            return block
-        block = super().encode(items, huffman)
-        if table.version == key[2]:
-            if len(self._blocks) >= _BLOCK_CACHE:
-                self._blocks.clear()
-            self._blocks[key] = block
-        return block
-
-
 class H2ProtocolError(ConnectionError):
     """The server broke the HTTP/2 protocol (malformed frames or headers); kind ``protocol_error``."""
 
@@ -253,18 +116,38 @@ class _Refused(ConnectionError):
 
 
 class _Stream:
-    __slots__ = ("waiter", "status", "headers", "chunks", "t_headers", "t_done", "window", "sending", "observer")
+    __slots__ = (
+        "waiter",
+        "status",
+        "headers",
+        "chunks",
+        "t_headers",
+        "t_done",
+        "window",
+        "sending",
+        "observer",
+        "out_window",
+        "unacked",
+        "received",
+        "length",
+        "head",
+    )
 
-    def __init__(self, waiter: asyncio.Future[None]) -> None:
+    def __init__(self, waiter: asyncio.Future[None], out_window: int, head: bool) -> None:
         self.waiter = waiter
         self.status = 0
-        self.headers = Headers()
+        self.headers: Headers | None = None  # set with the response's headers
         self.chunks: list[bytes] = []
         self.t_headers = 0.0
         self.t_done = 0.0
         self.window: asyncio.Future[None] | None = None  # set while the body waits for flow-control credit
         self.sending = False
         self.observer: StreamObserver | None = None
+        self.out_window = out_window  # what the server lets us send on it
+        self.unacked = 0  # DATA received and not yet given back by WINDOW_UPDATE
+        self.received = 0  # body bytes (content-length is checked at the end)
+        self.length = -1  # the response's content-length, if any
+        self.head = head
 
 
 class _H2Conn(asyncio.Protocol):
@@ -272,6 +155,7 @@ class _H2Conn(asyncio.Protocol):
 
     Over TLS, ``connection_made`` runs after the handshake: if ALPN did not
     choose ``h2``, the transport is handed to an HTTP/1.1 ``_Conn`` (``h1``).
+    Frames are made and read here (``h2wire``), HPACK decoding is ``hpack``'s.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, alpn: bool) -> None:
@@ -279,14 +163,7 @@ class _H2Conn(asyncio.Protocol):
         self.alpn = alpn
         self.h1: _Conn | None = None  # set when ALPN fell back to HTTP/1.1
         self.transport: asyncio.Transport | None = None
-        # Our own headers are built valid (lower-case names, no connection-specific fields): not checked again.
-        config = h2.config.H2Configuration(
-            client_side=True, header_encoding=None, validate_outbound_headers=False, normalize_outbound_headers=False
-        )
-        self.conn = h2.connection.H2Connection(config=config)
-        self.conn.encoder = _CachingEncoder()
-        self.conn.decoder = _CachingDecoder()
-        self.conn.decoder.max_header_list_size = self.conn.DEFAULT_MAX_HEADER_LIST_SIZE
+        self.decoder = w.CachingDecoder(MAX_HEADER_LIST)
         self.streams: dict[int, _Stream] = {}
         self.closed = False  # no new streams (GOAWAY received, connection lost or broken)
         self.failure: BaseException | None = None
@@ -295,6 +172,17 @@ class _H2Conn(asyncio.Protocol):
         # Until the server's first SETTINGS arrive (at most a round trip), one stream at a time: its
         # SETTINGS_MAX_CONCURRENT_STREAMS may be lower than what we would open.
         self.settings_seen = False
+        self.max_streams = 100  # the server's SETTINGS_MAX_CONCURRENT_STREAMS (unlimited unless said)
+        self.next_id = 1
+        self.first_block = True
+        self.buf = b""  # an incomplete frame from the last read
+        self.pending: tuple[int, int, list[bytes]] | None = None  # (stream, flags, fragments) until END_HEADERS
+        self.out_window = w.DEFAULT_WINDOW  # the server's connection window for our DATA
+        self.peer_window = w.DEFAULT_WINDOW  # its SETTINGS_INITIAL_WINDOW_SIZE
+        self.max_frame = w.DEFAULT_FRAME  # its SETTINGS_MAX_FRAME_SIZE
+        self.in_window = CONNECTION_WINDOW  # what the server may still send us, connection-wide
+        self.unacked = 0
+        self.out: list[bytes] = []  # control frames to write at the end of the read
 
     # -- asyncio callbacks --
 
@@ -308,97 +196,266 @@ class _H2Conn(asyncio.Protocol):
                 transport.set_protocol(self.h1)
                 self.h1.connection_made(transport)
                 return
-        conn = self.conn
-        conn.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 100,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-            },
+        # As the h2 library sent them. Naming HEADER_TABLE_SIZE matters: nginx then shrinks the table it fills
+        # with every response's fields to 0, so its blocks repeat byte for byte (the decoder's cache hits).
+        settings = {w.HEADER_TABLE_SIZE: 4096, w.ENABLE_PUSH: 0, w.INITIAL_WINDOW_SIZE: STREAM_WINDOW}
+        settings.update(
+            {w.MAX_FRAME_SIZE: w.DEFAULT_FRAME, w.ENABLE_CONNECT_PROTOCOL: 0, w.MAX_CONCURRENT_STREAMS: 100}
         )
-        conn.initiate_connection()
-        conn.increment_flow_control_window(CONNECTION_WINDOW - 65535)
-        transport.write(conn.data_to_send())  # type: ignore[attr-defined]
+        settings[w.MAX_HEADER_LIST_SIZE] = MAX_HEADER_LIST
+        preface = w.PREFACE + w.settings_frame(settings) + w.window_update(0, CONNECTION_WINDOW - w.DEFAULT_WINDOW)
+        transport.write(preface)  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
-        now = _now()  # the read's arrival: h2 parses all of it before its events are seen (streams.py)
-        conn = self.conn
+        now = _now()  # the read's arrival: the whole read is parsed before its pieces are handed over (streams.py)
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        end = len(data)
+        pos = 0
+        unpack = w.HEAD.unpack_from
         try:
-            events = conn.receive_data(data)
-        except (h2.exceptions.ProtocolError, ValueError, KeyError) as exc:
-            # h2 queued a GOAWAY when it could name the error; send it, then give up on the connection.
-            self._flush()
-            detail = str(exc) or type(exc).__name__
-            self._break(H2ProtocolError(f"invalid HTTP/2 from the server ({detail})"))
-            return
-        streams = self.streams
-        for ev in events:
-            t = type(ev)
-            if t is h2.events.DataReceived:
-                s = streams.get(ev.stream_id)
-                if ev.flow_controlled_length:
-                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-                if s is not None and ev.data:
-                    s.chunks.append(ev.data)
-                    if s.observer is not None:
-                        s.observer.feed(ev.data, now)
-            elif t is h2.events.ResponseReceived:
-                s = streams.get(ev.stream_id)
-                if s is not None:
-                    s.t_headers = now
-                    if s.observer is not None:
-                        s.observer.touch()
-                    hdrs = s.headers
-                    for name, value in ev.headers:
-                        if name == b":status":
-                            s.status = int(value)
-                        elif name[:1] != b":":
-                            hdrs._add(name.decode("latin-1"), value.decode("latin-1"))
-            elif t is h2.events.StreamEnded:
-                s = streams.pop(ev.stream_id, None)
-                if s is not None:
-                    s.t_done = _now()
-                    if not s.waiter.done():
-                        s.waiter.set_result(None)
-                    self._free_slot()
-                if self.closed and not streams and self.transport is not None:
-                    self.transport.close()  # after a graceful GOAWAY, once the last stream is done
-            elif t is h2.events.StreamReset:
-                s = streams.pop(ev.stream_id, None)
-                if s is not None:
-                    code = _code_name(ev.error_code)
-                    if ev.error_code == h2.errors.ErrorCodes.REFUSED_STREAM:
-                        err: BaseException = _Refused("the server refused the stream (REFUSED_STREAM)")
-                    else:
-                        err = StreamReset(f"the server reset the stream ({code})", int(ev.error_code))
-                    if not s.waiter.done():
-                        s.waiter.set_exception(err)
-                    if s.window is not None and not s.window.done():
-                        s.window.set_result(None)
-                    self._free_slot()
-            elif t is h2.events.WindowUpdated:
-                if ev.stream_id == 0:
-                    for s in streams.values():
-                        self._wake(s)
+            while end - pos >= 9:
+                lt, flags, sid = unpack(data, pos)
+                length = lt >> 8
+                if length > w.DEFAULT_FRAME:
+                    raise _Invalid(w.FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+                stop = pos + 9 + length
+                if stop > end:
+                    break
+                payload = data[pos + 9 : stop]
+                pos = stop
+                kind = lt & 0xFF
+                if self.pending is not None:
+                    self._frame(kind, flags, sid & 0x7FFFFFFF, payload, now)
+                elif kind == 0:  # DATA, HEADERS of one frame: the steady state, without _frame's dispatch
+                    self._data(flags, sid & 0x7FFFFFFF, payload, now)
+                elif kind == 1 and flags & _PLAIN_HEADERS == w.END_HEADERS and sid & 1 and sid < self.next_id:
+                    self._headers(sid, flags, payload, now)
                 else:
-                    s = streams.get(ev.stream_id)
-                    if s is not None:
-                        self._wake(s)
-            elif t is h2.events.RemoteSettingsChanged:
-                self.settings_seen = True
-                for s in streams.values():  # INITIAL_WINDOW_SIZE may have opened every stream's window
-                    self._wake(s)
-                waiters, self.slot_waiters = self.slot_waiters, deque()
-                for w in waiters:  # each checks the new limit again, in order
-                    if not w.done():
-                        w.set_result(None)
-            elif t is h2.events.ConnectionTerminated:
-                self._goaway(ev.last_stream_id, ev.error_code)
-            elif t is h2.events.PushedStreamReceived:  # push is disabled; a server pushing anyway is refused
-                conn.reset_stream(ev.pushed_stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)
-        self._flush()
+                    self._frame(kind, flags, sid & 0x7FFFFFFF, payload, now)
+                if self.failure is not None:
+                    return
+        except _Invalid as exc:
+            self._fail_connection(exc.code, exc.detail)
+            return
+        if pos < end:
+            self.buf = data[pos:]
+        if self.unacked >= CONNECTION_WINDOW // 2:  # flow control: give back what was read, in one update
+            self.out.append(w.window_update(0, self.unacked))
+            self.in_window += self.unacked
+            self.unacked = 0
+        if self.out:
+            self._write(b"".join(self.out))
+            self.out.clear()
+
+    def _frame(self, kind: int, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if self.pending is not None and kind != w.CONTINUATION:
+            raise _Invalid(w.PROTOCOL_ERROR, "a header block interrupted before its end")
+        if kind == w.DATA:
+            self._data(flags, sid, payload, now)
+        elif kind == w.HEADERS:
+            if not sid:
+                raise _Invalid(w.PROTOCOL_ERROR, "HEADERS on stream 0")
+            payload = _unpad(flags, payload)
+            if flags & w.PRIORITY_FLAG:
+                if len(payload) < 5:
+                    raise _Invalid(w.FRAME_SIZE_ERROR, "a HEADERS frame too short for its priority")
+                payload = payload[5:]
+            self._check_id(sid)
+            if flags & w.END_HEADERS:
+                self._headers(sid, flags, payload, now)
+            else:
+                self.pending = (sid, flags, [payload])
+        elif kind == w.CONTINUATION:
+            if self.pending is None or self.pending[0] != sid:
+                raise _Invalid(w.PROTOCOL_ERROR, "an unexpected CONTINUATION frame")
+            _, first_flags, parts = self.pending
+            parts.append(payload)
+            if flags & w.END_HEADERS:
+                self.pending = None
+                self._headers(sid, first_flags, b"".join(parts), now)
+            elif sum(map(len, parts)) > 2 * MAX_HEADER_LIST:
+                raise _Invalid(w.COMPRESSION_ERROR, "a header block larger than announced")
+        elif kind == w.SETTINGS:
+            self._settings(flags, sid, payload)
+        elif kind == w.WINDOW_UPDATE:
+            if len(payload) != 4:
+                raise _Invalid(w.FRAME_SIZE_ERROR, "a WINDOW_UPDATE frame not of 4 bytes")
+            self._window_update(sid, w.U32.unpack(payload)[0] & 0x7FFFFFFF)
+        elif kind == w.RST_STREAM:
+            if len(payload) != 4 or not sid:
+                raise _Invalid(w.FRAME_SIZE_ERROR if sid else w.PROTOCOL_ERROR, "a bad RST_STREAM frame")
+            self._check_id(sid)
+            self._reset(sid, w.U32.unpack(payload)[0])
+        elif kind == w.PING:
+            if len(payload) != 8 or sid:
+                raise _Invalid(w.FRAME_SIZE_ERROR if sid == 0 else w.PROTOCOL_ERROR, "a bad PING frame")
+            if not flags & w.ACK:
+                self.out.append(w.frame(w.PING, w.ACK, 0, payload))
+        elif kind == w.GOAWAY:
+            if len(payload) < 8 or sid:
+                raise _Invalid(w.FRAME_SIZE_ERROR if sid == 0 else w.PROTOCOL_ERROR, "a bad GOAWAY frame")
+            last, code = w.U32X2.unpack_from(payload)
+            self._goaway(last & 0x7FFFFFFF, code)
+        elif kind == w.PUSH_PROMISE:  # push is disabled (SETTINGS_ENABLE_PUSH 0): a server pushing breaks the rules
+            raise _Invalid(w.PROTOCOL_ERROR, "PUSH_PROMISE with push disabled")
+        elif kind == w.PRIORITY and len(payload) != 5:
+            raise _Invalid(w.FRAME_SIZE_ERROR, "a PRIORITY frame not of 5 bytes")
+        # other frame types are ignored (RFC 9113 §5.5)
+
+    def _check_id(self, sid: int) -> None:
+        if not sid & 1 or sid >= self.next_id:
+            raise _Invalid(w.PROTOCOL_ERROR, f"a frame on stream {sid}, which we did not open")
+
+    def _data(self, flags: int, sid: int, payload: bytes, now: float) -> None:
+        if not sid:
+            raise _Invalid(w.PROTOCOL_ERROR, "DATA on stream 0")
+        size = len(payload)
+        self.in_window -= size
+        if self.in_window < 0:
+            raise _Invalid(w.FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
+        self.unacked += size
+        self._check_id(sid)
+        s = self.streams.get(sid)
+        if s is None:  # a stream we reset: only the connection's window counts it
+            return
+        if not s.t_headers:
+            raise _Invalid(w.PROTOCOL_ERROR, "DATA before the response's headers")
+        s.unacked += size
+        if flags & w.PADDED:
+            payload = _unpad(flags, payload)
+        if payload:
+            s.received += len(payload)
+            s.chunks.append(payload)
+            if s.observer is not None:
+                s.observer.feed(payload, now)
+        if flags & w.END_STREAM:
+            self._end(sid, s)
+        elif s.unacked >= STREAM_WINDOW // 2:
+            if s.unacked > STREAM_WINDOW:
+                raise _Invalid(w.FLOW_CONTROL_ERROR, "DATA beyond the stream's window")
+            self.out.append(w.window_update(sid, s.unacked))
+            s.unacked = 0
+
+    def _headers(self, sid: int, flags: int, block: bytes, now: float) -> None:
+        s = self.streams.get(sid)
+        trailers = s is not None and s.t_headers != 0.0
+        try:
+            status, fields, simple, length = self.decoder.decode_cached(
+                block, w.check_trailers if trailers else w.check_response
+            )
+        except w.HPACKError as exc:
+            raise _Invalid(w.COMPRESSION_ERROR, f"HPACK: {exc}") from None
+        except w.MalformedHeaders as exc:
+            raise _Invalid(w.PROTOCOL_ERROR, str(exc)) from None
+        if s is None:
+            return  # a stream we reset: the block was decoded for the table's sake
+        if trailers:
+            if not flags & w.END_STREAM:
+                raise _Invalid(w.PROTOCOL_ERROR, "trailers without END_STREAM")
+            self._end(sid, s)
+            return
+        if status < 200:  # an informational response (1xx): the final one follows
+            if flags & w.END_STREAM:
+                raise _Invalid(w.PROTOCOL_ERROR, "an informational response that ends the stream")
+            return
+        s.t_headers = now
+        s.status = status
+        if simple is not None:
+            s.headers = Headers(simple)
+        else:
+            s.headers = hdrs = Headers()
+            for name, value in fields:
+                hdrs._add(name, value)
+            length = hdrs.get("content-length", "")
+            length = -1 if not length else int(length) if length.isdigit() else -2
+        if length != -1 and not s.head and status != 204 and status != 304:
+            s.length = length
+        if s.observer is not None:
+            s.observer.touch()
+        if flags & w.END_STREAM:
+            self._end(sid, s)
+
+    def _end(self, sid: int, s: _Stream) -> None:
+        del self.streams[sid]
+        s.t_done = _now()
+        if s.length != -1 and s.length != s.received:
+            exc = H2ProtocolError(
+                f"invalid HTTP/2 from the server (a body of {s.received} bytes, not its content-length)"
+            )
+            if not s.waiter.done():
+                s.waiter.set_exception(exc)
+        elif not s.waiter.done():
+            s.waiter.set_result(None)
+        self._free_slot()
+        if self.closed and not self.streams and self.transport is not None:
+            self.transport.close()  # after a graceful GOAWAY, once the last stream is done
+
+    def _reset(self, sid: int, code: int) -> None:
+        s = self.streams.pop(sid, None)
+        if s is None:
+            return
+        if code == w.REFUSED_STREAM:
+            err: BaseException = _Refused("the server refused the stream (REFUSED_STREAM)")
+        else:
+            err = StreamReset(f"the server reset the stream ({w.code_name(code)})", code)
+        if not s.waiter.done():
+            s.waiter.set_exception(err)
+        self._wake(s)
+        self._free_slot()
+
+    def _settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid:
+            raise _Invalid(w.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & w.ACK:
+            if payload:
+                raise _Invalid(w.FRAME_SIZE_ERROR, "a SETTINGS acknowledgement with a payload")
+            return
+        if len(payload) % 6:
+            raise _Invalid(w.FRAME_SIZE_ERROR, "a SETTINGS frame not in 6-byte entries")
+        for i in range(0, len(payload), 6):
+            key, value = w.SETTING.unpack_from(payload, i)
+            if key == w.MAX_CONCURRENT_STREAMS:
+                self.max_streams = value
+            elif key == w.INITIAL_WINDOW_SIZE:
+                if value > w.MAX_WINDOW:
+                    raise _Invalid(w.FLOW_CONTROL_ERROR, "SETTINGS_INITIAL_WINDOW_SIZE above 2^31-1")
+                delta, self.peer_window = value - self.peer_window, value
+                for s in self.streams.values():
+                    s.out_window += delta
+            elif key == w.MAX_FRAME_SIZE:
+                if not w.DEFAULT_FRAME <= value < 1 << 24:
+                    raise _Invalid(w.PROTOCOL_ERROR, "SETTINGS_MAX_FRAME_SIZE out of range")
+                self.max_frame = value
+            elif key == w.ENABLE_PUSH and value > 1:
+                raise _Invalid(w.PROTOCOL_ERROR, "SETTINGS_ENABLE_PUSH not 0 or 1")
+        self.out.append(w.frame(w.SETTINGS, w.ACK, 0))
+        self.settings_seen = True
+        for s in self.streams.values():  # INITIAL_WINDOW_SIZE may have opened every stream's window
+            self._wake(s)
+        waiters, self.slot_waiters = self.slot_waiters, deque()
+        for fut in waiters:  # each checks the new limit again, in order
+            if not fut.done():
+                fut.set_result(None)
+
+    def _window_update(self, sid: int, increment: int) -> None:
+        if not increment:
+            raise _Invalid(w.PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+        if not sid:
+            self.out_window += increment
+            if self.out_window > w.MAX_WINDOW:
+                raise _Invalid(w.FLOW_CONTROL_ERROR, "the connection's window above 2^31-1")
+            for s in self.streams.values():
+                self._wake(s)
+            return
+        self._check_id(sid)
+        s = self.streams.get(sid)
+        if s is not None:
+            s.out_window += increment
+            if s.out_window > w.MAX_WINDOW:
+                raise _Invalid(w.FLOW_CONTROL_ERROR, "a stream's window above 2^31-1")
+            self._wake(s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -421,50 +478,27 @@ class _H2Conn(asyncio.Protocol):
     async def roundtrip(
         self, prep: _Prepared, cookie: str, body: bytes, observer: StreamObserver | None = None, tp: bytes = b""
     ) -> _Stream:
-        conn = self.conn
-        while conn.open_outbound_streams >= (conn.remote_settings.max_concurrent_streams if self.settings_seen else 1):
+        while len(self.streams) >= (self.max_streams if self.settings_seen else 1):
             if not self.usable():
                 break
-            w = self.loop.create_future()
-            self.slot_waiters.append(w)
+            fut = self.loop.create_future()
+            self.slot_waiters.append(fut)
             try:
-                await w
+                await fut
             except BaseException:
-                if not w.done() or w.cancelled():
+                if not fut.done() or fut.cancelled():
                     try:
-                        self.slot_waiters.remove(w)
+                        self.slot_waiters.remove(fut)
                     except ValueError:
                         pass
                 else:
                     self._free_slot()  # pass the slot we were given on
                 raise
-        if not self.usable():
-            raise _Refused("the HTTP/2 connection closed before the request was sent")
-        headers = prep.h2
-        if headers is None:
-            headers = prep.h2 = _h2_headers(prep)
-        if tp:  # b"traceparent: <value>\r\n" (h1's line): added per request, the block stays cached
-            headers = [*headers, (b"traceparent", tp[13:-2])]
-        if cookie:
-            headers = [*headers, (b"cookie", cookie.encode("latin-1", "replace"))]
-        if body:
-            headers = [*headers, (b"content-length", str(len(body)).encode())]
-        stream_id = conn.get_next_available_stream_id()
-        waiter = self.loop.create_future()
-        s = _Stream(waiter)
-        self.streams[stream_id] = s
-        if observer is not None:
-            s.observer = observer
-            observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
+        stream_id, s = self.open_stream(prep, cookie, body, observer, tp)
         try:
-            conn.send_headers(stream_id, headers, end_stream=not body)
-            if observer is not None:
-                observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
             if body:
                 await self._send_body(stream_id, s, body)
-            else:
-                self._flush()
-            await waiter
+            await s.waiter
         except BaseException as exc:
             self._abandon(stream_id, s)
             if s.sending and isinstance(exc, asyncio.CancelledError):
@@ -472,44 +506,73 @@ class _H2Conn(asyncio.Protocol):
             raise
         return s
 
+    def has_slot(self) -> bool:
+        return len(self.streams) < (self.max_streams if self.settings_seen else 1)
+
+    def open_stream(
+        self, prep: _Prepared, cookie: str, body: bytes, observer: StreamObserver | None, tp: bytes
+    ) -> tuple[int, _Stream]:
+        """Open a stream (a slot is free) and send its HEADERS; raises ``_Refused`` if the connection is done."""
+        transport = self.transport
+        if self.next_id > w.MAX_WINDOW:  # stream ids used up: a new connection takes over
+            self.closed = True
+        if self.closed or transport is None or transport.is_closing():
+            raise _Refused("the HTTP/2 connection closed before the request was sent")
+        block = prep.h2
+        if block is None:
+            block = prep.h2 = w.encode_block(_h2_headers(prep))
+        if tp or cookie or body:  # tp: b"traceparent: <value>\r\n" (h1's line)
+            block += w.per_request_fields(tp[13:-2], cookie.encode("latin-1", "replace"), len(body))
+        if self.first_block:
+            block = w.TABLE_SIZE_ZERO + block
+            self.first_block = False
+        stream_id = self.next_id
+        self.next_id += 2
+        s = _Stream(self.loop.create_future(), self.peer_window, prep.head)
+        self.streams[stream_id] = s
+        if observer is not None:
+            s.observer = observer
+            observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
+        if len(block) <= self.max_frame:  # one HEADERS frame (END_HEADERS, END_STREAM without a body)
+            transport.write(w.HEAD.pack(len(block) << 8 | 1, 4 if body else 5, stream_id) + block)
+        else:
+            transport.write(w.headers_frames(stream_id, block, not body, self.max_frame))
+        if observer is not None:
+            observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
+        return stream_id, s
+
     async def _send_body(self, stream_id: int, s: _Stream, body: bytes) -> None:
-        conn = self.conn
         view = memoryview(body)
         offset = 0
         while offset < len(body):
-            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            if s.waiter.done():  # answered or reset meanwhile: nothing more to send
+                return
+            window = min(self.out_window, s.out_window, self.max_frame)
             if window <= 0:
-                self._flush()
                 s.window = self.loop.create_future()
                 s.sending = True
                 await s.window
                 s.sending = False
                 s.window = None
-                if s.waiter.done():  # reset meanwhile
-                    return
                 continue
-            chunk = view[offset : offset + window]
+            chunk = view[offset : offset + window].tobytes()
             offset += len(chunk)
-            conn.send_data(stream_id, chunk.tobytes(), end_stream=offset >= len(body))
-        self._flush()
+            self.out_window -= len(chunk)
+            s.out_window -= len(chunk)
+            self._write(w.frame(w.DATA, w.END_STREAM if offset >= len(body) else 0, stream_id, chunk))
 
     def close(self) -> None:
         if self.transport is None or self.transport.is_closing():
             return
         self.closed = True
         if self.h1 is None:
-            try:
-                self.conn.close_connection()
-                self._flush()
-            except h2.exceptions.ProtocolError:
-                pass
+            self._write(w.goaway(0, w.NO_ERROR))
         self.transport.close()
 
     # -- internals --
 
-    def _flush(self) -> None:
-        data = self.conn.data_to_send()
-        if data and self.transport is not None and not self.transport.is_closing():
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     @staticmethod
@@ -519,9 +582,9 @@ class _H2Conn(asyncio.Protocol):
 
     def _free_slot(self) -> None:
         while self.slot_waiters:
-            w = self.slot_waiters.popleft()
-            if not w.done():
-                w.set_result(None)
+            fut = self.slot_waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
                 return
 
     def _stall(self, stream_id: int, s: _Stream, exc: BaseException) -> None:
@@ -536,29 +599,31 @@ class _H2Conn(asyncio.Protocol):
             return
         self._free_slot()
         if self.usable():
-            try:
-                self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
-                self._flush()
-            except h2.exceptions.ProtocolError:
-                pass
+            self._write(w.rst_stream(stream_id, w.CANCEL))
 
     def _goaway(self, last_stream_id: int, error_code: int) -> None:
         self.closed = True
         self.last_stream_id = last_stream_id
-        code = _code_name(error_code)
+        code = w.code_name(error_code)
         for stream_id in [sid for sid in self.streams if sid > last_stream_id]:
             s = self.streams.pop(stream_id)
             if not s.waiter.done():
                 s.waiter.set_exception(_Refused(f"the server sent GOAWAY ({code}) before processing the stream"))
-        if error_code != h2.errors.ErrorCodes.NO_ERROR:
+        if error_code != w.NO_ERROR:
             self._break(H2ProtocolError(f"the server ended the HTTP/2 connection with GOAWAY ({code})"))
             return
         while self.slot_waiters:
-            w = self.slot_waiters.popleft()
-            if not w.done():
-                w.set_result(None)  # they see the connection unusable and go elsewhere
+            fut = self.slot_waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)  # they see the connection unusable and go elsewhere
         if not self.streams and self.transport is not None:
             self.transport.close()
+
+    def _fail_connection(self, code: int, detail: str) -> None:
+        """The server broke the protocol: GOAWAY with the error's code, then every stream fails."""
+        self._write(b"".join(self.out) + w.goaway(0, code))
+        self.out.clear()
+        self._break(H2ProtocolError(f"invalid HTTP/2 from the server ({detail})"))
 
     def _break(self, err: BaseException) -> None:
         self.closed = True
@@ -574,20 +639,33 @@ class _H2Conn(asyncio.Protocol):
                 s.waiter.set_exception(err)
             self._wake(s)
         while self.slot_waiters:
-            w = self.slot_waiters.popleft()
-            if not w.done():
-                w.set_result(None)
+            fut = self.slot_waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+
+
+_PLAIN_HEADERS = w.END_HEADERS | w.PADDED | w.PRIORITY_FLAG
+
+
+class _Invalid(Exception):
+    """A frame that breaks RFC 9113: the connection ends with GOAWAY(code)."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+
+
+def _unpad(flags: int, payload: bytes) -> bytes:
+    if not flags & w.PADDED:
+        return payload
+    if not payload or payload[0] >= len(payload):
+        raise _Invalid(w.PROTOCOL_ERROR, "padding as long as the frame")
+    return payload[1 : len(payload) - payload[0]]
 
 
 class _StalledCancel(asyncio.CancelledError):
     """A cancellation that arrived while the request body waited for flow-control credit."""
-
-
-def _code_name(code: Any) -> str:
-    try:
-        return h2.errors.ErrorCodes(code).name
-    except ValueError:
-        return f"error code {code}"
 
 
 def _h2_headers(prep: _Prepared) -> list[tuple[bytes, bytes]]:
@@ -624,6 +702,7 @@ class H2Client(H1Client):
         self._origins: dict[tuple[str, str, int], int] = {}
         self._h2: dict[tuple[str, str, int], _H2Conn] = {}
         self._connecting: dict[tuple[str, str, int], asyncio.Future[None]] = {}
+        self._retiring: list[_H2Conn] = []  # replaced connections that still finish streams
 
     def _stalled(self, exc: BaseException | None, timeout: float) -> BaseException | None:
         if isinstance(exc, _StalledCancel):
@@ -644,11 +723,21 @@ class H2Client(H1Client):
             self._finish(conn1, prep.close)
             return result
         for attempt in (0, 1):
-            conn = await self._h2_conn(prep)
-            if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
-                return await H1Client._hop(self, prep, body, stream, tp)
+            conn = self._h2.get(prep.origin)
+            if conn is None or not conn.usable():
+                conn = await self._h2_conn(prep)
+                if conn is None:  # ALPN chose HTTP/1.1: the connection went to the HTTP/1.1 pool
+                    return await H1Client._hop(self, prep, body, stream, tp)
             try:
-                s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream, tp)
+                if body or not conn.has_slot():
+                    s = await conn.roundtrip(prep, self._cookie_value(prep), body, stream, tp)
+                else:  # conn.roundtrip without its coroutine: a GET with a free slot (the steady state)
+                    stream_id, s = conn.open_stream(prep, self._cookie_value(prep), body, stream, tp)
+                    try:
+                        await s.waiter
+                    except BaseException:
+                        conn._abandon(stream_id, s)
+                        raise
             except _Refused:
                 if attempt or self._closed:
                     raise ServerDisconnected("the server refused the stream twice (GOAWAY or REFUSED_STREAM)") from None
@@ -701,7 +790,10 @@ class H2Client(H1Client):
             self._origins[origin] = _ORIGIN_H2
             old = self._h2.get(origin)
             if old is not None:
-                old.close()
+                if old.streams:  # a graceful GOAWAY: its streams finish, then it closes itself
+                    self._retiring = [c for c in self._retiring if c.streams] + [old]
+                else:
+                    old.close()
             self._h2[origin] = conn
             return conn
 
@@ -736,8 +828,9 @@ class H2Client(H1Client):
         self._finish(conn)
 
     async def close(self) -> None:
-        conns = list(self._h2.values())
+        conns = [*self._h2.values(), *self._retiring]
         self._h2.clear()
+        self._retiring.clear()
         for conn in conns:
             conn._fail_streams(ConnectionError("the client is closed"))
             conn.close()
@@ -752,7 +845,8 @@ def tls_context(*, verify: bool = True, ca_bundle: str | None = None, alpn: tupl
     key = (verify, ca_bundle, alpn)
     ctx = _contexts.get(key)
     if ctx is None:
-        ctx = ssl.create_default_context()
+        # Without verification the system's CA store is not read (≈ 40 ms of CPU per context, more when loaded).
+        ctx = ssl.create_default_context() if verify else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         if ca_bundle:
             try:
                 ctx.load_verify_locations(cadata=ca_bundle)

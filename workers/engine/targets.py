@@ -35,16 +35,17 @@ the socket factory accepts them too.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
+if TYPE_CHECKING:
+    from aiohttp.abc import AbstractResolver, ResolveResult
 
 DEFAULT_ALLOWLIST = "127.0.0.0/8,::1/128,localhost"
 ENV_VAR = "PLIMSOLL_ALLOWED_TARGETS"
@@ -474,8 +475,9 @@ class TargetGuard:
         # Addresses that a guarded resolver returned for an allowed host name.
         self._vouched: set[str] = set()
 
-    def resolver(self, inner: AbstractResolver | None = None) -> AllowlistResolver:
-        return AllowlistResolver(self, inner)
+    def resolver(self, inner: AbstractResolver | None = None) -> AbstractResolver:
+        """An ``AllowlistResolver`` (aiohttp is imported when first needed: the engine's own clients do without)."""
+        return allowlist_resolver_class()(self, inner)
 
     def check_resolved(self, host: str, results: list[ResolveResult]) -> None:
         for r in results:
@@ -498,27 +500,34 @@ class TargetGuard:
         return socket.socket(family=family, type=type_, proto=proto)
 
 
-class AllowlistResolver(AbstractResolver):
-    """An aiohttp resolver that refuses names resolving outside the allowlist.
+@functools.cache
+def allowlist_resolver_class() -> type[AbstractResolver]:
+    from aiohttp.abc import AbstractResolver
+    from aiohttp.resolver import DefaultResolver
 
-    Wraps aiohttp's default resolver (threaded getaddrinfo unless aiodns is
-    installed) and raises TargetNotAllowed instead of returning a disallowed
-    address, so the request fails as ``target_not_allowed`` without connecting.
-    """
+    class AllowlistResolver(AbstractResolver):
+        """An aiohttp resolver that refuses names resolving outside the allowlist.
 
-    def __init__(self, guard: TargetGuard, inner: AbstractResolver | None = None) -> None:
-        self._guard = guard
-        self._inner = inner or DefaultResolver()
+        Wraps aiohttp's default resolver (threaded getaddrinfo unless aiodns is
+        installed) and raises TargetNotAllowed instead of returning a disallowed
+        address, so the request fails as ``target_not_allowed`` without connecting.
+        """
 
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        self._guard.check_resolved(host, results)
-        return results
+        def __init__(self, guard: TargetGuard, inner: AbstractResolver | None = None) -> None:
+            self._guard = guard
+            self._inner = inner or DefaultResolver()
 
-    async def close(self) -> None:
-        await self._inner.close()
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            results = await self._inner.resolve(host, port, family)
+            self._guard.check_resolved(host, results)
+            return results
+
+        async def close(self) -> None:
+            await self._inner.close()
+
+    return AllowlistResolver
 
 
 def _normalise_host(host: str) -> str:
