@@ -6,7 +6,9 @@ Each night is one synthetic run of a plan with five pages of very different samp
 down to 46 admin pages in a 300 s window). A page's durations are log-normal (σ 0.5) around its median,
 times the night's drift: a factor common to all pages, uniform in ±5 %, and one per page, uniform in ±2 %
 (a cache, a query plan). Errors are rare (0.1 %). Each run is cut into 10 batches, as a real run is
-(``portal.runs.results.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total.
+(``portal.runs.results.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total,
+and what the verdict reads of its window histogram: the variance of each page's durations (``sample_v``, as
+``Histogram.variance`` buckets the simulated durations), for the noise of an APD within a run.
 
 The same nights are judged by both rules, through the code the portal runs:
 
