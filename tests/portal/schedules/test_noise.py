@@ -4,6 +4,8 @@ import random
 
 import pytest
 
+from portal.runs.models import RunFigures
+from portal.runs.results.batches import WINDOW, run_batches
 from portal.schedules import noise
 from portal.schedules.baselines import net_of_drift, run_judge
 from tests.portal.schedules.test_baselines import make_run
@@ -230,3 +232,27 @@ def test_a_run_without_the_sample_variance_is_judged_from_its_batch_means_as_bef
     # then: the same verdicts and p-values as without any sample variance
     assert [j.factor for j in judged.rows] == [None] * 5
     assert [(j.verdict, j.p) for j in judged.rows] == [(j.verdict, j.p) for j in before.rows]
+
+
+@pytest.mark.django_db
+def test_a_runs_apd_noise_comes_from_its_page_durations_and_an_old_run_without_them_from_its_batch_means(plan):
+    # given: four finished runs of real interval rows; the last judged against the three before
+    runs = [make_run(plan, seed) for seed in (1, 2, 3, 4)]
+
+    rows = {(r["page"], r["figure"]): r for r in run_judge(run_id=runs[-1].id).rows}
+
+    # then: every APD row read its noise within a run from the window histogram's durations (s² / n × the factor)
+    apd = [r for (_, figure), r in rows.items() if figure == "APD" and r.get("verdict") != "none"]
+    assert apd and all("noise within a run from the page durations (s² / n × " in r["basis"] for r in apd)
+    assert all("page durations" not in r["basis"] for (_, figure), r in rows.items() if figure != "APD")
+
+    # given: a baseline run finalized before its window histogram was kept with its batches
+    old = runs[0]
+    stored = [[key, {k: v for k, v in figures.items() if k != WINDOW}] for key, figures in run_batches(old).items()]
+    RunFigures.objects.update_or_create(run=old, defaults={"series": {}, "batches": stored})
+
+    rows = run_judge(run_id=runs[-1].id).rows
+
+    # then: the APD rows fall back to the batch means, and are still judged
+    apd = [r for r in rows if r["figure"] == "APD"]
+    assert apd and all("page durations" not in r["basis"] and r["verdict"] != "none" for r in apd)
