@@ -6,7 +6,9 @@ Each night is one synthetic run of a plan with five pages of very different samp
 down to 46 admin pages in a 300 s window). A page's durations are log-normal (σ 0.5) around its median,
 times the night's drift: a factor common to all pages, uniform in ±5 %, and one per page, uniform in ±2 %
 (a cache, a query plan). Errors are rare (0.1 %). Each run is cut into 10 batches, as a real run is
-(``portal.runs.results.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total.
+(``portal.runs.results.batches``), and gives its figures (APD, p95, pages/s, error rate) per page and in total,
+and what the verdict reads of its window histogram: the variance of each page's durations (``sample_v``, as
+``Histogram.variance`` buckets the simulated durations), for the noise of an APD within a run.
 
 The same nights are judged by both rules, through the code the portal runs:
 
@@ -42,6 +44,7 @@ import numpy as np
 
 from portal.schedules import noise
 from portal.stats import analysis
+from workers.engine.histogram import MAX_US, MIN_US
 
 SECONDS = 300
 BATCHES = 10
@@ -75,6 +78,9 @@ class Run:
     pages: dict  # {page or None: int}
     # {streaming page or None (all streams): (TTFE p90, p95, p99 in ms, streams)}; empty without streams
     streams: dict = field(default_factory=dict)
+    # {page or None: the APD's squared relative standard error were the pages independent}, as the verdict reads
+    # it from the run's window histogram (``portal.schedules.baselines._sample_v``)
+    sample_v: dict = field(default_factory=dict)
 
 
 def _figures(durations: np.ndarray, errors: np.ndarray, seconds: float) -> dict:
@@ -89,7 +95,7 @@ def _figures(durations: np.ndarray, errors: np.ndarray, seconds: float) -> dict:
 
 def simulate_run(rng: np.random.Generator, slow: dict | None = None) -> Run:
     common = 1 + rng.uniform(-COMMON_DRIFT, COMMON_DRIFT)
-    figures, batches, pages = {}, {}, {}
+    figures, batches, pages, sv = {}, {}, {}, {}
     all_d, all_e, all_b = [], [], []
     for label, (n, median) in PAGES.items():
         factor = common * (1 + rng.uniform(-PAGE_DRIFT, PAGE_DRIFT)) * (slow or {}).get(label, 1.0)
@@ -97,11 +103,24 @@ def simulate_run(rng: np.random.Generator, slow: dict | None = None) -> Run:
         e = rng.random(n) < ERROR_RATE
         b = np.sort(rng.integers(0, BATCHES, n))  # pages spread over the window's batches
         figures[label], pages[label] = _figures(d, e, SECONDS), n
+        sv[label] = sample_v(d)
         batches[label] = _batch_figures(d, e, b)
         all_d.append(d), all_e.append(e), all_b.append(b)
     d, e, b = np.concatenate(all_d), np.concatenate(all_e), np.concatenate(all_b)
     figures[None], pages[None], batches[None] = _figures(d, e, SECONDS), len(d), _batch_figures(d, e, b)
-    return Run(figures, batches, pages, _streams(common, slow) if stream_rng is not None else {})
+    sv[None] = sample_v(d)
+    return Run(figures, batches, pages, _streams(common, slow) if stream_rng is not None else {}, sv)
+
+
+def sample_v(durations_ms: np.ndarray) -> float:
+    """What the store keeps of a page's durations for the noise of its APD: the variance of the window
+    histogram's values (``Histogram.variance``: integer µs in log-linear buckets, each read at its midpoint
+    clamped to the exact min and max) / pages / APD², computed here with numpy on the simulated durations."""
+    us = np.clip(durations_ms * 1000.0, MIN_US, MAX_US).astype(np.int64)
+    shift = np.maximum(np.floor(np.log2(np.maximum(us, 1))).astype(np.int64) - 10, 0)  # bit_length − 11
+    low = (us >> shift) << shift
+    mid = np.where(us < 2048, us, low + ((np.int64(1) << shift) - 1) // 2).clip(us.min(), us.max())
+    return float(mid.var(ddof=1) / len(us) / us.mean() ** 2)
 
 
 def _ttfe(t: np.ndarray) -> tuple[float, float, float, int]:
@@ -169,6 +188,8 @@ def new_rule(baseline: list[Run], run: Run) -> set:
                     batches=run.batches[page][key],
                     baseline_pages=[r.pages[page] for r in baseline],
                     pages=run.pages[page],
+                    baseline_sample_v=[r.sample_v[page] for r in baseline],
+                    sample_v=run.sample_v[page],
                 )
             )
     cells += stream_cells(baseline, run)

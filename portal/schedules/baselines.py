@@ -7,6 +7,7 @@ of it, a plan's tolerance: a figure *regressed* only when the comparison calls i
 night that is 4 % slower is not worth a morning mail.
 """
 
+import base64
 import logging
 from datetime import timedelta
 
@@ -28,8 +29,10 @@ from portal.history.comparison import (
     side_for_trialset,
 )
 from portal.runs.models import VERDICT_PENDING_HEADLINE, Run
+from portal.runs.results.batches import WINDOW
 from portal.runs.summary import RunSummary
 from portal.stats import analysis
+from workers.engine.histogram import Histogram
 
 from . import noise, selectors, soak
 from .models import Baseline, RunVerdict
@@ -108,7 +111,7 @@ def _row_dict(row: Row, tolerance_pct: float, judged: noise.Judged | None = None
             out["noise"] = f"±{judged.noise_pct:.3g} {unit} a night"
         if judged.p is not None:
             out["basis"] = f"p = {judged.p:.2g} against the spread between the baseline runs (Holm over all rows)"
-            out["basis"] += net_of_drift(judged)
+            out["basis"] += net_of_drift(judged) + from_samples(judged)
         if judged.note:
             out["basis"] = judged.note
             out["note"] = judged.note
@@ -120,6 +123,15 @@ def net_of_drift(judged: noise.Judged) -> str:
     if judged.net_change_pct is None:
         return ""
     return f"; {judged.net_change_pct:+.3g} % net of the night's drift"
+
+
+def from_samples(judged: noise.Judged) -> str:
+    """Where the row's noise within a run came from its pages' durations rather than its batch means."""
+    if judged.factor is None:
+        return ""
+    return (
+        f"; noise within a run from the page durations (s² / n × {judged.factor:.2f}, the batch means' autocorrelation)"
+    )
 
 
 def _move(r: dict) -> str:
@@ -195,6 +207,9 @@ def noise_cells(report: Report, baseline_runs: list[Run], run: Run) -> list[nois
         def figure_batches(r, key=fig.key, page=row.page):
             return [v for v in (batches[r.id].get(page) or {}).get(key, []) if v is not None]
 
+        def sample_v(r, key=fig.key, page=row.page):
+            return _sample_v(batches[r.id].get(page), key)
+
         cells.append(
             noise.Cell(
                 page=row.page,
@@ -208,9 +223,23 @@ def noise_cells(report: Report, baseline_runs: list[Run], run: Run) -> list[nois
                 pages=_pages(run, row.page),
                 shown_change_pct=row.change_pct,
                 figure=row.figure,
+                baseline_sample_v=[sample_v(r) for r in baseline_runs],
+                sample_v=sample_v(run),
             )
         )
     return cells
+
+
+def _sample_v(figures: dict | None, key: str) -> float | None:
+    """The squared relative standard error of a run's APD were its pages independent: the variance of its page
+    durations / pages / APD², from the window's merged histogram kept with the batches (``noise.SAMPLE_NOISE``).
+    None for another figure, or a run whose stored batches have no window (finalized before it was kept)."""
+    if key not in noise.SAMPLE_NOISE or not figures or not (window := figures.get(WINDOW)) or not window.get("hist"):
+        return None
+    hist = Histogram.from_bytes(base64.b64decode(window["hist"]))
+    if hist.count < 2 or hist.mean <= 0:
+        return None
+    return hist.variance() / hist.count / hist.mean**2
 
 
 # The protocol figures the verdict judges (noise.PROTOCOL_KEYS): where each is in a page's (and the total's)

@@ -7,9 +7,11 @@ The model. A figure of one row (a page's APD, the run's p95 …) in run *r* is, 
 ``level + drift_r + sampling_r``:
 
 * **sampling** is the within-run noise: how much the figure would differ with other page samples
-  from the same system on the same night. It is estimated per run from the run's batch means
-  (``v``, the squared standard error of the figure), so a page with 46 samples is noisier than one
-  with 4,000 and the verdict knows it.
+  from the same system on the same night (``v``, the squared standard error of the figure), so a page
+  with 46 samples is noisier than one with 4,000 and the verdict knows it. For an APD it is the variance
+  of the run's page durations / pages (from its window histogram: every page, not 10 batch means) times
+  the autocorrelation factor its batch means show, pooled over the rows and runs (``autocorrelation``);
+  for the other figures, and a run without the histogram, it is estimated from the run's batch means.
 * **drift** is what a rerun on another night adds (caches, neighbours, the database's plan): the
   spread *between* the baseline runs' own figures beyond their sampling noise. It is pooled over
   the rows of one figure (restricted maximum likelihood, each row weighed by its precision:
@@ -41,6 +43,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scipy.stats import f as fisher_f
 from scipy.stats import t as student_t
 
 # The chance that a night with nothing changed is called regressed on any row (and, apart, improved).
@@ -68,6 +71,11 @@ BATCH_DF = 9.0
 POOLED_NOISE = {"apd_ms", "pages_per_s", "error_rate_pct"}
 # A run's own noise within it is kept instead of the pooled one above this ratio (F(9, ∞) at 99 %: 2.41).
 ERRATIC = 2.41
+# The figures whose noise within a run is read from all its samples (``Cell.sample_v``: a mean's s² / n), times
+# the autocorrelation factor the batch means give, pooled over the figure's rows and runs (``autocorrelation``).
+SAMPLE_NOISE = {"apd_ms"}
+# A row keeps its own batch means when their factor is plainly above the pooled one (F test at this level).
+FACTOR_LEVEL = 0.99
 # No page weighs more than this share of the night's drift (a third: at least two others outweigh it).
 MAX_SHARE = 1 / 3
 # A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
@@ -97,6 +105,11 @@ class Cell:
     baseline_v: list[float | None] | None = None
     v: float | None = None
     samples: str = "pages"  # what ``pages`` counts: pages, streams or round trips
+    # The squared relative standard error of the figure were the run's pages independent (APD: the variance of
+    # its page durations / pages / APD², from the run's window histogram): the baseline runs' and the judged
+    # run's; None where a run does not have it (finalized before its window histogram was stored).
+    baseline_sample_v: list[float | None] | None = None
+    sample_v: float | None = None
 
 
 def percentile_var(
@@ -132,6 +145,9 @@ class Judged:
     # A page's change net of the night's common drift, in % (what was tested and what meets the tolerance);
     # None where the drift was not taken out (the totals, or fewer than MIN_PAGES_FOR_DRIFT pages).
     net_change_pct: float | None = None
+    # The autocorrelation factor that scaled the runs' sample variance into their noise within a run (the
+    # figures of ``SAMPLE_NOISE`` where every run kept it); None where the noise within a run is the batch means'.
+    factor: float | None = None
 
 
 @dataclass
@@ -185,6 +201,53 @@ def _within_noise(cell: Cell, relative: bool) -> tuple[float, float, float]:
     if run_v is not None and (cell.key not in POOLED_NOISE or run_v > v_r * ERRATIC):
         own_b = [v for v in own if v is not None]
         return (statistics.fmean(own_b) if own_b else run_v), run_v, BATCH_DF
+    return v_b, v_r, df
+
+
+def _sample_sides(cell: Cell, relative: bool) -> list[tuple[float, float, int]] | None:
+    """Each run's (batch-means v, sample v, batch df) where every run of the row has both; else None."""
+    if cell.key not in SAMPLE_NOISE or cell.sample_v is None or cell.baseline_sample_v is None:
+        return None
+    sample = [*cell.baseline_sample_v, cell.sample_v]
+    batches = [*cell.baseline_batches, cell.batches]
+    if len(sample) != len(batches) or any(v is None or v <= 0 for v in sample):
+        return None
+    sides = []
+    for v_s, b in zip(sample, batches, strict=True):
+        v_bm = _within_var(b, relative)
+        if v_bm is None:
+            return None
+        sides.append((v_bm, float(v_s), len([x for x in b if x is not None]) - 1))
+    return sides
+
+
+def autocorrelation(rows: Sequence[Sequence[tuple[float, float, int]]]) -> tuple[float, float]:
+    """The factor by which a run's batch means vary more than its pages taken as independent would
+    (1 + 2 Σ of the durations' autocorrelations: the inflation of a mean's variance), and its degrees of freedom.
+
+    Each run's ratio ``v_batches / v_samples`` estimates it with the batch means' degrees of freedom; they are
+    pooled over the runs and the rows of a figure (the load's pattern is the night's, not a page's), each
+    weighed by its degrees of freedom. Not floored at 1: independent pages give about 1 either way.
+    """
+    pairs = [(v_bm / v_s, df) for sides in rows for v_bm, v_s, df in sides if df > 0]
+    df = float(sum(d for _, d in pairs))
+    if df <= 0:
+        return 1.0, 0.0
+    return sum(r * d for r, d in pairs) / df, df
+
+
+def _sample_noise(sides, factor: float, df: float) -> tuple[float, float, float] | None:
+    """(v of a baseline run, v of the judged run, degrees of freedom) from the runs' samples times the pooled
+    autocorrelation factor; None (the row keeps its batch means, ``_within_noise``) when the row's own factor is
+    plainly above the pooled one (its pages' load pattern is not the night's: F test at ``FACTOR_LEVEL``)."""
+    own, own_df = autocorrelation([sides])
+    if own_df <= 0 or df <= 0 or own > factor * float(fisher_f.ppf(FACTOR_LEVEL, own_df, df)):
+        return None
+    *base, (run_bm, run_s, run_df) = sides
+    v_b = factor * statistics.fmean(v_s for _, v_s, _ in base)
+    v_r = factor * run_s
+    if run_df > 0 and run_bm > v_r * float(fisher_f.ppf(FACTOR_LEVEL, run_df, df)):
+        return v_b, run_bm, float(run_df)  # the judged run plainly noisier than its samples say: its own
     return v_b, v_r, df
 
 
@@ -307,6 +370,18 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
             continue
         v_b, v_r, df_v = _within_noise(cell, relative)
         prepared.append((i, cell, scaled[:-1], scaled[-1], v_b, v_r, df_v))
+
+    # Where every run keeps its samples' variance (a mean's), the noise within a run is that variance / n, known
+    # from all the pages rather than 10 batch means, times the autocorrelation factor of the batch means
+    # pooled over the figure's rows and runs (9 degrees of freedom per row and run instead of 9 per run).
+    sample_sides = {k: s for k, (_, c, *_) in enumerate(prepared) if (s := _sample_sides(c, c.key in RELATIVE))}
+    for key in SAMPLE_NOISE:
+        rows = [k for k in sample_sides if prepared[k][1].key == key]
+        factor, df_factor = autocorrelation([sample_sides[k] for k in rows])
+        for k in rows:
+            if (noise_k := _sample_noise(sample_sides[k], factor, df_factor)) is not None:
+                prepared[k] = (*prepared[k][:4], *noise_k)
+                out[prepared[k][0]].factor = factor
 
     # A page's change is read against the night's common drift (the median change of the figure over the
     # pages, robust to the one page that really moved): a night 4 % slower everywhere is not a page's

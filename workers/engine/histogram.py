@@ -151,6 +151,18 @@ class Histogram:
         """Exact mean (µs) of the clamped values; 0.0 when empty."""
         return self._sum / self.count if self.count else 0.0
 
+    def variance(self) -> float:
+        """Sample variance (µs², n − 1 in the denominator) of the recorded values; 0.0 below two values.
+
+        From the buckets' midpoints (exact below 2,048 µs, within 0.05 % above), each clamped to the exact min
+        and max, around their own mean: what the summary keeps of a page's durations for the noise of its mean.
+        """
+        if self.count < 2:
+            return 0.0
+        mids = [(min(max(bucket_value(i), self._min), self._max), c) for i, c in self._counts.items()]
+        mean = sum(m * c for m, c in mids) / self.count
+        return sum(c * (m - mean) ** 2 for m, c in mids) / (self.count - 1)
+
     def percentile(self, q: float) -> int:
         """Value (µs) at percentile ``q`` (0-100): the smallest value with at least q % of samples at or below it.
 

@@ -4,6 +4,8 @@ import random
 
 import pytest
 
+from portal.runs.models import RunFigures
+from portal.runs.results.batches import WINDOW, run_batches
 from portal.schedules import noise
 from portal.schedules.baselines import net_of_drift, run_judge
 from tests.portal.schedules.test_baselines import make_run
@@ -163,3 +165,94 @@ def test_a_search_like_page_20_percent_slower_on_a_night_10_percent_faster_every
     # and the row's basis gives the net change beside the one shown
     assert net_of_drift(search).startswith("; +") and net_of_drift(search).endswith(" % net of the night's drift")
     assert net_of_drift(rows["Home"]).startswith("; ")
+
+
+def with_samples(c: noise.Cell, spread: float) -> noise.Cell:
+    """The row's runs with the sample variance independent pages of its batches' spread would give (s² / n)."""
+    c.baseline_sample_v = [spread**2 / 10] * len(c.baseline)
+    c.sample_v = spread**2 / 10
+    return c
+
+
+def test_a_means_noise_within_a_run_is_its_pages_variance_times_the_autocorrelation_pooled_over_rows():
+    # given: five pages whose batch means vary as much as independent pages would (factor ≈ 1)
+    nights = [100.0, 101.0, 99.0]
+    cells = [with_samples(cell(100.0, nights, page=f"page {i}", spread=0.03, seed=i), 0.03) for i in range(5)]
+
+    family = noise.judge_cells(cells, tolerance_pct=10)
+
+    # then: each row reads its noise from its samples, scaled by one factor pooled over 5 rows × 4 runs
+    # (9 degrees of freedom each: 180, where one row's batch means alone give 36)
+    factor, df = noise.autocorrelation([noise._sample_sides(c, relative=True) for c in cells])
+    assert df == 180 and 0.5 < factor < 1.5
+    assert all(j.factor == pytest.approx(factor) for j in family.rows)
+    assert all(j.dof > 100 for j in family.rows)
+    bare = noise.judge_cells([cell(100.0, nights, page=f"page {i}", spread=0.03, seed=i) for i in range(5)],
+                             tolerance_pct=10)  # fmt: skip
+    assert all(j.factor is None and j.dof < 60 for j in bare.rows)
+
+
+def test_batch_means_that_vary_more_than_the_pages_scale_the_noise_up():
+    # given: batch means twice as spread as independent pages would give (durations correlated in time)
+    nights = [100.0, 101.0, 99.0]
+    cells = [with_samples(cell(100.0, nights, page=f"page {i}", spread=0.03, seed=i), 0.015) for i in range(5)]
+
+    family = noise.judge_cells(cells, tolerance_pct=10)
+
+    # then: the factor is about 4 (variances), and the noise within a run is the samples' times it
+    assert all(2.5 < j.factor < 6 for j in family.rows)
+    factor = family.rows[0].factor
+    v_b, v_r, _ = noise._sample_noise(noise._sample_sides(cells[0], relative=True), factor, 180)
+    assert v_r == pytest.approx(factor * 0.015**2 / 10)
+
+
+def test_a_row_whose_batch_means_vary_far_beyond_the_nights_factor_keeps_its_own():
+    # given: four rows with factor ≈ 1, and one whose batches vary 4× as much as its pages (a stall mid-run)
+    nights = [100.0, 101.0, 99.0]
+    cells = [with_samples(cell(100.0, nights, page=f"page {i}", spread=0.03, seed=i), 0.03) for i in range(4)]
+    cells.append(with_samples(cell(100.0, nights, page="stalled", spread=0.12, seed=9), 0.03))
+
+    family = noise.judge_cells(cells, tolerance_pct=10)
+
+    # then: it is weighed against its own batch means (F test at 99 % against the pooled factor)
+    assert family.rows[-1].factor is None
+    assert all(j.factor is not None for j in family.rows[:-1])
+
+
+def test_a_run_without_the_sample_variance_is_judged_from_its_batch_means_as_before():
+    # given: a baseline run finalized before its window histogram was kept (no sample variance)
+    nights = [100.0, 101.0, 99.0]
+    old = [with_samples(cell(112.0, nights, page=f"page {i}", spread=0.03, seed=i), 0.03) for i in range(5)]
+    for c in old:
+        c.baseline_sample_v[0] = None
+    plain = [cell(112.0, nights, page=f"page {i}", spread=0.03, seed=i) for i in range(5)]
+
+    judged, before = noise.judge_cells(old, tolerance_pct=10), noise.judge_cells(plain, tolerance_pct=10)
+
+    # then: the same verdicts and p-values as without any sample variance
+    assert [j.factor for j in judged.rows] == [None] * 5
+    assert [(j.verdict, j.p) for j in judged.rows] == [(j.verdict, j.p) for j in before.rows]
+
+
+@pytest.mark.django_db
+def test_a_runs_apd_noise_comes_from_its_page_durations_and_an_old_run_without_them_from_its_batch_means(plan):
+    # given: four finished runs of real interval rows; the last judged against the three before
+    runs = [make_run(plan, seed) for seed in (1, 2, 3, 4)]
+
+    rows = {(r["page"], r["figure"]): r for r in run_judge(run_id=runs[-1].id).rows}
+
+    # then: every APD row read its noise within a run from the window histogram's durations (s² / n × the factor)
+    apd = [r for (_, figure), r in rows.items() if figure == "APD" and r.get("verdict") != "none"]
+    assert apd and all("noise within a run from the page durations (s² / n × " in r["basis"] for r in apd)
+    assert all("page durations" not in r["basis"] for (_, figure), r in rows.items() if figure != "APD")
+
+    # given: a baseline run finalized before its window histogram was kept with its batches
+    old = runs[0]
+    stored = [[key, {k: v for k, v in figures.items() if k != WINDOW}] for key, figures in run_batches(old).items()]
+    RunFigures.objects.update_or_create(run=old, defaults={"series": {}, "batches": stored})
+
+    rows = run_judge(run_id=runs[-1].id).rows
+
+    # then: the APD rows fall back to the batch means, and are still judged
+    apd = [r for r in rows if r["figure"] == "APD"]
+    assert apd and all("page durations" not in r["basis"] and r["verdict"] != "none" for r in apd)
