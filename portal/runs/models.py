@@ -223,6 +223,41 @@ class Run(TimeStamped):
         return RunSummary.of(self).verdict
 
     @property
+    def not_judged(self) -> list[str]:
+        """The thresholds that could not be judged (an imported run's file has no stream, WebSocket or HTTP/2
+        figure), by name, once each."""
+        names = [t["name"] for t in RunSummary.of(self).threshold_rows() if t.get("passed") is None]
+        return list(dict.fromkeys(names))
+
+    @property
+    def verdict_clause(self) -> str:
+        """What its thresholds claim, as the clause after a run's figures ("every threshold held", "its thresholds
+        (Time to first event p95) were not judged: …"), for the share page's sentence and notifications; "" for a
+        run that ended otherwise (cancelled, stopped, incomplete, partial, in error: each says why elsewhere)."""
+        from .analysis import NOT_CARRIED
+
+        not_judged = self.not_judged
+        why = NOT_CARRIED.removeprefix("not judged: ")  # "the imported file has no such figure"
+        names = ", ".join(not_judged)
+        if self.verdict == "passed":
+            if not_judged:
+                return f"every threshold it could judge held; {names} {_were(not_judged)} not judged: {why}"
+            return "every threshold held"
+        if self.verdict == "failed":
+            failed = list(dict.fromkeys(t["name"] for t in RunSummary.of(self).thresholds if t.get("passed") is False))
+            return f"thresholds failed ({', '.join(failed)})" if failed else "thresholds failed"
+        if self.status != self.Status.FINISHED:
+            return ""
+        if not_judged:
+            return (
+                f"its thresholds ({names}) were not judged: {why} (no other tool's result file carries stream, "
+                "WebSocket or HTTP/2 figures), so there is no pass/fail verdict"
+            )
+        if self.is_imported and self.plan_id is None:
+            return "it was imported without a plan, so no threshold applied and there is no pass/fail verdict"
+        return "the plan sets no thresholds, so there is no pass/fail verdict"
+
+    @property
     def doubts(self) -> list[str]:
         """Why this run's figures may not describe the target (empty when they can be trusted).
 
@@ -277,6 +312,10 @@ class Run(TimeStamped):
         if self.is_active or not self.summary:
             return False
         return not self.doubts or self.include_anyway
+
+
+def _were(names: list[str]) -> str:
+    return "was" if len(names) == 1 else "were"
 
 
 _WINDOW_DIGEST_KEYS = ("users", "apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
