@@ -319,6 +319,17 @@ def _were(names: list[str]) -> str:
 
 
 _WINDOW_DIGEST_KEYS = ("users", "apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
+# A level's stream, WebSocket and protocol figures, which its thresholds may judge (issue 26): kept only where the
+# window has them, so a journey's capacity of a steps run with a time-to-first-event threshold is the run's own
+# (without them every level read "no such figure" and broke it).
+_WINDOW_DIGEST_PROTOCOL_KEYS = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")
+
+
+def _window_digest(totals: dict) -> dict:
+    return {
+        **{k: totals.get(k) for k in _WINDOW_DIGEST_KEYS},
+        **{k: totals[k] for k in _WINDOW_DIGEST_PROTOCOL_KEYS if k in totals},
+    }
 
 
 def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
@@ -342,7 +353,7 @@ def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
         "generator": {"saturated": saturated, **({"lagged": lagged} if lagged else {})} if saturated else {},
         "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.get("handoffs") or []],
         "windows": [
-            {"index": w.get("index"), "totals": {k: (w.get("totals") or {}).get(k) for k in _WINDOW_DIGEST_KEYS}}
+            {"index": w.get("index"), "totals": _window_digest(w.get("totals") or {})}
             for w in summary.get("windows") or []
         ]
         if steps

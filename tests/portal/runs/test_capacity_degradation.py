@@ -349,6 +349,23 @@ def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets
     assert [w["verdict"] for w in run.summary["windows"]] == ["passed", "passed", "failed", "failed"]
 
 
+def test_the_journey_gives_a_stream_capacity_searchs_own_capacity(run):
+    from portal.history.journey import environment_journey
+
+    # given: a capacity search that breaks on the time to first event at 40 users (its capacity: 20)
+    thresholds = {"apd_ms": 10_000, "ttfe_p95_ms": 200}
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds=thresholds)
+    fill_protocol_levels(run, (60, 150, 250, 900), (5, 8, 9, 70))
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+    assert run.summary["capacity"]["capacity_users"] == 20
+
+    # then: the journey's point (read from the run's digest, not its summary) says the same capacity
+    point = environment_journey(run.environment, run.plan)["points"][0]
+    assert (point["capacity_users"], point["capacity_held"]) == (20, True)
+    assert run.digest["windows"][0]["totals"]["ttfe_p95_ms"] == 60.0
+
+
 def _levels_table(page: str) -> str:
     return page.split('<table id="levels"', 1)[1].split("</table>", 1)[0]
 
