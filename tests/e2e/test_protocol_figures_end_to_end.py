@@ -211,12 +211,16 @@ def test_a_capacity_search_and_a_comparison_of_stream_runs_carry_the_stream_figu
         assert [float(r["ttfe_p95_ms"]) for r in rows] == [lv["ttfe_p95_ms"] for lv in levels]
         assert [float(r["ws_messages_per_s"]) for r in rows] == [lv["ws_messages_per_s"] for lv in levels]
 
-    # The comparison of the two runs: a row per stream and WebSocket figure both have, each run's total
+    # The comparison of the two runs: a row per stream and WebSocket figure both have, each run's total. A run
+    # whose generator lagged on a loaded machine is left out of comparisons unless included (once in three runs
+    # of this module the page had no rows at all): included here, as a user would, since the generator's health
+    # is not what this compares.
     before, after = runs
+    Run.objects.filter(id__in=[r.id for r in runs]).update(include_anyway=True)
     compare = alice_client.get(
         reverse("history:compare", args=[proto_plan.project.code]), {"a": before.code, "b": after.code}
     ).content.decode()
-    assert 'id="compare-protocols"' in compare
+    assert 'id="compare-protocols"' in compare, [r.doubts for r in runs]
     table = compare.split('id="compare-protocols"', 1)[1].split("</table>", 1)[0]
     for name in ("Time to first event p95", "WebSocket round trip p95", "HTTP/2 share"):
         assert name in table, name
