@@ -1792,6 +1792,17 @@ DOCUMENTS = {
         },
         "status": 200,
     },
+    "runs_levels.csv_retrieve": {
+        "request": None,
+        # A capacity search of a plan with an SSE step and a WebSocket step (two levels of the demo's streams face)
+        "response": '"window","users","start_s","end_s","apd_ms","p95_ms","pages_per_s","error_rate_pct","ttfe_p95_ms",'
+        '"gap_p95_ms","rtt_p95_ms","ws_messages_per_s","h2_share_pct","predicted_pages_per_s","verdict","broken",'
+        '"capacity","knee","note"\n'
+        '"Level 1: 1 user",1,0,2,54.5,105.0,9.5,0.0,51.2,13.5,8.95,18.0,100.0,"","held","","no","no",""\n'
+        '"Level 2: 3 users",3,2,4,60.2,121.0,27.0,0.0,67.0,14.3,9.26,54.0,100.0,"","held","","yes","no",""\n',
+        "response_media_type": "text/csv",
+        "status": 200,
+    },
     "runs_pages.csv_retrieve": {
         "request": None,
         "response": "label,pages,errors,error_rate_pct,pages_per_s,apd_ms,p50_ms,p90_ms,p95_ms,p99_ms,max_ms,ttfb_ms,connect_ms,bytes_in\n"

@@ -626,15 +626,77 @@ PROTOCOL_FIGURES = (
 
 
 def _protocol_rows(before: Side, after: Side) -> list[Row]:
-    """A row per stream, WebSocket or protocol figure that runs of both sides have; each run's total is a sample
-    (two single runs: within noise unless the change exceeds the tolerance, as for server series)."""
+    """A row per stream, WebSocket or protocol figure that runs of both sides have; each run's total is a sample.
+
+    Two single runs: a p95 (time to first event, gap, round trip) is weighed against its own sampling noise, the
+    standard error of the p95 of each run's streams, gaps or round trips (``_p95_noise``), as a verdict against a
+    baseline weighs it (portal.schedules.noise.percentile_var): a rerun of the same plan whose 40 streams' p95 moved
+    7 % is within that noise, where a 5 % tolerance called it worse. The HTTP/2 share (a count, no percentile), or
+    a run without the figures, keeps the tolerance (within noise unless the change exceeds 5 %)."""
     rows = []
     for fig in PROTOCOL_FIGURES:
         values_b = [float(v) for r in before.runs if (v := _summary_value(r, None, fig.key)) is not None]
         values_a = [float(v) for r in after.runs if (v := _summary_value(r, None, fig.key)) is not None]
-        if values_b and values_a:
-            rows.append(Row(None, fig.name, fig.unit, _compare(values_b, values_a, fig, "runs")))
+        if not (values_b and values_a):
+            continue
+        c = _compare(values_b, values_a, fig, "runs")
+        if len(values_b) == len(values_a) == 1 and fig.key in _P95_SOURCES:
+            c = _weighed_by_p95_noise(c, fig, _p95_noise(before.runs[0], fig.key), _p95_noise(after.runs[0], fig.key))
+        rows.append(Row(None, fig.name, fig.unit, c))
     return rows
+
+
+# A protocol p95 total → (its figures in summary.protocols.totals, what its samples are called).
+_P95_SOURCES = {
+    "ttfe_p95_ms": ("ttfe_ms", "streams"),
+    "gap_p95_ms": ("gap_ms", "gaps"),
+    "rtt_p95_ms": ("rtt_ms", "round trips"),
+}
+
+
+def _p95_noise(run: Run, key: str) -> tuple[float, int] | None:
+    """(the standard error in ms, the number of samples) of a run's p95 total of ``key``, or None without the
+    figures. The p95 of n samples is the order statistic of rank ≈ 0.95·n, whose rank varies by √(n·0.95·0.05);
+    the slope of the quantile function there, (p99 − p90) / 0.09, turns ranks into ms (the same rule as
+    portal.schedules.noise.percentile_var, which the history layer may not import)."""
+    proto = RunSummary.of(run).protocols
+    totals = proto.get("totals") or {}
+    figures = totals.get(_P95_SOURCES[key][0]) or {}
+    if key == "ttfe_p95_ms":
+        n = totals.get("streams") or 0
+    elif key == "gap_p95_ms":  # each response of e events has e − 1 gaps
+        n = (totals.get("events") or 0) - (totals.get("streams") or 0)
+    else:
+        n = sum(((p.get("websocket") or {}).get("round_trips") or 0) for p in proto.get("pages") or [])
+    p90, p99 = figures.get("p90"), figures.get("p99")
+    if n < 2 or p90 is None or p99 is None:
+        return None
+    slope = max(p99 - p90, 0.0) / (0.99 - 0.90)
+    return slope * (0.95 * 0.05 / n) ** 0.5, n
+
+
+def _weighed_by_p95_noise(c: analysis.Comparison, fig: Figure, b, a) -> analysis.Comparison:
+    """The tolerance comparison of two single runs' p95, decided instead by the p95s' sampling noise (95 %)."""
+    from dataclasses import replace
+
+    if b is None or a is None:
+        return c
+    (se_b, n_b), (se_a, n_a) = b, a
+    half = 1.96 * (se_b**2 + se_a**2) ** 0.5
+    diff = c.difference
+    if half <= 0:
+        return c
+    verdict = analysis.WITHIN_NOISE if abs(diff) <= half else (analysis.BETTER if diff < 0 else analysis.WORSE)
+    noise = formatting.duration_ms(half)
+    basis = (
+        f"one run on each side; the difference is {abs(diff) / half:.1f}× the sampling noise of a p95 of "
+        f"{n_b:,} and {n_a:,} {_P95_SOURCES[fig.key][1]} (±{noise} at 95 %, from each run's p90 to p99)"
+    )
+    if verdict == analysis.WITHIN_NOISE:
+        basis += ", so it could be noise"
+    return replace(
+        c, verdict=verdict, method="percentile", basis=basis, noise=half, ci_low=diff - half, ci_high=diff + half
+    )
 
 
 def _plan_key(run: Run):

@@ -210,7 +210,9 @@ def run_payload(run, events: list[str], verdict=None) -> dict:
         "headline": f"Run #{run.number} of {run.plan_name}: {run.get_status_display().lower()}.",
         "verdict": None,
     }
-    if run.status == "finished":
+    if run.status == "finished" and run.not_judged:  # an import's thresholds on figures its file cannot carry
+        payload["headline"] += " " + run.verdict_clause[:1].upper() + run.verdict_clause[1:] + "."
+    elif run.status == "finished":
         payload["headline"] += " The plan sets no thresholds, so it has no pass/fail verdict."
     if run.error_message:
         payload["headline"] += " " + run.error_message.splitlines()[0][:200]

@@ -10,6 +10,7 @@ from portal.stats import analysis as history_analysis
 from portal.stats import scalability
 
 from .models import Run
+from .summary import LEVEL_FIGURE_COLUMNS
 
 CAPACITY_THRESHOLDS = {
     "apd_ms": ("max_apd_ms", "APD"),
@@ -26,6 +27,8 @@ CAPACITY_THRESHOLDS = {
 _FIGURE = {"min_pages_per_s": "pages_per_s", "min_h2_share_pct": "h2_share_pct"}
 # The window totals of those figures (present only when the run has them: portal.runs.results.protocols).
 PROTOCOL_FIGURES = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")
+# What a level's row carries of them: those, and the WebSocket messages per second (summary.LEVEL_FIGURES).
+LEVEL_FIGURES = tuple(f.key for f in LEVEL_FIGURE_COLUMNS)
 _THRESHOLD_NAME = {attr: name for attr, name in CAPACITY_THRESHOLDS.values()}
 _THRESHOLD_KEY = {attr: key for key, (attr, _) in CAPACITY_THRESHOLDS.items()}
 
@@ -96,7 +99,7 @@ def capacity_of(run: Run, windows: list[dict], limits: dict) -> dict:
                 "pages_per_s": t["pages_per_s"],
                 "error_rate_pct": t["error_rate_pct"],
                 # a level's stream, WebSocket and protocol figures, when the run has them
-                **{key: t[key] for key in PROTOCOL_FIGURES if key in t},
+                **{key: t[key] for key in LEVEL_FIGURES if key in t},
             }
         )
     users = [r["users"] for r in rows]

@@ -223,6 +223,41 @@ class Run(TimeStamped):
         return RunSummary.of(self).verdict
 
     @property
+    def not_judged(self) -> list[str]:
+        """The thresholds that could not be judged (an imported run's file has no stream, WebSocket or HTTP/2
+        figure), by name, once each."""
+        names = [t["name"] for t in RunSummary.of(self).threshold_rows() if t.get("passed") is None]
+        return list(dict.fromkeys(names))
+
+    @property
+    def verdict_clause(self) -> str:
+        """What its thresholds claim, as the clause after a run's figures ("every threshold held", "its thresholds
+        (Time to first event p95) were not judged: …"), for the share page's sentence and notifications; "" for a
+        run that ended otherwise (cancelled, stopped, incomplete, partial, in error: each says why elsewhere)."""
+        from .analysis import NOT_CARRIED
+
+        not_judged = self.not_judged
+        why = NOT_CARRIED.removeprefix("not judged: ")  # "the imported file has no such figure"
+        names = ", ".join(not_judged)
+        if self.verdict == "passed":
+            if not_judged:
+                return f"every threshold it could judge held; {names} {_were(not_judged)} not judged: {why}"
+            return "every threshold held"
+        if self.verdict == "failed":
+            failed = list(dict.fromkeys(t["name"] for t in RunSummary.of(self).thresholds if t.get("passed") is False))
+            return f"thresholds failed ({', '.join(failed)})" if failed else "thresholds failed"
+        if self.status != self.Status.FINISHED:
+            return ""
+        if not_judged:
+            return (
+                f"its thresholds ({names}) were not judged: {why} (no other tool's result file carries stream, "
+                "WebSocket or HTTP/2 figures), so there is no pass/fail verdict"
+            )
+        if self.is_imported and self.plan_id is None:
+            return "it was imported without a plan, so no threshold applied and there is no pass/fail verdict"
+        return "the plan sets no thresholds, so there is no pass/fail verdict"
+
+    @property
     def doubts(self) -> list[str]:
         """Why this run's figures may not describe the target (empty when they can be trusted).
 
@@ -279,7 +314,22 @@ class Run(TimeStamped):
         return not self.doubts or self.include_anyway
 
 
+def _were(names: list[str]) -> str:
+    return "was" if len(names) == 1 else "were"
+
+
 _WINDOW_DIGEST_KEYS = ("users", "apd_ms", "p95_ms", "pages_per_s", "error_rate_pct")
+# A level's stream, WebSocket and protocol figures, which its thresholds may judge (issue 26): kept only where the
+# window has them, so a journey's capacity of a steps run with a time-to-first-event threshold is the run's own
+# (without them every level read "no such figure" and broke it).
+_WINDOW_DIGEST_PROTOCOL_KEYS = ("ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms", "h2_share_pct")
+
+
+def _window_digest(totals: dict) -> dict:
+    return {
+        **{k: totals.get(k) for k in _WINDOW_DIGEST_KEYS},
+        **{k: totals[k] for k in _WINDOW_DIGEST_PROTOCOL_KEYS if k in totals},
+    }
 
 
 def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
@@ -303,7 +353,7 @@ def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
         "generator": {"saturated": saturated, **({"lagged": lagged} if lagged else {})} if saturated else {},
         "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.get("handoffs") or []],
         "windows": [
-            {"index": w.get("index"), "totals": {k: (w.get("totals") or {}).get(k) for k in _WINDOW_DIGEST_KEYS}}
+            {"index": w.get("index"), "totals": _window_digest(w.get("totals") or {})}
             for w in summary.get("windows") or []
         ]
         if steps

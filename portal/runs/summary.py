@@ -139,6 +139,35 @@ class Handoff(TypedDict, total=False):
     missing_s: int | None
 
 
+@dataclass(frozen=True)
+class LevelFigure:
+    """A stream, WebSocket or protocol figure of a level (a measured window): a column of the report's levels table
+    and of levels.csv, present only when some level has it (never for a plain HTTP plan)."""
+
+    key: str  # in the window's totals and the capacity level's row
+    name: str  # the column's title
+    title: str  # what it is, in words
+    unit: str  # "ms", "/s" or "%"
+
+    def text(self, value) -> str:
+        from portal import formatting
+
+        if self.unit == "ms":
+            return formatting.duration_ms(value)
+        if self.unit == "%":
+            return formatting.percent(value)
+        return formatting.rate(value)
+
+
+LEVEL_FIGURE_COLUMNS = (
+    LevelFigure("ttfe_p95_ms", "TTFE p95", "Time to first event p95 of the streamed responses", "ms"),
+    LevelFigure("gap_p95_ms", "Gap p95", "Gap between events p95 of the streamed responses", "ms"),
+    LevelFigure("rtt_p95_ms", "WS round trip p95", "WebSocket message round trip p95", "ms"),
+    LevelFigure("ws_messages_per_s", "WS msgs/s", "WebSocket messages per second, sent and received", "/s"),
+    LevelFigure("h2_share_pct", "HTTP/2", "The share of HTTP hits served over HTTP/2", "%"),
+)
+
+
 class CapacityLevel(TypedDict, total=False):
     """One level of a steps run, as the capacity table shows it."""
 
@@ -156,6 +185,12 @@ class CapacityLevel(TypedDict, total=False):
     capacity: bool  # the highest level that held
     knee: bool  # after it, throughput grows less than half as fast as the users
     predicted_pages_per_s: float  # the scalability model's, where fitted
+    # Streams, WebSocket sessions and protocols (issue 26), only when the level has them (LEVEL_FIGURE_COLUMNS)
+    ttfe_p95_ms: float | None
+    gap_p95_ms: float | None
+    rtt_p95_ms: float | None
+    ws_messages_per_s: float | None
+    h2_share_pct: float | None
 
 
 # The Universal Scalability Law fitted to a steps run's levels (portal.runs.capacity.scalability_model);
@@ -324,6 +359,36 @@ class RunSummary:
 
     def page(self, label: str) -> PageRow | None:
         return next((p for p in self.pages if p.get("label") == label), None)
+
+    @property
+    def _capacity_levels(self) -> bool:
+        """Whether the levels table is the capacity's (analysed: sorted by users, held or broken) or the windows'."""
+        return bool(self.capacity.get("analysed") and self.capacity.get("levels"))
+
+    def _level_figures(self) -> list[dict[str, Any]]:
+        """Each level's figures, in the levels table's order: the capacity's levels, else each window's totals."""
+        if self._capacity_levels:
+            return list(self.capacity["levels"])
+        return [w.get("totals") or {} for w in self.windows] if len(self.windows) > 1 else []
+
+    @property
+    def level_columns(self) -> list[LevelFigure]:
+        """The stream, WebSocket and protocol columns of the levels table: those some level has (none for a plain
+        HTTP plan)."""
+        levels = self._level_figures()
+        return [c for c in LEVEL_FIGURE_COLUMNS if any(lv.get(c.key) is not None for lv in levels)]
+
+    @property
+    def level_rows(self) -> list[dict[str, Any]]:
+        """The levels table's rows: ``{"level": the capacity level or the window, "figures": [{"column", "value",
+        "text"}, …]}``, one figure per ``level_columns``."""
+        columns = self.level_columns
+        rows = self.capacity["levels"] if self._capacity_levels else self.windows if len(self.windows) > 1 else []
+        out = []
+        for row, figures in zip(rows, self._level_figures(), strict=True):
+            cells = [{"column": c, "value": figures.get(c.key), "text": c.text(figures.get(c.key))} for c in columns]
+            out.append({"level": row, "figures": cells})
+        return out
 
     def threshold_rows(self) -> list[dict[str, Any]]:
         """Each threshold of each measured window, with the window's label (the API's ``thresholds``)."""

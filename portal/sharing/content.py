@@ -81,13 +81,8 @@ def run_headline(run: Run) -> str:
         f"at an average page duration of {ms(figures.get('apd_ms'))} (p95 {ms(figures.get('p95_ms'))}), "
         f"{pct(figures.get('error_rate_pct'))} errors"
     )
-    if run.verdict == "passed":
-        sentence += ": every threshold held."
-    elif run.verdict == "failed":
-        failed = [t["name"] for t in s.thresholds if t.get("passed") is False]
-        sentence += f": thresholds failed ({', '.join(failed)})." if failed else ": thresholds failed."
-    elif run.status == Run.Status.FINISHED:
-        sentence += ": the plan sets no thresholds, so there is no pass/fail verdict."
+    if clause := run.verdict_clause:  # passed, failed, or finished with no verdict (and why)
+        sentence += f": {clause}."
     elif run.status == Run.Status.CANCELLED:
         sentence += ": it was cancelled before its end, so its thresholds were not judged."
     elif run.status == Run.Status.STOPPED:

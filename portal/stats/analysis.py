@@ -174,7 +174,7 @@ class Comparison:
     speedup: float | None
     reduction_pct: float | None
     verdict: Verdict
-    method: Literal["welch", "tolerance"]
+    method: Literal["welch", "tolerance", "percentile"]  # percentile: a p95 against its sampling noise (history)
     basis: str
     lower_is_better: bool
     confidence: float

@@ -78,7 +78,7 @@ api/v1/^test-cases/$ api/v1/^test-cases/(?P<code>[^/]+)/$ api/v1/^test-cases/(?P
 api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
 api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/plans/<str:code>/change-points/
 api/v1/runs/<str:code>/junit.xml api/v1/runs/<str:code>/protocols.csv api/v1/^runs/(?P<code>[^/]+)/protocols/$
-api/v1/runs/<str:code>/pages.csv
+api/v1/runs/<str:code>/pages.csv api/v1/runs/<str:code>/levels.csv
 api/v1/runs/<str:code>/series.csv api/v1/runs/<str:code>/summary.json api/v1/^runs/$ api/v1/^runs/(?P<code>[^/]+)/$
 api/v1/^runs/(?P<code>[^/]+)/errors/$ api/v1/^runs/(?P<code>[^/]+)/pages/$ api/v1/^runs/(?P<code>[^/]+)/series/$
 api/v1/^runs/(?P<code>[^/]+)/shards/$ api/v1/^runs/(?P<code>[^/]+)/stop/$ api/v1/^runs/(?P<code>[^/]+)/accept/$

@@ -56,6 +56,10 @@ def _baseline_verdict(run: Run) -> dict | None:
     }
 
 
+def _sentence(clause: str) -> str | None:
+    return clause[:1].upper() + clause[1:] + "." if clause else None
+
+
 def summary_json(run: Run) -> str:
     return json.dumps(
         {
@@ -65,6 +69,9 @@ def summary_json(run: Run) -> str:
             "environment": run.environment_name,
             "status": run.status,
             "verdict": run.verdict,
+            # What the thresholds claim in words, as the share page says it: held, failed (which), or why there is
+            # no verdict (no threshold, or an import's thresholds on figures its file cannot carry); None otherwise.
+            "verdict_sentence": _sentence(run.verdict_clause),
             "error": run.error_message,
             "started_by": run.started_by,
             "labels": run.labels,

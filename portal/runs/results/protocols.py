@@ -297,8 +297,10 @@ def label_figures(label: str, cell: Cell, *, hits: int | None, seconds: int) -> 
     }
 
 
-def totals_of(cell: Cell, *, hits: int | None) -> dict:
-    """The threshold-able totals of merged cells (only those the run has: a run without streams has no TTFE)."""
+def totals_of(cell: Cell, *, hits: int | None, seconds: int | None = None) -> dict:
+    """The threshold-able totals of merged cells (only those the run has: a run without streams has no TTFE);
+    with ``seconds``, also the WebSocket messages per second (sent + received) where it has sessions (a level's
+    figure in the capacity table, no threshold's)."""
     out = {}
     if cell.ttfe.count:
         out["ttfe_p95_ms"] = _p95(cell.ttfe)
@@ -309,6 +311,8 @@ def totals_of(cell: Cell, *, hits: int | None) -> dict:
     counts = cell.protocol_hits(hits)
     if cell.protocols and sum(counts.values()):
         out["h2_share_pct"] = _share(counts, "h2")
+    if seconds and cell.has_websocket:
+        out["ws_messages_per_s"] = round((cell.ws_sent + cell.ws_received) / seconds, 3)
     return out
 
 
@@ -359,7 +363,10 @@ def summary_of(run, windows: list[dict], label_hits: dict[str, int], window_hits
             "ws_received": whole.ws_received,
             "ws_messages_per_s": round((whole.ws_sent + whole.ws_received) / seconds, 3) if seconds else None,
         },
-        "window_totals": [totals_of(cell, hits=h) for cell, h in zip(per_window, window_hits, strict=True)],
+        "window_totals": [
+            totals_of(cell, hits=h, seconds=w["seconds"])
+            for cell, h, w in zip(per_window, window_hits, windows, strict=True)
+        ],
     }
 
 

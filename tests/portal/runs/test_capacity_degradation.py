@@ -5,6 +5,7 @@ capacity, the knee and the onset of a degradation are known in advance.
 """
 
 import random
+import re
 
 import pytest
 from django.conf import settings
@@ -300,16 +301,16 @@ def test_a_capacity_search_whose_upper_levels_break_ends_done_with_its_capacity(
     ]
 
 
-def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets_it(run):
+def fill_protocol_levels(run, ttfe_ms_by_level, rtt_ms_by_level, *, ws_sent=3, ws_received=3):
+    """Per second of each level's window, as the interval writer stores them: 4 streams over h2 whose first events
+    took that level's TTFE (6 events each), and 3 WebSocket round trips of its RTT, ``ws_sent`` messages sent and
+    ``ws_received`` received."""
     from portal.runs.models import ProtocolInterval
     from workers.engine.histogram import Histogram
 
-    # given: pages that hold their APD limit at every level, and streams whose first events slow with the load
-    thresholds = {"apd_ms": 10_000, "ttfe_p95_ms": 200, "rtt_p95_ms": 50}
-    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds=thresholds)
     rows = []
     for (start, end, _), ttfe_ms, rtt_ms in zip(
-        run.measurement_windows, (60, 150, 250, 900), (5, 8, 9, 70), strict=True
+        run.measurement_windows, ttfe_ms_by_level, rtt_ms_by_level, strict=True
     ):
         for second in range(int(start), int(end)):
             ttfe, events, rtt = Histogram(), Histogram(), Histogram()
@@ -319,11 +320,18 @@ def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets
             rows.append(
                 ProtocolInterval(
                     run=run, shard_no=0, second=second, label="A", hits=4, protocols={"h2": 4},
-                    ttfe_bin=ttfe.to_bytes(), events_bin=events.to_bytes(), rtt_bin=rtt.to_bytes(), ws_sent=3,
-                    ws_received=3,
+                    ttfe_bin=ttfe.to_bytes(), events_bin=events.to_bytes(), rtt_bin=rtt.to_bytes(), ws_sent=ws_sent,
+                    ws_received=ws_received,
                 )
             )  # fmt: skip
     ProtocolInterval.objects.bulk_create(rows)
+
+
+def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets_it(run):
+    # given: pages that hold their APD limit at every level, and streams whose first events slow with the load
+    thresholds = {"apd_ms": 10_000, "ttfe_p95_ms": 200, "rtt_p95_ms": 50}
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds=thresholds)
+    fill_protocol_levels(run, (60, 150, 250, 900), (5, 8, 9, 70))
 
     services.run_finalize(run.id)
 
@@ -339,6 +347,126 @@ def test_a_capacity_search_breaks_on_the_time_to_first_event_where_the_plan_sets
     assert [lv["ttfe_p95_ms"] for lv in cap["levels"]] == [60.0, 150.0, 250.0, 900.0]
     # each level's own verdict agrees with the search
     assert [w["verdict"] for w in run.summary["windows"]] == ["passed", "passed", "failed", "failed"]
+
+
+def test_the_journey_gives_a_stream_capacity_searchs_own_capacity(run):
+    from portal.history.journey import environment_journey
+
+    # given: a capacity search that breaks on the time to first event at 40 users (its capacity: 20)
+    thresholds = {"apd_ms": 10_000, "ttfe_p95_ms": 200}
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds=thresholds)
+    fill_protocol_levels(run, (60, 150, 250, 900), (5, 8, 9, 70))
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+    assert run.summary["capacity"]["capacity_users"] == 20
+
+    # then: the journey's point (read from the run's digest, not its summary) says the same capacity
+    point = environment_journey(run.environment, run.plan)["points"][0]
+    assert (point["capacity_users"], point["capacity_held"]) == (20, True)
+    assert run.digest["windows"][0]["totals"]["ttfe_p95_ms"] == 60.0
+
+
+def _levels_table(page: str) -> str:
+    return page.split('<table id="levels"', 1)[1].split("</table>", 1)[0]
+
+
+def _csv(response) -> list[dict]:
+    import csv
+    import io
+
+    assert response.status_code == 200, response.status_code
+    return list(csv.DictReader(io.StringIO(response.content.decode())))
+
+
+def test_the_levels_table_of_a_plan_with_streams_and_websocket_gives_each_levels_figures(
+    alice_client, bob, charlie, run
+):
+    from django.test import Client
+
+    # given: a capacity search of a plan with an SSE step and a WebSocket step; first events slow with the load
+    run = search_run(run, [10, 20, 40, 60], KNEE_AT_40, thresholds={"apd_ms": 10_000, "ttfe_p95_ms": 200})
+    fill_protocol_levels(run, (60, 150, 250, 900), (5, 8, 9, 70), ws_sent=2, ws_received=4)
+    services.run_finalize(run.id)
+    run.refresh_from_db()
+
+    # then: each level carries the figures a threshold may judge it on, and its WebSocket messages per second
+    # (2 + 4 a second over each level's own window, not over the run)
+    levels = run.summary["capacity"]["levels"]
+    assert [lv["ttfe_p95_ms"] for lv in levels] == [60.0, 150.0, 250.0, 900.0]
+    assert [lv["rtt_p95_ms"] for lv in levels] == [5.0, 8.0, 9.0, 70.0]
+    assert [lv["ws_messages_per_s"] for lv in levels] == [6.0] * 4
+    # 4 hits a second over h2 among the level's 50, 100, 190 and 200 page hits (the rest HTTP/1.1)
+    assert [lv["h2_share_pct"] for lv in levels] == [8.0, 4.0, 2.11, 2.0]
+    assert all("gap_p95_ms" not in lv for lv in levels)  # the rows hold no gap histogram
+
+    # the report's levels table has a column for each figure the levels have (no gap: none was recorded)
+    table = _levels_table(alice_client.get(run.get_absolute_url()).content.decode())
+    assert re.findall(r'data-column="(\w+)"', table) == [
+        "ttfe_p95_ms",
+        "rtt_p95_ms",
+        "ws_messages_per_s",
+        "h2_share_pct",
+    ]
+    assert re.findall(r'data-figure="ttfe_p95_ms">([^<]*)<', table) == ["60 ms", "150 ms", "250 ms", "900 ms"]
+    assert re.findall(r'data-figure="rtt_p95_ms">([^<]*)<', table) == ["5 ms", "8 ms", "9 ms", "70 ms"]
+    assert re.findall(r'data-figure="ws_messages_per_s">([^<]*)<', table) == ["6"] * 4
+    assert table.count("broken: Time to first event p95") == 2
+
+    # the API's summary and the levels export say the same
+    api = alice_client.get(reverse("api:run-detail", args=[run.code])).json()
+    assert api["summary"]["capacity"]["levels"] == levels
+    rows = _csv(alice_client.get(f"/api/v1/runs/{run.code}/levels.csv"))
+    assert [r["users"] for r in rows] == ["10", "20", "40", "60"]
+    assert [r["ttfe_p95_ms"] for r in rows] == ["60.0", "150.0", "250.0", "900.0"]
+    assert [r["rtt_p95_ms"] for r in rows] == ["5.0", "8.0", "9.0", "70.0"]
+    assert [r["ws_messages_per_s"] for r in rows] == ["6.0"] * 4
+    assert [r["verdict"] for r in rows] == ["held", "held", "broken", "broken"]
+    assert rows[2]["broken"] == "Time to first event p95" and rows[1]["capacity"] == "yes"
+    assert "gap_p95_ms" not in rows[0]
+    # the run page offers it; a viewer reads it, an outsider gets a 404
+    assert (
+        f'href="/api/v1/runs/{run.code}/levels.csv">Levels table (CSV)</a>'
+        in alice_client.get(run.get_absolute_url()).content.decode()
+    )
+    viewer, outsider = Client(), Client()
+    viewer.force_login(bob)
+    outsider.force_login(charlie)
+    assert _csv(viewer.get(f"/api/v1/runs/{run.code}/levels.csv")) == rows
+    assert outsider.get(f"/api/v1/runs/{run.code}/levels.csv").status_code == 404
+
+
+def test_the_levels_table_of_a_plain_http_plan_has_no_stream_or_websocket_columns(alice_client, run):
+    run = steps_report(run)
+
+    table = _levels_table(alice_client.get(run.get_absolute_url()).content.decode())
+    assert "data-column=" not in table and "data-figure=" not in table
+    rows = _csv(alice_client.get(f"/api/v1/runs/{run.code}/levels.csv"))
+    assert list(rows[0]) == [
+        "window", "users", "start_s", "end_s", "apd_ms", "p95_ms", "pages_per_s", "error_rate_pct",
+        "predicted_pages_per_s", "verdict", "broken", "capacity", "knee", "note",
+    ]  # fmt: skip
+    assert [r["pages_per_s"] for r in rows] == ["50.0", "100.0", "190.0", "200.0"]
+    assert [r["verdict"] for r in rows] == ["held", "held", "held", "broken"]
+
+
+def test_the_levels_of_a_run_without_capacity_show_their_stream_figures_too(alice_client, run):
+    # given: two levels of the same users (no capacity is defined), a stream and a WebSocket step
+    run = steps_run(run, [10, 10], thresholds={"ttfe_p95_ms": 100})
+    fill_levels(run, [(50, 100.0), (60, 110.0)])
+    fill_protocol_levels(run, (60, 150), (5, 8))
+    finished(run)
+
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert "<h2>Levels</h2>" in page
+    table = _levels_table(page)
+    assert re.findall(r'data-figure="ttfe_p95_ms">([^<]*)<', table) == ["60 ms", "150 ms"]
+    assert re.findall(r'data-figure="ws_messages_per_s">([^<]*)<', table) == ["6", "6"]
+    rows = _csv(alice_client.get(f"/api/v1/runs/{run.code}/levels.csv"))
+    assert [(r["users"], r["ttfe_p95_ms"], r["verdict"]) for r in rows] == [
+        ("10", "60.0", "passed"),
+        ("10", "150.0", "failed"),
+    ]
+    assert rows[1]["broken"] == "Time to first event p95"
 
 
 def test_a_capacity_search_whose_first_level_breaks_fails(run):

@@ -20,9 +20,10 @@ def finished(run):
     return _finish(_record(run, PROFILES["constant"]))
 
 
-def test_the_registry_holds_the_five_formats_of_the_run_page():
+def test_the_registry_holds_the_six_formats_of_the_run_page():
     assert [fmt.file_name for fmt in FORMATS] == [
         "pages.csv",
+        "levels.csv",
         "series.csv",
         "protocols.csv",
         "summary.json",
@@ -42,7 +43,8 @@ def test_each_format_is_served_linked_and_documented(fmt, alice_client, finished
     page = alice_client.get(finished.get_absolute_url()).content.decode()
     link = f'href="/api/v1/runs/{finished.code}/{fmt.file_name}">{fmt.label}</a>'
     assert (link in page) == fmt.offered_for(finished)
-    assert fmt.offered_for(finished) == (fmt.file_name != "protocols.csv")  # this run has no stream
+    # this run has no stream and one window
+    assert fmt.offered_for(finished) == (fmt.file_name not in ("protocols.csv", "levels.csv"))
     # the API's docs name it
     assert f"`{fmt.file_name}`" in API_DOCS.read_text() or f"/{fmt.file_name}`" in API_DOCS.read_text()
 

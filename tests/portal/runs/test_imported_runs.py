@@ -395,3 +395,75 @@ def test_a_trial_set_needs_one_configuration(tmp_path, environment, alice):
         trialset_from_runs(runs=list(Run.objects.all()), user=alice)
     with pytest.raises(TrialSetRefused, match="at least two runs"):
         trialset_from_runs(runs=[Run.objects.first()], user=alice)
+
+
+def test_an_import_whose_only_thresholds_are_stream_thresholds_says_everywhere_that_they_were_not_judged(
+    k6_json, plan, alice_client
+):
+    import html
+    import json
+    import re
+    import xml.etree.ElementTree as ET
+
+    from portal.notifications.services import run_events, run_payload
+    from tests.portal.sharing.test_share_links import public, share
+
+    # given: a plan whose only thresholds are on streams and HTTP/2, and a k6 file (no such figures) imported for it
+    plan.threshold_ttfe_p95_ms, plan.threshold_min_h2_share_pct = 800, 90
+    plan.save()
+    _import(k6_json, plan.environment, "--plan", plan.name)
+    run = Run.objects.get()
+    assert (run.status, run.verdict, run.not_judged) == ("finished", None, ["Time to first event p95", "HTTP/2 share"])
+    words = (
+        "its thresholds (Time to first event p95, HTTP/2 share) were not judged: the imported file has no such "
+        "figure (no other tool's result file carries stream, WebSocket or HTTP/2 figures), so there is no pass/fail "
+        "verdict."
+    )
+
+    # then the share page's sentence says so, and never that the plan sets no thresholds
+    _, token = share(alice_client, run.project, kind="run", run=run.code)
+    shared = html.unescape(public(token).content.decode())
+    headline = re.search(r'id="share-headline">(.*?)</p>', shared, re.S).group(1)
+    assert headline.endswith(f"errors: {words}"), headline
+    assert "sets no thresholds" not in shared and "every threshold held" not in shared
+    # the run page (its header and the report the share page shows too) in the same words
+    page = html.unescape(alice_client.get(run.get_absolute_url()).content.decode())
+    assert 'id="not-judged-badge"' in page
+    sentence = words[:1].upper() + words[1:]
+    assert f'<p class="small" id="not-judged">{sentence}</p>' in page
+    assert f'<p class="small" id="not-judged">{sentence}</p>' in shared
+    assert "sets no thresholds" not in page
+    # summary.json and the notification's headline
+    data = json.loads(alice_client.get(f"/api/v1/runs/{run.code}/summary.json").content)
+    assert (data["status"], data["verdict"], data["verdict_sentence"]) == ("finished", None, sentence)
+    assert run_payload(run, run_events(run))["headline"] == f"Run #{run.number} of {plan.name}: finished. {sentence}"
+    # JUnit: each threshold a skipped case with the reason, nothing failed, no "no thresholds" case
+    junit = ET.fromstring(alice_client.get(f"/api/v1/runs/{run.code}/junit.xml").content)
+    skipped = [c.find("skipped").get("message") for c in junit.iter("testcase")]
+    assert skipped == [
+        "Time to first event p95: not judged: the imported file has no such figure",
+        "HTTP/2 share: not judged: the imported file has no such figure",
+    ]
+    assert junit.get("failures") == "0" and "sets no thresholds" not in ET.tostring(junit, encoding="unicode")
+
+
+def test_an_import_that_passed_its_page_thresholds_says_which_ones_were_not_judged(k6_json, plan, alice_client):
+    import re
+
+    from tests.portal.sharing.test_share_links import public, share
+
+    plan.threshold_apd_ms, plan.threshold_rtt_p95_ms = 60_000, 50
+    plan.save()
+    _import(k6_json, plan.environment, "--plan", plan.name)
+    run = Run.objects.get()
+    assert (run.status, run.verdict) == ("passed", "passed")
+
+    _, token = share(alice_client, run.project, kind="run", run=run.code)
+    headline = re.search(r'id="share-headline">(.*?)</p>', public(token).content.decode(), re.S).group(1)
+    assert headline.endswith(
+        "errors: every threshold it could judge held; WebSocket round trip p95 was not judged: "
+        "the imported file has no such figure."
+    ), headline
+    page = alice_client.get(run.get_absolute_url()).content.decode()
+    assert "thresholds held" in page and 'id="not-judged-badge"' not in page
+    assert 'id="not-judged">Every threshold it could judge held; WebSocket round trip p95 was not judged' in page

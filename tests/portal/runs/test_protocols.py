@@ -262,6 +262,60 @@ def test_a_comparison_weighs_the_stream_and_websocket_figures(plan):
     assert comparison.report_dict(report)["protocols"][0]["figure"] == "Time to first event p95"
 
 
+def _spread_runs(plan, scales: tuple[float, ...]) -> list:
+    """A run per scale: 40 streams (20 a second) whose first events take 40…135 ms × scale, and 40 WebSocket round
+    trips of 4…23.5 ms × scale, spread evenly (a p95 with a real spread around it)."""
+    plan.profile_kind, plan.users, plan.hold, plan.ramp_up = "constant", 2, 2, 0
+    plan.save()
+    runs = []
+    for scale in scales:
+        run = plan_run(plan, status="passed")
+        for second in range(2):
+            ttfe = [round((40 + 5 * i) * scale) for i in range(20)]
+            rtt = [round((4 + 0.5 * (i + 20 * second)) * scale) for i in range(20)]
+            write(run, second, {"Ask": stream_label(ttfe), "Chat": ws_label(rtt, sent=20, received=20)})
+        run.summary = analysis.summarize(run)
+        run.save()
+        runs.append(run)
+    return runs
+
+
+def test_a_comparison_of_two_runs_weighs_a_stream_p95_against_its_own_sampling_noise(plan):
+    # given: the same plan run twice; the second's first events and round trips 7 % slower
+    before, after = _spread_runs(plan, (1.0, 1.07))
+
+    report = comparison.compare_sides(comparison.side_for_run(before), comparison.side_for_run(after))
+
+    # then: 7 % on a p95 of 40 streams is within the p95's sampling noise (a 5 % tolerance called it worse)
+    rows = {r.figure: r for r in report.protocols}
+    ttfe, rtt = rows["Time to first event p95"], rows["WebSocket round trip p95"]
+    assert ttfe.comparison.after_mean > ttfe.comparison.before_mean * 1.05
+    assert (ttfe.verdict, ttfe.comparison.method) == ("within noise", "percentile")
+    assert ttfe.comparison.basis.startswith("one run on each side; the difference is ")
+    assert "the sampling noise of a p95 of 40 and 40 streams" in ttfe.comparison.basis
+    assert ttfe.comparison.basis.endswith("so it could be noise")
+    assert ttfe.comparison.noise > abs(ttfe.comparison.difference)
+    assert (rtt.verdict, rtt.comparison.method) == ("within noise", "percentile")
+    assert "40 and 40 round trips" in rtt.comparison.basis
+    # the HTTP/2 share is a count, not a percentile: the tolerance still decides it
+    assert rows["HTTP/2 share"].comparison.method == "tolerance"
+    api = {r["figure"]: r for r in comparison.report_dict(report)["protocols"]}
+    assert api["Time to first event p95"]["verdict"] == "within noise"
+    assert api["Time to first event p95"]["noise"] == ttfe.comparison.noise
+
+
+def test_a_comparison_of_two_runs_calls_a_stream_p95_worse_beyond_its_sampling_noise(plan):
+    before, after = _spread_runs(plan, (1.0, 2.0))
+
+    report = comparison.compare_sides(comparison.side_for_run(before), comparison.side_for_run(after))
+
+    rows = {r.figure: r for r in report.protocols}
+    for figure in ("Time to first event p95", "WebSocket round trip p95"):
+        row = rows[figure]
+        assert (row.verdict, row.comparison.method) == ("worse", "percentile"), figure
+        assert abs(row.comparison.difference) > row.comparison.noise > 0
+
+
 def test_a_scrape_of_a_live_run_has_its_stream_and_websocket_gauges(client, proto_run):
     from datetime import timedelta
 
