@@ -33,7 +33,7 @@ import hashlib
 import os
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .h1 import H1Client, _current_tasks, _Deadlines, _deadlines_of, _prepare, _Prepared
 
@@ -123,6 +123,7 @@ class WsSession(asyncio.Protocol):
         "handshake",
         "messages",
         "waiter",
+        "listener",
         "error",
         "close_code",
         "sent",
@@ -146,6 +147,9 @@ class WsSession(asyncio.Protocol):
         self.handshake: asyncio.Future[None] = loop.create_future()
         self.messages: deque[tuple[str | bytes, float]] = deque()  # (message, arrival time)
         self.waiter: asyncio.Future[bool | None] | None = None
+        # Called instead of waking ``waiter`` when a message comes or the session ends (the runner's driver of
+        # a step's actions: they run in this protocol's callbacks, not in a task woken per message).
+        self.listener: Callable[[], None] | None = None
         self.error: BaseException | None = None  # why the session ended, once it has
         self.close_code: int | None = None
         self.sent = 0
@@ -517,6 +521,10 @@ class WsSession(asyncio.Protocol):
             transport.write(data)
 
     def _wake(self) -> None:
+        listener = self.listener
+        if listener is not None:
+            listener()
+            return
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
