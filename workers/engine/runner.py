@@ -529,6 +529,9 @@ class _WsCompiled:
     regex: re.Pattern[str] | None
     path: tuple[str | int, ...]
     extractors: tuple[Extractor, ...]
+    kind: str  # the action's, and its text and "contains" value, at hand for the runner's driver
+    text: str
+    contains: str | None
 
     @classmethod
     def build(cls, a: WsAction) -> _WsCompiled:
@@ -538,6 +541,9 @@ class _WsCompiled:
             regex=re.compile(a.value) if a.check == "regex" else None,
             path=parse_jsonpath(a.value) if a.check == "json" else (),
             extractors=tuple(Extractor(e.name, e.source, e.expression) for e in a.extract),
+            kind=a.kind,
+            text=a.text,
+            contains=a.value if a.kind == "expect" and a.check == "contains" else None,
         )
 
     def matches(self, text: str) -> bool:
@@ -644,9 +650,15 @@ class _WsDriver:
         try:
             while True:
                 self.again = False
-                self._advance()
+                done = self.done
+                if done is None or done.done():
+                    return
+                i = self._advance()
+                if i >= 0:
+                    self._finish(i)
+                    return
                 if not self.again:
-                    break
+                    return
         except BaseException as exc:
             self._finish(exc)
         finally:
@@ -665,10 +677,9 @@ class _WsDriver:
             else:
                 done.set_result(result)
 
-    def _advance(self) -> None:
-        done = self.done
-        if done is None or done.done():
-            return
+    def _advance(self) -> int:
+        """The actions from ``self.i`` on, as far as the messages that came allow: the index of the next wait
+        (or the end) when there, -1 when waiting for a message."""
         session = self.session
         actions = self.actions
         observe = self.observe
@@ -676,10 +687,10 @@ class _WsDriver:
         i = self.i
         while i < n:
             compiled = actions[i]
-            a = compiled.action
-            kind = a.kind
+            kind = compiled.kind
             if kind == "send":
-                text = a.text if compiled.template is None else compiled.template.render(self.values)
+                template = compiled.template
+                text = compiled.text if template is None else template.render(self.values)
                 self.last_send = time.perf_counter()
                 session.send_text(text)
                 if observe is not None:
@@ -690,22 +701,27 @@ class _WsDriver:
                 break
             messages = session.messages
             if not self.deadline:
+                a = compiled.action
                 self.limit = a.timeout if a.timeout is not None else self.step_timeout
                 self.deadline = deadline = self.loop.time() + self.limit
                 if self.timer is None:
                     self.timer = self.loop.call_at(deadline, self._expired)
+            contains = compiled.contains
             while messages:
                 message, arrived = messages.popleft()
                 text = message if isinstance(message, str) else message.decode("utf-8", "replace")
                 if observe is not None:
                     observe("received", text)
-                if compiled.matches(text):
+                if contains is not None:
+                    if contains in text:
+                        break
+                elif compiled.matches(text):
                     break
             else:
                 self.i = i
                 if session.error is not None:
                     raise session.error
-                return  # waits for the next message
+                return -1  # waits for the next message
             self.deadline = 0.0
             if self.last_send is not None:
                 self.rtts.append(arrived - self.last_send)
@@ -716,7 +732,7 @@ class _WsDriver:
                     self.values[extractor.name] = extractor.extract(page)
             i += 1
         self.i = i
-        self._finish(i)
+        return i
 
     def _expired(self) -> None:
         self.timer = None

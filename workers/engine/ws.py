@@ -170,12 +170,6 @@ class WsSession(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        if self._open:
-            self._parse(data)
-        elif not self._done:
-            self._response(data)
-
     def eof_received(self) -> bool | None:
         return None
 
@@ -249,7 +243,7 @@ class WsSession(asyncio.Protocol):
             self.handshake.set_result(None)
             rest_bytes = buf[end + 4 :]
             if rest_bytes:  # frames right behind the response
-                self._parse(rest_bytes)
+                self.data_received(rest_bytes)
 
     def _bad_handshake(self, why: str) -> None:
         err = WsProtocolError(f"invalid WebSocket data from the server ({why})")
@@ -263,15 +257,40 @@ class WsSession(asyncio.Protocol):
 
     # -- frames (RFC 6455 §5) --
 
-    def _parse(self, data: bytes) -> None:
+    def data_received(self, data: bytes) -> None:
         """Take every complete frame off the front of what came; keep the start of an incomplete one."""
+        if not self._open:
+            if not self._done:
+                self._response(data)  # the handshake's response
+            return None
         buf = self._buf + data if self._buf else data
         pos = 0
         end = len(buf)
         woke = False
+        message: str | bytes
         while end - pos >= 2:
             b0 = buf[pos]
             n = buf[pos + 1]
+            if n < 126 and (b0 == 0x81 or b0 == 0x82) and not self._frag_op:  # the common case: a short message
+                if n > self.max_message:
+                    self._buf = b""
+                    self._end(WsMessageTooBig(f"a message over {self.max_message} bytes"), 1009)
+                    return None
+                stop = pos + 2 + n
+                if stop > end:
+                    break
+                if b0 == 0x81:
+                    try:
+                        message = buf[pos + 2 : stop].decode("utf-8")
+                    except UnicodeDecodeError:
+                        return self._fail("text that is not UTF-8", 1007)
+                else:
+                    message = buf[pos + 2 : stop]
+                pos = stop
+                self.received += 1
+                self.messages.append((message, _now()))
+                woke = True
+                continue
             if n > 125:
                 if n & 0x80:
                     return self._fail("a masked frame from the server")
@@ -314,9 +333,9 @@ class WsSession(asyncio.Protocol):
             if stop > end:
                 break
             pos = stop
-            if b0 == 0x81:  # the common case: a whole text message
+            if b0 == 0x81:  # a whole text message (of 126 bytes or more)
                 try:
-                    message: str | bytes = buf[start:stop].decode("utf-8")
+                    message = buf[start:stop].decode("utf-8")
                 except UnicodeDecodeError:
                     return self._fail("text that is not UTF-8", 1007)
             elif b0 == 0x82:
@@ -349,7 +368,11 @@ class WsSession(asyncio.Protocol):
             woke = True
         self._buf = buf[pos:] if pos < end else b""
         if woke:
-            self._wake()
+            listener = self.listener
+            if listener is not None:
+                listener()
+            else:
+                self._wake()
         return None
 
     def _control(self, op: int, payload: bytes) -> None:
@@ -402,7 +425,22 @@ class WsSession(asyncio.Protocol):
         """``send()`` without its coroutine (a send never waits: the transport buffers)."""
         if self.error is not None:
             raise self.error
-        self._write(self._frame(text.encode("utf-8"), 0x81))
+        payload = text.encode("utf-8")
+        n = len(payload)
+        if n < 126:  # _frame() inline, for the common case
+            masks = self._masks
+            if not masks:
+                masks = os.urandom(4 * _MASKS_AT_ONCE)
+            key, self._masks = masks[:4], masks[4:]
+            if n:
+                mask = int.from_bytes((key * ((n >> 2) + 1))[:n], "big")
+                payload = (int.from_bytes(payload, "big") ^ mask).to_bytes(n, "big")
+            frame = bytes((0x81, 0x80 | n)) + key + payload
+        else:
+            frame = self._frame(payload, 0x81)
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.write(frame)
         self.sent += 1
 
     def _frame(self, payload: bytes, b0: int) -> bytes:
