@@ -133,6 +133,7 @@ class WsSession(asyncio.Protocol):
         "_done",
         "_close_sent",
         "_buf",
+        "_need",
         "_masks",
         "_frag_op",
         "_parts",
@@ -158,7 +159,8 @@ class WsSession(asyncio.Protocol):
         self._open = False  # the handshake is done: what comes is frames
         self._done = False  # the session ended on our side of the parser: what comes is dropped
         self._close_sent = False
-        self._buf = b""  # the start of a frame (or of the handshake's response) not complete yet
+        self._buf: bytes | bytearray = b""  # the start of a frame (or of the handshake's response) not complete yet
+        self._need = 0  # the bytes that frame needs before it is looked at again
         self._masks = b""
         self._frag_op = 0  # the opcode (1 or 2) of a fragmented message under way, else 0
         self._parts: list[bytes] = []
@@ -263,10 +265,19 @@ class WsSession(asyncio.Protocol):
             if not self._done:
                 self._response(data)  # the handshake's response
             return None
-        buf = self._buf + data if self._buf else data
+        if self._buf:  # the rest of a frame: gathered in place until the frame is complete (no copy per read)
+            pending = self._buf
+            pending += data
+            if len(pending) < self._need:
+                return None
+            buf = bytes(pending)
+            self._buf = b""
+        else:
+            buf = data
         pos = 0
         end = len(buf)
         woke = False
+        need = 2  # bytes the frame at pos needs before it can be looked at again
         message: str | bytes
         while end - pos >= 2:
             b0 = buf[pos]
@@ -278,6 +289,7 @@ class WsSession(asyncio.Protocol):
                     return None
                 stop = pos + 2 + n
                 if stop > end:
+                    need = stop - pos
                     break
                 if b0 == 0x81:
                     try:
@@ -296,6 +308,7 @@ class WsSession(asyncio.Protocol):
                     return self._fail("a masked frame from the server")
                 if n == 126:
                     if end - pos < 4:
+                        need = 4
                         break
                     n = (buf[pos + 2] << 8) | buf[pos + 3]
                     if n < 126:
@@ -303,6 +316,7 @@ class WsSession(asyncio.Protocol):
                     start = pos + 4
                 else:
                     if end - pos < 10:
+                        need = 10
                         break
                     n = int.from_bytes(buf[pos + 2 : pos + 10], "big")
                     if n < 65536 or n >> 63:
@@ -331,6 +345,7 @@ class WsSession(asyncio.Protocol):
                 return None
             stop = start + n
             if stop > end:
+                need = stop - pos
                 break
             pos = stop
             if b0 == 0x81:  # a whole text message (of 126 bytes or more)
@@ -366,7 +381,9 @@ class WsSession(asyncio.Protocol):
             self.received += 1
             self.messages.append((message, _now()))
             woke = True
-        self._buf = buf[pos:] if pos < end else b""
+        if pos < end:
+            self._buf = bytearray(buf[pos:])
+            self._need = need
         if woke:
             listener = self.listener
             if listener is not None:
