@@ -13,7 +13,8 @@ server to the other one, every process bounded in time and ended with the bench:
    **HTTP/1.1 requests/s** (``--only h1``): the same, in clear from the same nginx's other port.
 2. **WebSocket messages/s**: a minimal echo server (``_ws_echo_server`` below: raw
    RFC 6455 framing on uvloop, so the server is not what is measured), each user
-   a session of 100 ping-pongs, then a new session; messages sent + received per second.
+   a session of 50 ping-pongs (100 messages), then a new session; messages sent + received
+   per second, and per CPU-second.
 3. **Time to first event**: ``bench/ttfe_wire.py`` (a bare SSE server that stamps
    each request's arrival and its first event's write, first event after 50 ms, 5
    events, a few users): the engine's TTFE against those stamps, per response, and
