@@ -16,7 +16,7 @@ from workers.engine.h1 import H1Client
 from workers.engine.plan import Plan, PlanError
 from workers.engine.runner import run_sync
 from workers.engine.targets import TargetNotAllowed
-from workers.engine.ws import open_websocket
+from workers.engine.ws import WsClosed, open_websocket
 
 from .protocol_servers import StreamsServer
 
@@ -319,10 +319,11 @@ def _frame(opcode: int, payload: bytes, *, fin: bool = True, masked: bool = Fals
 
 
 class _ScriptServer:
-    """Accepts the upgrade, waits for the client's first message, then sends ``script`` one byte at a time
-    (every frame split across reads); records every frame the client sends (opcode, unmasked payload)."""
+    """Accepts the upgrade, waits for the client's first message, then sends ``script`` ``chunk`` bytes at a time
+    (one byte: every frame split across reads); records every frame the client sends (opcode, unmasked payload).
+    ``response`` (the key's accept token -> the handshake's response) replaces the proper 101."""
 
-    def __init__(self, script: bytes) -> None:
+    def __init__(self, script: bytes, chunk: int = 1, response=None) -> None:
         self.loop = asyncio.new_event_loop()
         self.received: list[tuple[int, bytes]] = []
         ready = threading.Event()
@@ -347,15 +348,24 @@ class _ScriptServer:
                 if line.lower().startswith(b"sec-websocket-key")
             )
             accept = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+            if response is not None:
+                writer.write(response(accept))
+                await writer.drain()
+                await reader.read()  # until the client closes
+                writer.close()
+                return
             writer.write(
                 b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n"
             )
             self.received.append(await read_frame(reader))
-            for i in range(len(script)):
-                writer.write(script[i : i + 1])
-                await writer.drain()
-                await asyncio.sleep(0)
+            try:
+                for i in range(0, len(script), chunk):
+                    writer.write(script[i : i + chunk])
+                    await writer.drain()
+                    await asyncio.sleep(0)
+            except ConnectionError:  # the client closed before the end of the script: its close frame is read below
+                pass
             try:
                 while True:
                     opcode, data = await read_frame(reader)
@@ -383,8 +393,8 @@ class _ScriptServer:
         self.thread.join(5)
 
 
-def _session_against(script: bytes, sends: list[str], receive: int, max_message: int = 1 << 20):
-    server = _ScriptServer(script)
+def _session_against(script: bytes, sends: list[str], receive: int, max_message: int = 1 << 20, chunk: int = 1):
+    server = _ScriptServer(script, chunk)
 
     async def go():
         client = H1Client("127.0.0.1")
@@ -398,17 +408,20 @@ def _session_against(script: bytes, sends: list[str], receive: int, max_message:
                     got.append((await session.receive(2.0))[0])
             except Exception as exc:
                 error = exc
-            fast = session._fast
             await session.close()
-            return got, error, fast
+            return got, error, session.close_code
         finally:
             await client.close()
 
     try:
-        got, error, fast = asyncio.run(go())
+        got, error, close_code = asyncio.run(go())
+        for _ in range(200):  # the client's close frame, read by the server's thread
+            if any(opcode == 8 for opcode, _ in server.received):
+                break
+            time.sleep(0.01)
     finally:
         server.stop()
-    return got, error, fast, server.received
+    return got, error, close_code, server.received
 
 
 def test_frames_split_anywhere_control_frames_and_fragments_between_messages_arrive_whole_and_in_order():
@@ -417,7 +430,7 @@ def test_frames_split_anywhere_control_frames_and_fragments_between_messages_arr
         _frame(1, b"one")
         + _frame(2, b"\x00\xffbin")
         + _frame(1, long_text.encode())
-        + _frame(9, b"are you there")  # a ping between messages: wsproto answers it, then the lean path resumes
+        + _frame(9, b"are you there")  # a ping between messages: answered with a pong
         + _frame(1, b"two")
         + _frame(1, b"fra", fin=False)
         + _frame(0, b"gmen", fin=False)
@@ -426,26 +439,142 @@ def test_frames_split_anywhere_control_frames_and_fragments_between_messages_arr
         + _frame(1, b"last")
     )
     sends = ["hello", "x" * 300, "ünïcødé ✓", "y" * 70_000, ""]
-    got, error, fast, received = _session_against(script, sends, receive=7)
+    got, error, close_code, received = _session_against(script, sends, receive=7)
     assert error is None
     assert got == ["one", b"\x00\xffbin", long_text, "two", "fragmented", "", "last"]
-    assert fast  # back on the lean path after the ping and the fragmented message
+    assert close_code == 1000  # the server's answer to the client's close
     texts = [data.decode() for opcode, data in received if opcode == 1]
     assert texts == sends  # every client frame masked and framed right, whatever its length
     assert (10, b"are you there") in received  # the pong
     assert received[-1][0] == 8  # and a proper close
 
 
+def _close(code: int, reason: bytes = b"") -> bytes:
+    return _frame(8, code.to_bytes(2, "big") + reason)
+
+
+def test_control_frames_between_fragments_and_a_close_with_a_code_split_across_reads():
+    script = (
+        _frame(1, "ça ".encode()[:2], fin=False)  # a fragment ending inside a UTF-8 character
+        + _frame(9, b"ping 1")  # a ping between fragments: answered at once
+        + _frame(0, "ça ".encode()[2:] + b"va", fin=False)
+        + _frame(10, b"unsolicited")  # a pong between fragments: ignored
+        + _frame(0, b" bien")
+        + _frame(2, b"\x00\x01", fin=False)
+        + _frame(0, b"\x02")
+        + _close(4001, "au revoir ✓".encode())
+        + _frame(1, b"after the close: dropped")
+    )
+    got, error, close_code, received = _session_against(script, ["go"], receive=3)  # one byte per read
+    assert got == ["ça va bien", b"\x00\x01\x02"]
+    assert isinstance(error, WsClosed) and error.kind == errors.WS_CLOSED and error.code == 4001
+    assert str(error) == "the server closed the session (4001 au revoir ✓)"
+    assert close_code == 4001
+    assert received[1] == (10, b"ping 1")  # the pong, with the ping's payload, before anything else
+    assert received[-1] == (8, (4001).to_bytes(2, "big") + "au revoir ✓".encode())  # the close, echoed
+
+
+_BIN = bytes(range(256)) * 300  # 76,800 bytes: the 64-bit length form
+
+
+@pytest.mark.parametrize("chunk", [997, 1 << 20])  # reads that end anywhere in a frame; all at once
+def test_16_and_64_bit_lengths_whole_and_in_fragments(chunk):
+    script = (
+        _frame(2, _BIN[:70_000], fin=False)  # a binary message in two fragments, the first over 65535 bytes
+        + _frame(9, b"")  # an empty ping between them
+        + _frame(0, _BIN[70_000:])
+        + _frame(2, _BIN)  # whole, 64-bit length
+        + _frame(1, b"s" * 65535)  # the longest 16-bit length
+        + _frame(1, b"t" * 126)  # the shortest
+        + _frame(1, b"u" * 125)  # the longest 7-bit one
+        + _frame(8, b"")
+    )
+    got, error, close_code, received = _session_against(script, ["go"], receive=6, chunk=chunk)
+    assert got == [_BIN, _BIN, "s" * 65535, "t" * 126, "u" * 125]
+    assert isinstance(error, WsClosed) and close_code == 1005
+    assert received[1:] == [(10, b""), (8, b"")]
+
+
+def test_a_close_without_a_code_is_answered_with_an_empty_close():
+    got, error, close_code, received = _session_against(_frame(1, b"fine") + _frame(8, b""), ["go"], receive=2)
+    assert got == ["fine"]
+    assert isinstance(error, WsClosed) and error.code == 1005 and close_code == 1005
+    assert received[-1] == (8, b"")
+
+
 @pytest.mark.parametrize(
-    ("frame", "kind"),
+    ("frame", "kind", "code"),
     [
-        (_frame(1, b"\xff\xfe"), errors.PROTOCOL_ERROR),  # a text message that is not UTF-8
-        (_frame(1, b"masked", masked=True), errors.PROTOCOL_ERROR),  # a server must not mask
-        (b"\x81\x7e\x00\x05hello", errors.PROTOCOL_ERROR),  # a length not in its shortest form
-        (_frame(1, b"z" * 200), "message_too_big"),
+        (_frame(1, b"\xff\xfe"), errors.PROTOCOL_ERROR, 1007),  # a text message that is not UTF-8
+        (_frame(1, b"\xc3", fin=False) + _frame(0, b"("), errors.PROTOCOL_ERROR, 1007),  # nor in fragments
+        (_frame(1, b"masked", masked=True), errors.PROTOCOL_ERROR, 1002),  # a server must not mask
+        (b"\x81\x7e\x00\x05hello", errors.PROTOCOL_ERROR, 1002),  # a 16-bit length not in its shortest form
+        (b"\x82\x7f" + (5).to_bytes(8, "big") + b"hello", errors.PROTOCOL_ERROR, 1002),  # nor a 64-bit one
+        (b"\x82\x7f" + (1 << 63 | 70_000).to_bytes(8, "big"), errors.PROTOCOL_ERROR, 1002),  # its top bit set
+        (b"\xc1\x02ok", errors.PROTOCOL_ERROR, 1002),  # a reserved bit (no extension was agreed)
+        (_frame(3, b"x"), errors.PROTOCOL_ERROR, 1002),  # a reserved data opcode
+        (_frame(11, b""), errors.PROTOCOL_ERROR, 1002),  # a reserved control opcode
+        (_frame(0, b"x"), errors.PROTOCOL_ERROR, 1002),  # a continuation with no message under way
+        (_frame(1, b"a", fin=False) + _frame(1, b"b"), errors.PROTOCOL_ERROR, 1002),  # a message inside one
+        (_frame(9, b"p", fin=False), errors.PROTOCOL_ERROR, 1002),  # a fragmented control frame
+        (_frame(9, b"p" * 126), errors.PROTOCOL_ERROR, 1002),  # a control frame over 125 bytes
+        (_frame(8, b"\x03"), errors.PROTOCOL_ERROR, 1002),  # a close with a 1-byte payload
+        (_close(1005), errors.PROTOCOL_ERROR, 1002),  # a code only an endpoint reports to itself
+        (_close(2999), errors.PROTOCOL_ERROR, 1002),  # an unregistered code under 3000
+        (_close(1000, b"\xff"), errors.PROTOCOL_ERROR, 1007),  # a close reason that is not UTF-8
+        (_frame(1, b"z" * 200), "message_too_big", 1009),
+        (_frame(1, b"z" * 60, fin=False) + _frame(0, b"z" * 60), "message_too_big", 1009),  # over it in fragments
     ],
 )
-def test_bad_frames_end_the_session_with_a_named_error_after_good_ones(frame, kind):
-    got, error, _, _ = _session_against(_frame(1, b"fine") + frame, ["go"], receive=2, max_message=100)
+def test_bad_frames_end_the_session_with_a_named_error_after_good_ones(frame, kind, code):
+    # In one write: a client that closes with bytes unread resets the connection, and its close frame may be lost.
+    script = _frame(1, b"fine") + frame
+    got, error, _, received = _session_against(script, ["go"], receive=2, max_message=100, chunk=len(script))
     assert got == ["fine"]
     assert getattr(error, "kind", None) == kind, error
+    assert received[-1] == (8, code.to_bytes(2, "big")), received  # the client's close says why
+
+
+def _handshake_against(response) -> BaseException:
+    server = _ScriptServer(b"", response=response)
+
+    async def go():
+        client = H1Client("127.0.0.1")
+        try:
+            with pytest.raises(Exception) as info:
+                await open_websocket(client, server.url, {}, 2.0)
+            return info.value
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(go())
+    finally:
+        server.stop()
+
+
+_UPGRADE = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+
+
+@pytest.mark.parametrize(
+    ("response", "kind", "words"),
+    [
+        (lambda accept: b"HTTP/1.1 403 Forbidden\r\nContent-Length: 2\r\n\r\nno", "http_status", "(403)"),
+        (lambda accept: _UPGRADE + b"Sec-WebSocket-Accept: AAAA\r\n\r\n", "protocol_error", "Bad accept token"),
+        (
+            lambda accept: b"HTTP/1.1 101 OK\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n",
+            "protocol_error",
+            "Upgrade: WebSocket",
+        ),
+        (
+            lambda accept: _UPGRADE + b"Sec-WebSocket-Accept: " + accept + b"\r\nSec-WebSocket-Extensions: x\r\n\r\n",
+            "protocol_error",
+            "an extension the client did not offer",
+        ),
+        (lambda accept: b"SSH-2.0-OpenSSH\r\n\r\n", "protocol_error", "not an HTTP/1.1 status line"),
+    ],
+)
+def test_a_handshake_refused_or_answered_wrong_is_a_named_error(response, kind, words):
+    error = _handshake_against(response)
+    assert getattr(error, "kind", None) == kind, error
+    assert words in str(error)

@@ -783,6 +783,31 @@ class _Pool:
 _tls_contexts: dict[bool, ssl.SSLContext] = {}
 
 
+async def _connect_socket(loop: asyncio.AbstractEventLoop, sock: socket.socket, address: Any) -> None:
+    """``loop.sock_connect`` for an address already resolved (uvloop's resolves it again, in its thread pool:
+    ≈ 120 µs of CPU a connection on this machine, against ≈ 10 µs for the connect and the wait here)."""
+    try:
+        sock.connect(address)
+        return
+    except (BlockingIOError, InterruptedError):
+        pass
+    fd = sock.fileno()
+    writable = loop.create_future()
+    loop.add_writer(fd, _set_writable, writable)
+    try:
+        await writable
+    finally:
+        loop.remove_writer(fd)
+    err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, f"Connect call failed {address}")  # asyncio's words: an errno picks the subclass
+
+
+def _set_writable(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
 def _tls_context(verify: bool) -> ssl.SSLContext:
     ctx = _tls_contexts.get(verify)
     if ctx is None:
@@ -1272,7 +1297,7 @@ class H1Client:
             try:
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                await loop.sock_connect(sock, info[4])
+                await _connect_socket(loop, sock, info[4])
             except OSError as exc:
                 sock.close()
                 errors.append(exc)

@@ -529,6 +529,9 @@ class _WsCompiled:
     regex: re.Pattern[str] | None
     path: tuple[str | int, ...]
     extractors: tuple[Extractor, ...]
+    kind: str  # the action's, and its text and "contains" value, at hand for the runner's driver
+    text: str
+    contains: str | None
 
     @classmethod
     def build(cls, a: WsAction) -> _WsCompiled:
@@ -538,6 +541,9 @@ class _WsCompiled:
             regex=re.compile(a.value) if a.check == "regex" else None,
             path=parse_jsonpath(a.value) if a.check == "json" else (),
             extractors=tuple(Extractor(e.name, e.source, e.expression) for e in a.extract),
+            kind=a.kind,
+            text=a.text,
+            contains=a.value if a.kind == "expect" and a.check == "contains" else None,
         )
 
     def matches(self, text: str) -> bool:
@@ -561,6 +567,183 @@ class _WsCompiled:
 
 class _WsCheckFailed(Exception):
     pass
+
+
+class _WsDriver:
+    """Runs a WebSocket step's sends and expects from the session's own callbacks.
+
+    A message that comes is checked (and the next sends made) in the session's
+    ``data_received``, not in the user's task: the task sleeps once per run of
+    sends and expects (up to a ``wait`` or the end of the actions), not once per
+    message. The same work, in the same order, as a loop over the actions would
+    do: the round trip from the clock reading before the send to the message's
+    arrival stamp, messages that do not match skipped until the expectation's
+    deadline (``timeout`` or the step's), extraction into the user's variables.
+    The deadline is a single loop timer per session that moves on to the current
+    expectation's deadline when it fires early (at most one timer per timeout
+    period, not one per message).
+    """
+
+    __slots__ = (
+        "loop",
+        "session",
+        "actions",
+        "values",
+        "step_timeout",
+        "observe",
+        "rtts",
+        "i",
+        "last_send",
+        "deadline",
+        "limit",
+        "timer",
+        "done",
+        "busy",
+        "again",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        session: Any,
+        actions: tuple[_WsCompiled, ...],
+        values: dict[str, str],
+        step_timeout: float,
+        observe: Callable[..., None] | None,
+    ) -> None:
+        self.loop = loop
+        self.session = session
+        self.actions = actions
+        self.values = values
+        self.step_timeout = step_timeout
+        self.observe = observe
+        self.rtts: list[float] = []
+        self.i = 0
+        self.last_send: float | None = None
+        self.deadline = 0.0  # the current expectation's deadline (loop time), 0 when none is waiting
+        self.limit = 0.0
+        self.timer: asyncio.TimerHandle | None = None
+        self.done: asyncio.Future[int] | None = None
+        self.busy = False
+        self.again = False
+
+    def run(self, i: int) -> asyncio.Future[int]:
+        """Run the actions from ``i`` on; the future gives the index of the next ``wait`` (or the end)."""
+        self.i = i
+        self.done = self.loop.create_future()
+        self.session.listener = self.pump
+        self.pump()
+        return self.done
+
+    def detach(self) -> None:
+        self.session.listener = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def pump(self) -> None:
+        """Called when the session has news (a message, its end) and by ``run``."""
+        if self.busy:  # news while a send is under way: looked at when the current pass ends
+            self.again = True
+            return
+        self.busy = True
+        try:
+            while True:
+                self.again = False
+                done = self.done
+                if done is None or done.done():
+                    return
+                i = self._advance()
+                if i >= 0:
+                    self._finish(i)
+                    return
+                if not self.again:
+                    return
+        except BaseException as exc:
+            self._finish(exc)
+        finally:
+            self.busy = False
+
+    def _finish(self, result: int | BaseException) -> None:
+        done = self.done
+        self.session.listener = None
+        self.deadline = 0.0
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if done is not None and not done.done():
+            if isinstance(result, BaseException):
+                done.set_exception(result)
+            else:
+                done.set_result(result)
+
+    def _advance(self) -> int:
+        """The actions from ``self.i`` on, as far as the messages that came allow: the index of the next wait
+        (or the end) when there, -1 when waiting for a message."""
+        session = self.session
+        actions = self.actions
+        observe = self.observe
+        n = len(actions)
+        i = self.i
+        while i < n:
+            compiled = actions[i]
+            kind = compiled.kind
+            if kind == "send":
+                template = compiled.template
+                text = compiled.text if template is None else template.render(self.values)
+                self.last_send = time.perf_counter()
+                session.send_text(text)
+                if observe is not None:
+                    observe("sent", text)
+                i += 1
+                continue
+            if kind == "wait":
+                break
+            messages = session.messages
+            if not self.deadline:
+                a = compiled.action
+                self.limit = a.timeout if a.timeout is not None else self.step_timeout
+                self.deadline = deadline = self.loop.time() + self.limit
+                if self.timer is None:
+                    self.timer = self.loop.call_at(deadline, self._expired)
+            contains = compiled.contains
+            while messages:
+                message, arrived = messages.popleft()
+                text = message if isinstance(message, str) else message.decode("utf-8", "replace")
+                if observe is not None:
+                    observe("received", text)
+                if contains is not None:
+                    if contains in text:
+                        break
+                elif compiled.matches(text):
+                    break
+            else:
+                self.i = i
+                if session.error is not None:
+                    raise session.error
+                return -1  # waits for the next message
+            self.deadline = 0.0
+            if self.last_send is not None:
+                self.rtts.append(arrived - self.last_send)
+                self.last_send = None
+            if compiled.extractors:
+                page = Page(text.encode(), _JSON_HEADERS)
+                for extractor in compiled.extractors:
+                    self.values[extractor.name] = extractor.extract(page)
+            i += 1
+        self.i = i
+        return i
+
+    def _expired(self) -> None:
+        self.timer = None
+        deadline = self.deadline
+        if not deadline or self.done is None or self.done.done():
+            return
+        if self.loop.time() < deadline:  # an earlier expectation's deadline: on to the current one
+            self.timer = self.loop.call_at(deadline, self._expired)
+            return
+        compiled = self.actions[self.i]
+        self._finish(_WsCheckFailed(f"no message matching {compiled.describe()} within {self.limit:g} s"))
 
 
 _CONTENT_TYPES = {"form": "application/x-www-form-urlencoded", "json": "application/json"}
@@ -1347,46 +1530,16 @@ class _Run:
         handshake_s = time.perf_counter() - start
         if observe is not None:
             observe("open")
-        rtts: list[float] = []
         failure: tuple[str, str] | None = None
-        loop = self.loop
+        driver = _WsDriver(self.loop, session, step.ws_actions, values, step.timeout, observe)
         try:
-            last_send: float | None = None
-            for compiled in step.ws_actions:
-                a = compiled.action
-                if a.kind == "send":
-                    text = a.text if compiled.template is None else compiled.template.render(values)
-                    last_send = time.perf_counter()
-                    session.send_text(text)  # never waits: send() without its coroutine
-                    if observe is not None:
-                        observe("sent", text)
-                elif a.kind == "wait":
-                    await asyncio.sleep(a.seconds)
-                else:
-                    limit = a.timeout if a.timeout is not None else step.timeout
-                    deadline = loop.time() + limit
-                    while True:
-                        remaining = deadline - loop.time()
-                        if remaining <= 0:
-                            raise _WsCheckFailed(f"no message matching {compiled.describe()} within {limit:g} s")
-                        try:
-                            message, arrived = await session.receive(remaining)
-                        except TimeoutError:
-                            raise _WsCheckFailed(
-                                f"no message matching {compiled.describe()} within {limit:g} s"
-                            ) from None
-                        text = message if isinstance(message, str) else message.decode("utf-8", "replace")
-                        if observe is not None:
-                            observe("received", text)
-                        if compiled.matches(text):
-                            break
-                    if last_send is not None:
-                        rtts.append(arrived - last_send)
-                        last_send = None
-                    if compiled.extractors:
-                        page = Page(text.encode(), _JSON_HEADERS)
-                        for extractor in compiled.extractors:
-                            values[extractor.name] = extractor.extract(page)
+            actions = step.ws_actions
+            i = 0
+            while i < len(actions):
+                i = await driver.run(i)  # sends and expects, up to the next wait (or the end)
+                if i < len(actions):
+                    await asyncio.sleep(actions[i].action.seconds)
+                    i += 1
             if ws.hold > 0:
                 await session.hold(ws.hold)
             await session.close()
@@ -1404,7 +1557,9 @@ class _Run:
             kind, detail = errors.classify(exc)
             failure = kind, errors.request_message("WS", step.path, detail)
         finally:
+            driver.detach()
             session.abort()  # whatever is left of the connection (a no-op after a clean close)
+        rtts = driver.rtts
         if observe is not None:
             observe("error", failure[1]) if failure is not None else observe("closed")
         li = self._label(step.label)

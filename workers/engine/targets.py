@@ -474,6 +474,9 @@ class TargetGuard:
         self.allowlist = parse_allowlist(allowlist)
         # Addresses that a guarded resolver returned for an allowed host name.
         self._vouched: set[str] = set()
+        # (address, port) pairs socket_factory let through: the allowlist and the denylist never change and
+        # _vouched only grows, so a pair allowed once is allowed again (parsing the address costs ~10 µs).
+        self._passed: set[tuple[str, int]] = set()
 
     def resolver(self, inner: AbstractResolver | None = None) -> AbstractResolver:
         """An ``AllowlistResolver`` (aiohttp is imported when first needed: the engine's own clients do without)."""
@@ -493,10 +496,15 @@ class TargetGuard:
         """aiohttp/aiohappyeyeballs socket factory: the last check before ``connect()``."""
         family, type_, proto, _, sockaddr = addr_info
         address = sockaddr[0]
-        self.allowlist.refuse_denied(f"{address}:{sockaddr[1]}", address, sockaddr[1], [address])
-        ip = _ip(address)
-        if not (self.allowlist.allows_address(address) or (ip is not None and str(ip) in self._vouched)):
-            raise TargetNotAllowed(_refusal(f"{address}:{sockaddr[1]}", address, self.allowlist))
+        key = (address, sockaddr[1])
+        if key not in self._passed:
+            self.allowlist.refuse_denied(f"{address}:{sockaddr[1]}", address, sockaddr[1], [address])
+            ip = _ip(address)
+            if not (self.allowlist.allows_address(address) or (ip is not None and str(ip) in self._vouched)):
+                raise TargetNotAllowed(_refusal(f"{address}:{sockaddr[1]}", address, self.allowlist))
+            if len(self._passed) >= 4096:
+                self._passed.clear()
+            self._passed.add(key)
         return socket.socket(family=family, type=type_, proto=proto)
 
 
