@@ -41,8 +41,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import t as student_t
-
 # The chance that a night with nothing changed is called regressed on any row (and, apart, improved).
 FALSE_ALARM = 0.01
 # With fewer baseline runs than this the spread between them is known poorly: the verdict is provisional.
@@ -281,6 +279,8 @@ def _change_pct(base: float, value: float) -> float | None:
 
 
 def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: float = FALSE_ALARM) -> Family:
+    from scipy.stats import t as student_t  # here, not with the module: see portal/stats/scalability.py
+
     n = min((len(c.baseline) for c in cells), default=0)
     prepared = []  # (index, cell, scaled baseline, scaled value, v_base, v_run)
     out: list[Judged] = [Judged("none") for _ in cells]
