@@ -39,9 +39,13 @@ run: migrate
 # without tests (pytest's exit 5) is not a failure. Three on CI's two cores: at two, the first pass kept the
 # CPU 47 % busy (its end-to-end tests mostly wait on workers, servers and browsers); at four, tests that
 # count pages in a few seconds or compare rates failed from the load (docs/development/tests.md).
+# Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE (as containers often do):
+# otherwise each of the hundreds of Python processes the tests start (workers, targets, manage.py,
+# gunicorn) compiles the portal again (≈ 1 s of CPU each), and the serial pass rewrites every test
+# module's asserts again (≈ 16 s).
 test: test-deps install
-	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -n 3 --dist worksteal -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test $(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 3 --dist worksteal -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: install
 	$(BIN)/ruff check .

@@ -43,9 +43,6 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy.stats import f as fisher_f
-from scipy.stats import t as student_t
-
 # The chance that a night with nothing changed is called regressed on any row (and, apart, improved).
 FALSE_ALARM = 0.01
 # With fewer baseline runs than this the spread between them is known poorly: the verdict is provisional.
@@ -240,6 +237,8 @@ def _sample_noise(sides, factor: float, df: float) -> tuple[float, float, float]
     """(v of a baseline run, v of the judged run, degrees of freedom) from the runs' samples times the pooled
     autocorrelation factor; None (the row keeps its batch means, ``_within_noise``) when the row's own factor is
     plainly above the pooled one (its pages' load pattern is not the night's: F test at ``FACTOR_LEVEL``)."""
+    from scipy.stats import f as fisher_f  # here, not with the module: see portal/stats/scalability.py
+
     own, own_df = autocorrelation([sides])
     if own_df <= 0 or df <= 0 or own > factor * float(fisher_f.ppf(FACTOR_LEVEL, own_df, df)):
         return None
@@ -344,6 +343,8 @@ def _change_pct(base: float, value: float) -> float | None:
 
 
 def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: float = FALSE_ALARM) -> Family:
+    from scipy.stats import t as student_t  # here, not with the module: see portal/stats/scalability.py
+
     n = min((len(c.baseline) for c in cells), default=0)
     prepared = []  # (index, cell, scaled baseline, scaled value, v_base, v_run)
     out: list[Judged] = [Judged("none") for _ in cells]

@@ -22,10 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
-from scipy.optimize import curve_fit
 
 from portal import formatting
+
+# SciPy (and ruptures, which imports it) are imported where they are used, not with the module: this module
+# is imported by every process that loads the portal's URLs or tasks (each Celery worker, gunicorn, manage.py),
+# and scipy.stats alone takes about a second of CPU to import, for figures only a few pages compute.
 
 MIN_LEVELS = 4
 """Three parameters need at least one level more than that to leave a degree of freedom."""
@@ -119,6 +121,8 @@ def fit(concurrency: Sequence[float], throughput: Sequence[float], *, confidence
     if full is None:
         return UslFit(fitted=False, reason="The scalability model did not converge on these levels.")
     params, se, ss_res = full
+    from scipy import stats
+
     dof = len(n) - 3
     t = float(stats.t.ppf(0.5 + confidence / 2, dof))
     # A term the levels cannot tell from 0 is dropped when the two-parameter model fits as well
@@ -276,6 +280,8 @@ def _least_squares(n: np.ndarray, x: np.ndarray, fixed: tuple[str, ...]):
     def model(nn, *values):
         p = dict.fromkeys(names, 0.0) | dict(zip(free, values, strict=True))
         return usl(nn, p["lam"], p["sigma"], p["kappa"])
+
+    from scipy.optimize import curve_fit
 
     try:
         values, cov = curve_fit(

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import ruptures
-from scipy import stats
+
+# SciPy (and ruptures, which imports it) are imported where they are used, not with the module: this module
+# is imported by every process that loads the portal's URLs or tasks (each Celery worker, gunicorn, manage.py),
+# and scipy.stats alone takes about a second of CPU to import, for figures only a few pages compute.
 
 MIN_RUNS = 5
 """Runs on each side of a shift: fewer cannot tell a new level from a bad night or two."""
@@ -63,6 +65,8 @@ def _test(left: np.ndarray, right: np.ndarray, *, ratio: bool = False) -> tuple[
     if np.ptp(left) == 0 and np.ptp(right) == 0:
         p = 0.0 if before != after else 1.0
     else:
+        from scipy import stats
+
         a, b = (np.log(left), np.log(right)) if ratio else (left, right)
         p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
     change = (after - before) / abs(before) * 100 if before else None
@@ -88,6 +92,8 @@ def find(
     n = len(x)
     if n < 2 * min_runs or not np.all(np.isfinite(x)):
         return []
+    import ruptures
+
     scaled = (x - x.mean()) / _noise(x)
     algo = ruptures.Binseg(model="l2", min_size=min_runs, jump=1).fit(scaled)
     breaks = [b for b in algo.predict(pen=PENALTY_PER_BREAK * math.log(n)) if b < n]

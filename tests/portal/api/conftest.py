@@ -91,17 +91,8 @@ def expected(persona_name: str, *, ok: int, allowed: tuple) -> int:
 @pytest.fixture
 def active_run(plan, alice):
     """A running run of ``plan``: what a pipeline long-polls (``?wait=S``) until it ends."""
-    return Run.objects.create(
-        project=plan.project,
-        number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        analysis_settings=plan.analysis_settings(),
-        created_by=alice,
-        status=Run.Status.RUNNING,
+    return plan_run(
+        plan, analysis_settings=plan.analysis_settings(), created_by=alice, status=Run.Status.RUNNING, start_at=None
     )
 
 

@@ -163,19 +163,16 @@ def second_run(finished_run, alice):
 
     from portal.runs import analysis
     from portal.runs.models import Run
-    from tests.portal.runs.factories import add_second
+    from tests.portal.runs.factories import add_second, plan_run
 
-    run = Run.objects.create(
-        project=finished_run.project,
+    run = plan_run(
+        finished_run.plan,
         number=2,
-        plan=finished_run.plan,
-        environment=finished_run.environment,
-        plan_name=finished_run.plan_name,
-        environment_name=finished_run.environment_name,
         plan_snapshot=finished_run.plan_snapshot,
         analysis_settings=finished_run.analysis_settings,
         created_by=alice,
         status=Run.Status.FINISHING,
+        start_at=None,
     )
     for second in range(7):
         add_second(run, second, users=5, labels={"Home": ([90, 100], {}), "Articles": ([400, 420], {})})

@@ -9,6 +9,7 @@ from portal.accounts.models import ApiToken
 from portal.runs.models import Run
 from portal.schedules.baselines import run_judge
 from portal.schedules.models import Schedule, ScheduleFire
+from tests.portal.runs.factories import plan_run
 from tests.portal.schedules.test_baselines import SEARCH, make_run
 
 from .conftest import bearer, session
@@ -73,9 +74,7 @@ def test_a_scheduled_run_says_which_schedule_started_it(plan, alice):
     schedule = Schedule.objects.create(
         project=plan.project, plan=plan, plan_name=plan.name, cron="0 2 * * *", last_due_at=timezone.now()
     )
-    run = Run.objects.create(
-        project=plan.project, number=1, plan=plan, plan_name=plan.name, environment_name="E", plan_snapshot={}
-    )
+    run = plan_run(plan, start_at=None)
     due = timezone.now().replace(microsecond=0)
     ScheduleFire.objects.create(schedule=schedule, due_at=due, outcome="started", run=run)
 

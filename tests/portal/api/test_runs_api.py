@@ -9,6 +9,7 @@ import pytest
 from portal.accounts.models import ApiWrite, Membership
 from portal.runs.models import Run
 from portal.runs.services import run_create
+from tests.portal.runs.factories import plan_run, project_run
 
 from .conftest import PERSONAS, READERS, RUNNERS, bearer, expected, session
 
@@ -47,13 +48,7 @@ def test_the_run_list_holds_only_the_callers_teams_runs(persona, request, finish
     from portal.accounts.services import team_create
 
     other = team_create(name="Charlie's", owner=charlie)
-    other_run = Run.objects.create(
-        project=other.projects.create(name="Other"),
-        number=1,
-        plan_name="Theirs",
-        environment_name="E",
-        plan_snapshot={},
-    )
+    other_run = project_run(other.projects.create(name="Other"))
 
     # when
     response = persona.get("/api/v1/runs/")
@@ -263,15 +258,7 @@ def test_runs_filter_by_status_and_verdict_and_refuse_bad_filters(finished_run, 
 def test_run_list_takes_a_fixed_number_of_queries(finished_run, alice, django_assert_max_num_queries):
     client = session(alice)
     for n in range(2, 12):
-        Run.objects.create(
-            project=finished_run.project,
-            number=n,
-            plan=finished_run.plan,
-            plan_name="x",
-            environment_name="y",
-            plan_snapshot={},
-            created_by=alice,
-        )
+        plan_run(finished_run.plan, number=n, created_by=alice)
     with django_assert_max_num_queries(6):
         response = client.get("/api/v1/runs/")
     assert response.json()["count"] == 11

@@ -13,6 +13,7 @@ from portal.runs.models import Run
 from portal.sharing.models import ShareEvent, ShareLink
 from portal.sharing.services import share_create, sharing_set
 from tests.portal.accounts.conftest import limits_of_this_test  # noqa: F401 (autouse: invitations per address a day)
+from tests.portal.runs.factories import project_run
 
 from .conftest import PERSONAS, READERS, bearer, expected, session
 
@@ -79,10 +80,7 @@ def test_every_member_lists_the_links_of_their_teams_only(persona, request, fini
     # given: a link of alice's team and one of charlie's own team
     mine, _ = share_create(project=finished_run.project, kind="run", title="A", user=alice, run=finished_run)
     other = team_create(name="Charlie's", owner=charlie)
-    other_run = Run.objects.create(
-        project=other.projects.create(name="Other"), number=1, plan_name="Theirs", environment_name="E",
-        plan_snapshot={}, status=Run.Status.PASSED,
-    )  # fmt: skip
+    other_run = project_run(other.projects.create(name="Other"), status=Run.Status.PASSED)
     theirs, _ = share_create(project=other_run.project, kind="run", title="B", user=charlie, run=other_run)
 
     # when
@@ -161,10 +159,7 @@ def test_a_comparison_an_experiment_and_a_journey_are_shared(story, alice, clien
 def test_bad_requests_say_what_is_wrong_and_create_nothing(finished_run, alice, charlie, plan):
     client = session(alice)
     other = team_create(name="Charlie's", owner=charlie)
-    foreign = Run.objects.create(
-        project=other.projects.create(name="Other"), number=1, plan_name="T", environment_name="E",
-        plan_snapshot={}, status=Run.Status.PASSED,
-    )  # fmt: skip
+    foreign = project_run(other.projects.create(name="Other"), status=Run.Status.PASSED)
     cases = [
         ({"kind": "run"}, 400, "run"),
         ({"kind": "run", "run": str(finished_run.code), "days": 0}, 400, "days"),

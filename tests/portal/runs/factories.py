@@ -55,3 +55,16 @@ def plan_run(plan, **fields) -> Run:
         "start_at": timezone.now(),
     }
     return Run.objects.create(**{**defaults, **fields})
+
+
+def project_run(project, **fields) -> Run:
+    """A run in ``project`` of no plan (as when its plan was deleted, or in another team's project, where only
+    scoping is tested), numbered next in the project, saved with ``fields`` over those defaults."""
+    defaults = {
+        "project": project,
+        "number": Run.objects.filter(project=project).count() + 1,
+        "plan_name": "Theirs",
+        "environment_name": "E",
+        "plan_snapshot": {},
+    }
+    return Run.objects.create(**{**defaults, **fields})

@@ -16,7 +16,7 @@ from portal.runs import analysis, services
 from portal.runs.models import PageInterval, Run, RunShard, ShardInterval, run_digest
 from tests.conftest import wait_for_js
 from tests.portal.projects.data import levels_data, plan_data
-from tests.portal.runs.factories import hist_of
+from tests.portal.runs.factories import hist_of, plan_run
 
 pytestmark = pytest.mark.django_db
 
@@ -1207,16 +1207,7 @@ def test_a_comparison_says_when_each_runs_degradation_began(alice, alice_client,
     steady = long_run(run)
     fill(steady, range(RAMP_UP + HOLD), pages=shape(wobble(100)), apd_ms=lambda s: 20.0)
     finished(steady)
-    leaky = Run.objects.create(
-        project=run.project,
-        number=2,
-        plan=run.plan,
-        environment=run.environment,
-        plan_name=run.plan_name,
-        environment_name=run.environment_name,
-        plan_snapshot=run.plan_snapshot,
-        created_by=alice,
-    )
+    leaky = plan_run(run.plan, number=2, plan_snapshot=run.plan_snapshot, created_by=alice, start_at=None)
     leaky = long_run(leaky)
     leak(leaky, began_at=150)
     finished(leaky)

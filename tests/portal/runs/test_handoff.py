@@ -10,7 +10,7 @@ from django.utils import timezone
 from portal.runs import services
 from portal.runs.models import Run, RunShard, WatchdogView
 from portal.runs.services.shards import _shard_release
-from tests.portal.runs.factories import add_second
+from tests.portal.runs.factories import add_second, project_run
 from workers.engine.runner import HANDOFF
 
 pytestmark = pytest.mark.django_db
@@ -90,9 +90,7 @@ def test_another_worker_holding_the_shard_stops_the_old_one(running):
 
 def test_a_stopping_node_asks_only_its_own_shards_to_hand_over(running):
     # given: a second run's shard on another node
-    other = Run.objects.create(
-        project=running.project, number=2, plan_name="x", environment_name="y", plan_snapshot=running.plan_snapshot
-    )
+    other = project_run(running.project, plan_snapshot=running.plan_snapshot)
     RunShard.objects.create(run=other, shard_no=0, user_count=1, status="running", worker="g:1", worker_node="m@g")
 
     # when

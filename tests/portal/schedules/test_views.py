@@ -149,14 +149,11 @@ def test_alice_pins_a_baseline_and_bob_cannot(alice_client, bob, nightly, plan, 
 
 def test_a_run_of_another_plan_cannot_be_pinned(alice_client, nightly, plan, project, environment):
     from portal.projects.models import Plan
-    from portal.runs.models import Run
     from portal.schedules.models import Baseline
+    from tests.portal.runs.factories import plan_run
 
     other = Plan.objects.create(project=project, environment=environment, name="Other", users=1, hold=1)
-    run = Run.objects.create(
-        project=project, number=1, plan=other, environment=environment, plan_name="Other",
-        environment_name="Staging", plan_snapshot={}, status="passed",
-    )  # fmt: skip
+    run = plan_run(other, status="passed", start_at=None)
     url = reverse("schedules:baseline", args=[nightly.code])
     response = alice_client.post(url, {"kind": "run", "run": run.id, "last_n": "3", "tolerance_pct": "10"}, follow=True)
     assert "Select a valid choice" in response.content.decode()

@@ -155,19 +155,9 @@ def test_a_revoked_link_stops_at_once_in_the_open_browser(pages, live_server, al
 
 @pytest.fixture
 def bare_run(plan, alice):
-    from portal.runs.models import Run
+    from tests.portal.runs.factories import plan_run
 
-    return Run.objects.create(
-        project=plan.project,
-        number=1,
-        plan=plan,
-        environment=plan.environment,
-        plan_name=plan.name,
-        environment_name=plan.environment.name,
-        plan_snapshot=plan.to_engine_dict(),
-        config_snapshot=plan.environment.configuration,
-        created_by=alice,
-    )
+    return plan_run(plan, config_snapshot=plan.environment.configuration, created_by=alice, start_at=None)
 
 
 def test_capacity_and_degradation_charts_draw_from_their_static_files_in_the_portal_and_shared(
