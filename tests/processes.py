@@ -1,11 +1,14 @@
 """Real processes for end-to-end tests: the demo target and Celery workers, on loopback only."""
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,10 +43,38 @@ def stop(proc: subprocess.Popen, *, sig=signal.SIGTERM, timeout: float = 10) -> 
             proc.wait(5)
 
 
+# Seeded demo databases of this session, by number of work items (200,000 take 3–5 s to generate, 400,000 twice that).
+_SEEDS: dict[int, Path] = {}
+
+
+def _seeded_copy(db: Path, items: int) -> None:
+    """A fresh copy of the demo's database with ``items`` work items and the seeded documents, generated once a
+    session: the target reuses a file that already holds its rows, and applies every knob at start-up."""
+    from demo.documents import Documents
+    from demo.workitems import WorkItems
+
+    seed = _SEEDS.get(items)
+    if seed is None:
+        folder = Path(tempfile.mkdtemp(prefix="demo-seed-"))
+        atexit.register(shutil.rmtree, folder, True)
+        seed = folder / "demo.sqlite3"
+        workitems = WorkItems(seed, items)
+        try:
+            workitems.ensure_populated()
+            Documents(workitems.connection, seed).ensure_seeded()
+        finally:
+            workitems.close()  # the last connection closed: its WAL is checkpointed into the file
+        _SEEDS[items] = seed
+    for suffix in ("", "-wal"):
+        if (source := seed.with_name(seed.name + suffix)).exists():
+            shutil.copyfile(source, db.with_name(db.name + suffix))
+
+
 class DemoTarget:
     """The bundled demo system under test, in its own process, with its counters readable over HTTP."""
 
     def __init__(self, tmp_path: Path, items: int = 20000):
+        _seeded_copy(tmp_path / "demo.sqlite3", items)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = open(tmp_path / "demo.log", "w")  # noqa: SIM115
@@ -108,6 +139,26 @@ def database_url(settings_dict: dict) -> str:
     return f"postgres://{user}{password}@{host}:{port}/{settings_dict['NAME']}"
 
 
+# The worker tests/e2e/conftest.py's ``celery_worker`` keeps between modules, idle; None when there is none.
+_kept: "Worker | None" = None
+
+
+def take_kept() -> "Worker | None":
+    """The kept worker, now the caller's (None when there is none, or it has exited)."""
+    global _kept
+    worker, _kept = _kept, None
+    if worker is not None and worker.proc.poll() is not None:
+        worker.log.close()
+        return None
+    return worker
+
+
+def stop_kept() -> None:
+    """Stops the kept worker (warm): before another worker starts, or a module that has workers of its own runs."""
+    if (worker := take_kept()) is not None:
+        worker.close()
+
+
 class Worker:
     """A real Celery worker process consuming both queues."""
 
@@ -122,6 +173,7 @@ class Worker:
         host=None,
     ):
         """``host``: a ``tests.netns.Host`` to run it on (another machine's network and host name)."""
+        stop_kept()  # it would take this worker's shards, and its slots would count in admission
         self.name = name
         self.log_path = log_path
         self.log = open(log_path, "w")  # noqa: SIM115
@@ -171,6 +223,12 @@ class Worker:
 
     def output(self) -> str:
         return self.log_path.read_text()
+
+    def keep(self) -> None:
+        """Left running, idle, for the next module that asks for ``celery_worker`` (``take_kept``)."""
+        global _kept
+        stop_kept()
+        _kept = self
 
     def close(self):
         """A warm stop (SIGTERM), as at a deployment: the worker unregisters its generator slots on the

@@ -130,6 +130,7 @@ def _ask_to_hand_over(node: str, why: str) -> None:
 # -- the generator registry (issue 25) ------------------------------------------------------------
 
 _registry_stop = threading.Event()
+_registry_thread: threading.Thread | None = None
 
 
 @worker_ready.connect
@@ -149,9 +150,11 @@ def _register(sender, **kwargs) -> None:
         logger.warning("labels say pool=%s but the worker does not consume engine.%s: -Q engine.%s", pool, pool, pool)
     slots = settings.PLIMSOLL_WORKER_SLOTS or sender.controller.concurrency
     node = sender.hostname
-    threading.Thread(
+    global _registry_thread
+    _registry_thread = threading.Thread(
         target=_heartbeat, args=(node, slots, labels, queues), name="plimsoll-registry", daemon=True
-    ).start()
+    )
+    _registry_thread.start()
 
 
 def _heartbeat(node: str, slots: int, labels: dict, queues: list[str]) -> None:
@@ -177,6 +180,9 @@ def _heartbeat(node: str, slots: int, labels: dict, queues: list[str]) -> None:
 def _unregister(sender, **kwargs) -> None:
     """Its slots stop counting at once (a worker killed outright stops counting after PLIMSOLL_WORKER_TTL)."""
     _registry_stop.set()
+    if _registry_thread is not None:
+        # A heartbeat under way would register the worker again after the delete below.
+        _registry_thread.join(10)
     try:
         from portal.runs.services.admission import worker_gone
 
