@@ -295,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"a plan of only these pages, comma-separated (of {', '.join(PAGES)}; default all five), "
         "e.g. Articles,Search,Upload for three pages of which one is noisy",
     )
+    parser.add_argument(
+        "--detect", help="the detection trials only for these pages, comma-separated (default every page of the plan)"
+    )
     args = parser.parse_args(argv)
     if args.pages:
         chosen = [p.strip() for p in args.pages.split(",") if p.strip()]
@@ -317,7 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.trials > 0:
         print(f"Detection of one page 20 % slower on the first night ({args.trials} trials each; goal ≥ 95 %):")
         print("  page (pages per run): old / new")
+        detect = [p.strip() for p in args.detect.split(",")] if args.detect else list(PAGES)
+        if unknown := [p for p in detect if p not in PAGES]:
+            parser.error(f"--detect: page(s) {', '.join(unknown)} not in the plan ({', '.join(PAGES)})")
         for page, (n, _) in PAGES.items():
+            if page not in detect:
+                continue
             d = detection(rng, args.trials, page)
             print(f"  {page} ({n}): {d['old'] * 100:.1f} % / {d['new'] * 100:.1f} %")
     if args.lasting > 0 and "Search" in PAGES:
