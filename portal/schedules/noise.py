@@ -22,6 +22,8 @@ A row's change ``d = figure − mean(baseline figures)`` then has the variance
 Student's t with the pooled degrees of freedom, one-sided in the direction the row moved. The rows
 of a verdict (pages × figures and the totals) are one family: Holm's step-down keeps the chance that
 a night with nothing changed calls any row regressed at most ``FALSE_ALARM`` (and improved, apart).
+A page's change net of the night's drift (below) has the drift estimate's noise in its variance, the page's own
+weight in it counted (``drift_net_noise``).
 A row moved only when it is significant after Holm *and* beyond the plan's tolerance. A page whose change is
 read net of the night's common drift (below) meets the tolerance with that same net change: the tolerance is
 about the page, and a night slower or faster everywhere is the totals' to tell (a page 20 % slower on a night
@@ -84,7 +86,9 @@ WEIGHT_FLOOR = 1e-4
 # Draws of the night's drift estimate for its own noise (``drift_net_noise``), from a fixed seed.
 DRAWS = 2000
 DRAWS_SEED = 24
-DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
+DRIFT_OUT = (
+    " (a page's change net of the night's drift, the median change over its pages, with that median's own noise)"
+)
 TOLERANCE_NET = " (for a page, its change net of the night's drift)"
 
 
