@@ -282,11 +282,31 @@ def lasting(rng, trials: int, nights: int = 10, page: str = "Search", factor: fl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench verdicts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nights", type=int, default=400, help="nights with nothing changed (default 400)")
-    parser.add_argument("--trials", type=int, default=300, help="first nights with one page slower (default 300)")
-    parser.add_argument("--lasting", type=int, default=50, help="lasting regressions of 10 nights (default 50)")
+    parser.add_argument(
+        "--trials", type=int, default=300, help="first nights with one page slower (default 300; 0: none)"
+    )
+    parser.add_argument(
+        "--lasting", type=int, default=50, help="lasting regressions of 10 nights (default 50; 0: none)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-streams", action="store_true", help="the five pages alone, without streaming pages")
+    parser.add_argument(
+        "--pages",
+        help=f"a plan of only these pages, comma-separated (of {', '.join(PAGES)}; default all five), "
+        "e.g. Articles,Search,Upload for three pages of which one is noisy",
+    )
+    parser.add_argument(
+        "--detect", help="the detection trials only for these pages, comma-separated (default every page of the plan)"
+    )
     args = parser.parse_args(argv)
+    if args.pages:
+        chosen = [p.strip() for p in args.pages.split(",") if p.strip()]
+        unknown = [p for p in chosen if p not in PAGES]
+        if unknown or not chosen:
+            parser.error(f"unknown page(s) {', '.join(unknown) or '(none given)'}: choose from {', '.join(PAGES)}")
+        for label in [p for p in PAGES if p not in chosen]:
+            del PAGES[label]
+        print(f"Pages: {', '.join(f'{p} ({n})' for p, (n, _) in PAGES.items())}")
     rng = np.random.default_rng(args.seed)
     global stream_rng
     stream_rng = None if args.no_streams else np.random.default_rng([args.seed, 26])
@@ -297,16 +317,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"False alarms over {args.nights} nights with nothing changed (goal ≤ 2 %):")
     for name in RULES:
         print(f"  {name}: {fa[name] * 100:.1f} %")
-    print(f"Detection of one page 20 % slower on the first night ({args.trials} trials each; goal ≥ 95 %):")
-    print("  page (pages per run): old / new")
-    for page, (n, _) in PAGES.items():
-        d = detection(rng, args.trials, page)
-        print(f"  {page} ({n}): {d['old'] * 100:.1f} % / {d['new'] * 100:.1f} %")
-    la = lasting(rng, args.lasting)
-    print(f"A lasting regression (Search 2× slower for 10 nights, {args.lasting} trials): nights reported in a row")
-    for name, (mean, lo, hi, always, nights) in la.items():
-        print(f"  {name}: mean {mean:.1f} (min {lo}, max {hi}); reported all {nights} nights in {always * 100:.0f} %")
-    if stream_rng is not None:  # after the pages' figures, so that a seed gives them as without streams
+    if args.trials > 0:
+        print(f"Detection of one page 20 % slower on the first night ({args.trials} trials each; goal ≥ 95 %):")
+        print("  page (pages per run): old / new")
+        detect = [p.strip() for p in args.detect.split(",")] if args.detect else list(PAGES)
+        if unknown := [p for p in detect if p not in PAGES]:
+            parser.error(f"--detect: page(s) {', '.join(unknown)} not in the plan ({', '.join(PAGES)})")
+        for page, (n, _) in PAGES.items():
+            if page not in detect:
+                continue
+            d = detection(rng, args.trials, page)
+            print(f"  {page} ({n}): {d['old'] * 100:.1f} % / {d['new'] * 100:.1f} %")
+    if args.lasting > 0 and "Search" in PAGES:
+        la = lasting(rng, args.lasting)
+        print(f"A lasting regression (Search 2× slower for 10 nights, {args.lasting} trials): nights reported in a row")
+        for name, (mean, lo, hi, always, nights) in la.items():
+            print(
+                f"  {name}: mean {mean:.1f} (min {lo}, max {hi}); reported all {nights} nights in {always * 100:.0f} %"
+            )
+    if (
+        stream_rng is not None and args.trials > 0
+    ):  # after the pages' figures, so that a seed gives them as without streams
         print(f"Detection of a streaming page's time to first event 20 % slower ({args.trials} trials each)")
         print("  page (streams per run): old (no such row) / new")
         for page, (n, _) in STREAMS.items():

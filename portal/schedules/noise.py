@@ -22,6 +22,8 @@ A row's change ``d = figure − mean(baseline figures)`` then has the variance
 Student's t with the pooled degrees of freedom, one-sided in the direction the row moved. The rows
 of a verdict (pages × figures and the totals) are one family: Holm's step-down keeps the chance that
 a night with nothing changed calls any row regressed at most ``FALSE_ALARM`` (and improved, apart).
+A page's change net of the night's drift (below) has the drift estimate's noise in its variance, the page's own
+weight in it counted (``drift_net_noise``).
 A row moved only when it is significant after Holm *and* beyond the plan's tolerance. A page whose change is
 read net of the night's common drift (below) meets the tolerance with that same net change: the tolerance is
 about the page, and a night slower or faster everywhere is the totals' to tell (a page 20 % slower on a night
@@ -77,7 +79,12 @@ FACTOR_LEVEL = 0.99
 MAX_SHARE = 1 / 3
 # A page's sampling variance is floored at (1 %)² for its weight in the night's drift.
 WEIGHT_FLOOR = 1e-4
-DRIFT_OUT = " (a page's change net of the night's drift, the median change over its pages)"
+# Draws of the night's drift estimate for its own noise (``drift_net_noise``), from a fixed seed.
+DRAWS = 2000
+DRAWS_SEED = 24
+DRIFT_OUT = (
+    " (a page's change net of the night's drift, the median change over its pages, with that median's own noise)"
+)
 TOLERANCE_NET = " (for a page, its change net of the night's drift)"
 
 
@@ -296,6 +303,46 @@ def capped(weights: dict, share: float = MAX_SHARE) -> dict:
     return {k: min(w, lo) for k, w in weights.items()}
 
 
+def drift_net_noise(
+    v_new: Sequence[float], v_base: Sequence[float], weights: Sequence[float], runs: int, tau2: float = 0.0
+) -> tuple[list[float], list[float]]:
+    """How much the pages' changes net of the night's drift vary, the drift estimate's own noise included.
+
+    The pages' figures (scaled) of ``runs`` baseline runs and the judged run vary by their noise within a run
+    (``v_base``, ``v_new``) plus a page's drift ``tau2``; the common drift cancels. Each run's drift is the weighted
+    median (``weights``) of the pages' figures less their baseline mean, and a page's change is read net of it, as
+    ``judge_cells`` does. The median of a few pages of very different precision is far from normal (of three, it is
+    often the noisy page), so its variance is not taken from a formula but from ``DRAWS`` sets of normal draws
+    of the whole estimate (a parametric bootstrap, the same draws every time: a verdict is reproducible). That
+    counts the page's own noise, the drift estimate's, and their covariance (the page's own weight in it).
+
+    Returns, per page, the variance of its net change and the expected variance of its net figure over the
+    baseline runs (what their spread shows without a drift between nights).
+    """
+    import numpy as np  # here, not with the module, as SciPy (portal/stats/scalability.py)
+
+    sd = np.sqrt(np.maximum(np.asarray([[vn, *([vb] * runs)] for vn, vb in zip(v_new, v_base, strict=True)]), 0.0))
+    sd = np.sqrt(sd * sd + max(tau2, 0.0))  # (pages, 1 + runs)
+    z = np.random.default_rng(DRAWS_SEED).standard_normal((DRAWS, *sd.shape)) * sd
+    z = z - z[:, :, 1:].mean(axis=2, keepdims=True)  # less each page's baseline level
+    w = np.asarray(weights, dtype=float)
+    order = np.argsort(z, axis=1, kind="stable")
+    cum = np.cumsum(w[order], axis=1)
+    first = np.argmax(cum >= w.sum() / 2.0, axis=1)  # (draws, runs): the first page past half the weight
+    median = np.take_along_axis(np.take_along_axis(z, order, axis=1), first[:, None, :], axis=1)
+    net = z - median
+    change = net[:, :, 0] - net[:, :, 1:].mean(axis=2)
+    spread = net[:, :, 1:].var(axis=2, ddof=1).mean(axis=0) if runs >= 2 else np.zeros(len(w))
+    # A page that is the judged run's median has no net change there and cannot be called: its change is
+    # weighed by the nights where it is not (of three pages, a third or more of the draws; of many, few).
+    median_page = np.take_along_axis(order, first[:, None, :], axis=1)[:, 0, 0]
+    var = []
+    for k in range(len(w)):
+        apart = change[median_page != k, k]
+        var.append(float((apart * apart).mean()) if len(apart) else float((change[:, k] ** 2).mean()))
+    return var, [float(x) for x in spread]
+
+
 def holm(pvalues: Sequence[float], alpha: float) -> list[bool]:
     """Holm's step-down: which hypotheses are rejected with a family-wise error rate of at most alpha."""
     order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
@@ -389,6 +436,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
     # regression, and a page 20 % slower stands out of a 4 % night. The totals keep the drift in, so a
     # night slower everywhere is the totals' to tell, against the spread of the drift between nights.
     adjusted = {}  # index in prepared → (baseline, value) with the common drift taken out
+    drift_rows: dict[str, dict[int, float]] = {}  # figure → {index in prepared: its weight in the night's drift}
     for key in RELATIVE:
         rows = [k for k, (_, c, base, *_) in enumerate(prepared) if c.key == key and c.page is not None]
         n_runs = min((len(prepared[k][2]) for k in rows), default=0)
@@ -405,6 +453,7 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
         for k in rows:
             base = [prepared[k][2][j] - common_base[j] for j in range(n_runs)]
             adjusted[k] = (base, prepared[k][3] - common_new)
+        drift_rows[key] = weights
 
     def groups(k: int, c: Cell) -> tuple[str, bool]:
         return c.key, k in adjusted
@@ -412,26 +461,54 @@ def judge_cells(cells: Sequence[Cell], *, tolerance_pct: float, false_alarm: flo
     # The drift between nights beyond each run's own noise, per figure (and apart for drift-adjusted pages),
     # pooled over its rows, each weighted by its precision (a restricted maximum likelihood): a 46-page row
     # whose three runs differ by chance says little about the drift, a 4,000-page row much.
+    # A drift-adjusted page's baseline runs spread by their own noise within a run net of the night's drift (the
+    # drift estimate's noise in, the page's own share of it out: ``median_net_var``), beyond which is the drift.
+    # A drift-adjusted page's net figures spread by the noise within the runs and by the drift estimate's
+    # (``drift_net_noise``), and a page's drift between nights shows in them scaled by ``unit`` (their spread
+    # for a drift of 1): the drift is what their spread has beyond the first, divided by the second.
+    def simulated(key: str, tau2: float = 0.0, within: bool = True) -> dict[int, tuple[float, float]]:
+        rows = list(drift_rows[key])
+        zero = [0.0] * len(rows)
+        change, spread = drift_net_noise(
+            [prepared[j][5] for j in rows] if within else zero,
+            [prepared[j][4] for j in rows] if within else zero,
+            [drift_rows[key][j] for j in rows],
+            len(prepared[rows[0]][2]),
+            tau2,
+        )
+        return {j: (change[m], spread[m]) for m, j in enumerate(rows)}
+
+    net_within = {key: simulated(key) for key in drift_rows}
+    unit = {key: simulated(key, 1.0, within=False) for key in drift_rows}
     spreads: dict[tuple, list[tuple[float, float, int]]] = {}  # group → [(sum of squares, v, runs)]
     for k, (_, c, base, _, v_b, *_) in enumerate(prepared):
-        base = adjusted[k][0] if k in adjusted else base
+        scale = 1.0
+        if k in adjusted:
+            base = adjusted[k][0]
+            scale = max(unit[c.key][k][1], 1e-6)
+            v_b = net_within[c.key][k][1] / scale
         if len(base) >= 2:
-            ss = statistics.variance(base) * (len(base) - 1)
+            ss = statistics.variance(base) * (len(base) - 1) / scale
             spreads.setdefault(groups(k, c), []).append((ss, v_b, len(base)))
     tau2, df_tau = {}, {}
     for g, rows in spreads.items():
         tau2[g], df_tau[g] = pooled_drift(rows)
 
+    net_whole = {key: simulated(key, tau2.get((key, True), 0.0)) for key in drift_rows}
+
     pvalues, directions = [], []
     for k, (i, c, base, value, v_b, v_r, df_v) in enumerate(prepared):
-        if k in adjusted:
-            base, value = adjusted[k]
         g = groups(k, c)
         n_b = len(base)
         t2 = tau2.get(g, 0.0)
         # Three parts, each with its own degrees of freedom (Welch–Satterthwaite): the drift between nights,
         # the judged run's noise within it and the baseline runs' (batch means: BATCHES − 1 each).
         parts = [(t2 * (1 + 1 / n_b), df_tau.get(g, 1.0)), (v_r + v_b / n_b, df_v)]
+        if k in adjusted:
+            base, value = adjusted[k]
+            # Net of the night's drift, whose estimate has noise of its own (each part as its share of it).
+            within, whole = net_within[c.key][k][0], net_whole[c.key][k][0]
+            parts = [(max(whole - within, 0.0), df_tau.get(g, 1.0)), (within, df_v)]
         var = sum(v for v, _ in parts)
         denominator = sum(v * v / d for v, d in parts if v > 0)
         dof = max(1.0, var * var / denominator) if denominator > 0 else BATCH_DF

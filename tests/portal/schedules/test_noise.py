@@ -256,3 +256,52 @@ def test_a_runs_apd_noise_comes_from_its_page_durations_and_an_old_run_without_t
     # then: the APD rows fall back to the batch means, and are still judged
     apd = [r for r in rows if r["figure"] == "APD"]
     assert apd and all("page durations" not in r["basis"] and r["verdict"] != "none" for r in apd)
+
+
+def test_the_drift_estimates_own_noise_counts_in_a_precise_pages_change_beside_a_noisy_one():
+    # given: three pages, one precise, one middling, one noisy (the benchmark's Articles, Search and Upload
+    # APDs: 1,500 / 400 / 120 pages), equally weighted in the night's drift (a third each), 3 baseline runs
+    v = [0.014**2, 0.027**2, 0.049**2]
+    change, spread = noise.drift_net_noise(v, v, [1.0, 1.0, 1.0], runs=3)
+    own = [x * (1 + 1 / 3) for x in v]  # each page's change before the drift is taken out
+    # then: on the nights where the precise page is not the median (where it can be called at all), its net
+    # change varies far more than its own: the median of three is then often the noisy page
+    assert change[0] > 2.5 * own[0]
+    assert 0.8 * own[2] < change[2] < 1.2 * own[2]
+    # and the baseline runs' net figures spread by the same kind of noise (what their spread has without drift)
+    assert spread[0] > 1.3 * v[0]
+    # the same draws every time: a verdict is reproducible
+    assert noise.drift_net_noise(v, v, [1.0, 1.0, 1.0], runs=3) == (change, spread)
+
+
+def test_the_drift_estimates_noise_of_many_equal_pages_is_about_the_medians():
+    # given: 15 equal pages; the median's variance is (π/2) σ² / n and its covariance with a page σ² / n, so a
+    # page's net change varies (1 − 2/n + π/(2n)) times its own, a little more where it is not the median
+    n, runs = 15, 3
+    change, _ = noise.drift_net_noise([1.0] * n, [1.0] * n, [1.0] * n, runs=runs)
+    median = (1 + 1 / runs) * (1 - 2 / n + 3.14159 / 2 / n)
+    assert median < sum(change) / n < 1.12 * median
+
+
+@pytest.mark.parametrize("seed", [50, 134, 215, 243])
+def test_a_night_of_three_pages_one_noisy_with_nothing_changed_is_not_called_regressed(seed):
+    # given: nights of the verdict benchmark's plan of three pages, Articles, Search and Upload (1,500 / 400 /
+    # 120 pages), three baseline runs and a judged run with nothing changed, that the rule called regressed
+    # while the night's drift estimate (the median of three, often the noisy page) had no noise of its own
+    import numpy as np
+
+    from bench import verdicts
+
+    rng = np.random.default_rng([24, seed])
+    pages = {p: verdicts.PAGES[p] for p in ("Articles", "Search", "Upload")}
+    saved = dict(verdicts.PAGES)
+    verdicts.PAGES.clear()
+    verdicts.PAGES.update(pages)
+    try:
+        baseline = [verdicts.simulate_run(rng) for _ in range(3)]
+        run = verdicts.simulate_run(rng)
+    finally:
+        verdicts.PAGES.clear()
+        verdicts.PAGES.update(saved)
+    # then: with the drift estimate's noise in each page's, nothing is called regressed
+    assert verdicts.new_rule(baseline, run) == set()
