@@ -121,7 +121,7 @@ def test_the_csv_cell_rule():
 
 
 def test_every_csv_export_neutralises_the_owasp_payloads(finished):
-    """Every CSV format of the registry (pages, series, protocols, and any added later), not only pages.csv."""
+    """Every CSV format of the registry (pages, series, protocols, levels, and any added later), not only pages.csv."""
     import csv
     import io
 
@@ -133,9 +133,14 @@ def test_every_csv_export_neutralises_the_owasp_payloads(finished):
     finished.summary["protocols"] = {
         "pages": [{"label": payload, "protocols": {"h2": 3}, "h2_share_pct": -0.5} for payload in OWASP_PAYLOADS]
     }
+    # and the levels table's windows (a steps run's, labelled by the plan) too
+    finished.summary["windows"] = [
+        {"label": payload, "start": 10 * i, "end": 10 * i + 10, "totals": {"users": i + 1, "apd_ms": 5.0}}
+        for i, payload in enumerate(OWASP_PAYLOADS)
+    ]
     finished.save(update_fields=["summary"])
     csv_formats = [fmt for fmt in FORMATS.values() if fmt.media_type == "text/csv"]
-    assert {fmt.file_name for fmt in csv_formats} >= {"pages.csv", "series.csv", "protocols.csv"}
+    assert {fmt.file_name for fmt in csv_formats} >= {"pages.csv", "series.csv", "protocols.csv", "levels.csv"}
 
     for fmt in csv_formats:
         # when
