@@ -51,6 +51,7 @@ from portal.runs.results.batches import (  # noqa: F401  (comparisons, tests and
 )
 from portal.runs.summary import RunSummary
 from portal.stats import analysis, scalability
+from portal.stats.quantiles import percentile_se
 
 from .figures import (  # noqa: F401  (callers read them here too)
     CAPACITY,
@@ -630,7 +631,7 @@ def _protocol_rows(before: Side, after: Side) -> list[Row]:
 
     Two single runs: a p95 (time to first event, gap, round trip) is weighed against its own sampling noise, the
     standard error of the p95 of each run's streams, gaps or round trips (``_p95_noise``), as a verdict against a
-    baseline weighs it (portal.schedules.noise.percentile_var): a rerun of the same plan whose 40 streams' p95 moved
+    baseline weighs it (portal.stats.quantiles.percentile_se): a rerun of the same plan whose 40 streams' p95 moved
     7 % is within that noise, where a 5 % tolerance called it worse. The HTTP/2 share (a count, no percentile), or
     a run without the figures, keeps the tolerance (within noise unless the change exceeds 5 %)."""
     rows = []
@@ -656,9 +657,7 @@ _P95_SOURCES = {
 
 def _p95_noise(run: Run, key: str) -> tuple[float, int] | None:
     """(the standard error in ms, the number of samples) of a run's p95 total of ``key``, or None without the
-    figures. The p95 of n samples is the order statistic of rank ≈ 0.95·n, whose rank varies by √(n·0.95·0.05);
-    the slope of the quantile function there, (p99 − p90) / 0.09, turns ranks into ms (the same rule as
-    portal.schedules.noise.percentile_var, which the history layer may not import)."""
+    figures (``portal.stats.quantiles.percentile_se``, the rule the nightly verdicts use)."""
     proto = RunSummary.of(run).protocols
     totals = proto.get("totals") or {}
     figures = totals.get(_P95_SOURCES[key][0]) or {}
@@ -668,11 +667,8 @@ def _p95_noise(run: Run, key: str) -> tuple[float, int] | None:
         n = (totals.get("events") or 0) - (totals.get("streams") or 0)
     else:
         n = sum(((p.get("websocket") or {}).get("round_trips") or 0) for p in proto.get("pages") or [])
-    p90, p99 = figures.get("p90"), figures.get("p99")
-    if n < 2 or p90 is None or p99 is None:
-        return None
-    slope = max(p99 - p90, 0.0) / (0.99 - 0.90)
-    return slope * (0.95 * 0.05 / n) ** 0.5, n
+    se = percentile_se(figures.get("p90"), figures.get("p99"), n) if n >= 2 else None
+    return None if se is None else (se, n)
 
 
 def _weighed_by_p95_noise(c: analysis.Comparison, fig: Figure, b, a) -> analysis.Comparison:

@@ -45,6 +45,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from portal.stats.quantiles import percentile_se
+
 # The chance that a night with nothing changed is called regressed on any row (and, apart, improved).
 FALSE_ALARM = 0.01
 # With fewer baseline runs than this the spread between them is known poorly: the verdict is provisional.
@@ -119,20 +121,12 @@ class Cell:
 def percentile_var(
     p90: float | None, p95: float | None, p99: float | None, n: int | None, q: float = 0.95
 ) -> float | None:
-    """The squared relative standard error of a p95 of ``n`` samples, from the percentiles around it.
-
-    The p95 of ``n`` samples is the order statistic of rank ≈ ``q·n``; how far that rank moves from sample to
-    sample is binomial, with a standard deviation of ``√(n·q·(1−q))`` ranks. A rank is turned into a duration
-    by the slope of the quantile function there, read from the figures the summary keeps (p90 and p99:
-    ``(p99 − p90) / 0.09``). So ``se ≈ slope · √(q(1−q)/n)``: the asymptotic (sparsity) standard error of a
-    sample quantile, the same interval as the order-statistic (binomial) one, mapped linearly. None without
-    the figures.
-    """
-    if not n or p95 is None or p90 is None or p99 is None or p95 <= 0:
+    """The squared relative standard error of a p95 of ``n`` samples, from the percentiles around it
+    (``portal.stats.quantiles.percentile_se``, relative to the p95). None without the figures."""
+    if not n or p95 is None or p95 <= 0:
         return None
-    slope = max(p99 - p90, 0.0) / (0.99 - 0.90)
-    se = slope * math.sqrt(q * (1 - q) / n)
-    return (se / p95) ** 2
+    se = percentile_se(p90, p99, n, q)
+    return None if se is None else (se / p95) ** 2
 
 
 @dataclass
