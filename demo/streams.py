@@ -15,9 +15,9 @@ sockets accept connections::
 Why Hypercorn: one well-kept ASGI server that speaks HTTP/1.1, HTTP/2 over TLS
 with ALPN, h2c with prior knowledge and WebSocket (over HTTP/1.1), so a single
 application serves every protocol the engine speaks; the aiohttp application
-of ``demo/app.py`` has no HTTP/2 server side. (Hypercorn builds on the same
-python-hyper ``h2`` and ``wsproto`` libraries as the engine, which is why the
-engine's tests also run against nginx, an independent HTTP/2 implementation.)
+of ``demo/app.py`` has no HTTP/2 server side. (Hypercorn builds on python-hyper's
+``h2`` and ``wsproto``; the engine has its own framing and shares only ``hpack``
+with it, and its tests also run against nginx, an independent HTTP/2 implementation.)
 
 Endpoints (``?`` parameters override the knob of the same meaning for one request):
 
