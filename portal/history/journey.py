@@ -432,7 +432,7 @@ def _with_digests(runs: list[Run]) -> list[Run]:
     missing = [r.id for r in runs if r.digest is None]
     if missing:
         whole = Run.objects.filter(id__in=missing).exclude(summary=None).values_list("id", "summary", "plan_snapshot")
-        digests = {run_id: run_digest(summary, snapshot) for run_id, summary, snapshot in whole}
+        digests = {run_id: run_digest(RunSummary.from_json(summary), snapshot) for run_id, summary, snapshot in whole}
         for r in runs:
             if r.digest is None:
                 r.digest = digests.get(r.id)

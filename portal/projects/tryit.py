@@ -24,7 +24,7 @@ from workers.engine.http import HttpClient, Response
 from workers.engine.runner import run_sync
 from workers.engine.targets import BadTargetURL, TargetNotAllowed
 
-from .models import Environment, TestCase
+from .models import Environment, Step, TestCase
 
 BOUND_S = 15
 """The whole try, at most: the engine's hold (it stops every user at its end)."""
@@ -134,6 +134,14 @@ class _Recorder:
 
     def __getattr__(self, name):  # anything else the runner reads from its client (cookies …)
         return getattr(self.inner, name)
+
+
+def not_ready(test_case: TestCase, steps: list[Step] | None = None) -> str:
+    """Why ``test_case`` cannot be tried yet, in words ("" when it can): the page's and the API's refusal."""
+    steps = list(test_case.steps.all()) if steps is None else steps
+    if not steps:
+        return "Add a step first: an iteration of no step sends nothing."
+    return " ".join(test_case.placeholder_problems(steps))
 
 
 def engine_plan(test_case: TestCase, environment: Environment) -> dict:

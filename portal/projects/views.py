@@ -364,10 +364,8 @@ def testcase_try(request, code):
     context = _testcase_context(request, test_case, try_environment=environment)
     if environment is None:
         context["try_error"] = "Choose one of this project's environments."
-    elif not context["steps"]:
-        context["try_error"] = "Add a step first: an iteration of no step sends nothing."
-    elif problems := context["step_problems"]:
-        context["try_error"] = " ".join(problems)
+    elif why := tryit.not_ready(test_case, context["steps"]):
+        context["try_error"] = why
     else:
         context["try_result"] = tryit.test_case_try(test_case=test_case, environment=environment)
     status = 400 if "try_error" in context else 200

@@ -165,7 +165,7 @@ class Run(TimeStamped):
         # The digest follows the summary wherever a run is saved with one (finalize's UPDATE sets both).
         deferred = self.get_deferred_fields()
         if "summary" not in deferred and "plan_snapshot" not in deferred:
-            self.digest = run_digest(self.summary, self.plan_snapshot)
+            self.digest = run_digest(RunSummary.of(self), self.plan_snapshot)
             update_fields = kwargs.get("update_fields")
             if update_fields is not None and {"summary", "plan_snapshot"} & set(update_fields):
                 kwargs["update_fields"] = {*update_fields, "digest"}
@@ -332,8 +332,8 @@ def _window_digest(totals: dict) -> dict:
     }
 
 
-def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
-    """The few keys of a run's summary and plan snapshot that a journey point and the runs list read.
+def run_digest(summary: RunSummary, plan_snapshot: dict | None) -> dict | None:
+    """The few parts of a run's summary and plan snapshot that a journey point and the runs list read.
 
     Its keys mirror the summary's (``totals``, ``verdict``, ``generator.saturated``,
     ``handoffs``, a steps run's ``windows``) and the snapshot's (``profile``,
@@ -345,17 +345,13 @@ def run_digest(summary: dict | None, plan_snapshot: dict | None) -> dict | None:
     snapshot = plan_snapshot or {}
     profile = snapshot.get("profile") or {}
     steps = profile.get("kind") == "steps"
-    generator = summary.get("generator") or {}
-    saturated, lagged = generator.get("saturated"), generator.get("lagged")
+    saturated, lagged = summary.generator.get("saturated"), summary.generator.get("lagged")
     return {
-        "totals": summary.get("totals"),
-        "verdict": summary.get("verdict"),
+        "totals": summary.totals,
+        "verdict": summary.verdict,
         "generator": {"saturated": saturated, **({"lagged": lagged} if lagged else {})} if saturated else {},
-        "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.get("handoffs") or []],
-        "windows": [
-            {"index": w.get("index"), "totals": _window_digest(w.get("totals") or {})}
-            for w in summary.get("windows") or []
-        ]
+        "handoffs": [{"kind": h.get("kind"), "resumed_on": h.get("resumed_on")} for h in summary.handoffs],
+        "windows": [{"index": w.get("index"), "totals": _window_digest(w.get("totals") or {})} for w in summary.windows]
         if steps
         else [],
         "profile": {

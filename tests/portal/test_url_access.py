@@ -75,6 +75,7 @@ api/v1/^tuning-changes/$ api/v1/^tuning-changes/(?P<code>[^/]+)/$ api/v1/^tuning
 api/v1/^measurements/$ api/v1/^measurements/(?P<code>[^/]+)/$
 api/v1/^projects/$ api/v1/^projects/(?P<code>[^/]+)/$ api/v1/^environments/$ api/v1/^environments/(?P<code>[^/]+)/$
 api/v1/^test-cases/$ api/v1/^test-cases/(?P<code>[^/]+)/$ api/v1/^test-cases/(?P<code>[^/]+)/data-set/$
+api/v1/^test-cases/(?P<code>[^/]+)/try/$
 api/v1/^plans/$ api/v1/^plans/(?P<code>[^/]+)/$
 api/v1/plans/<str:code>/runs/ api/v1/plans/<str:code>/baseline/ api/v1/plans/<str:code>/change-points/
 api/v1/runs/<str:code>/junit.xml api/v1/runs/<str:code>/protocols.csv api/v1/^runs/(?P<code>[^/]+)/protocols/$

@@ -52,6 +52,46 @@ class VerificationSerializer(serializers.Serializer):
     unrecorded = serializers.ListField(child=serializers.CharField(), help_text="Reported, not in the ledger")
 
 
+class TryMessageSerializer(serializers.Serializer):
+    direction = serializers.CharField(help_text="sent or received; empty on the note that later messages were cut")
+    text = serializers.CharField(allow_blank=True, help_text="The message (its first 4 KB)")
+    at_ms = serializers.FloatField(required=False, help_text="Since the session opened")
+
+
+class TryExchangeSerializer(serializers.Serializer):
+    """One request as sent and its response as received, or why none came (portal/projects/tryit.py)."""
+
+    method = serializers.CharField(help_text="GET, POST …, or WS for a WebSocket session")
+    url = serializers.CharField()
+    request_headers = serializers.DictField(child=serializers.CharField(allow_blank=True), help_text="The step's own")
+    request_body = serializers.CharField(allow_blank=True, help_text="Its first 4 KB")
+    status = serializers.IntegerField(allow_null=True, help_text="Null when no response came (see error)")
+    reason = serializers.CharField(allow_blank=True)
+    final_url = serializers.CharField(allow_blank=True, help_text="The URL after redirects; empty when the same")
+    response_headers = serializers.DictField(child=serializers.CharField(allow_blank=True))
+    response_body = serializers.CharField(allow_blank=True, help_text="Its first 4 KB, then how many bytes more")
+    response_bytes = serializers.IntegerField()
+    elapsed_ms = serializers.FloatField(allow_null=True)
+    error = serializers.CharField(
+        allow_blank=True, help_text="Why no response came (a timeout, a refused connection …)"
+    )
+    messages = TryMessageSerializer(many=True, help_text="A WebSocket session's messages in order (the first 200)")
+
+
+class TryResultSerializer(serializers.Serializer):
+    """Try it: one user ran one iteration of the test case; every exchange, and the checks' outcome."""
+
+    test_case = serializers.UUIDField()
+    environment = serializers.UUIDField()
+    base_url = serializers.CharField()
+    completed = serializers.BooleanField(help_text="The iteration ran to its end with every check passed")
+    errors = serializers.DictField(
+        child=serializers.CharField(), help_text="Per page: the first error the engine recorded (status, text …)"
+    )
+    elapsed_s = serializers.FloatField()
+    exchanges = TryExchangeSerializer(many=True)
+
+
 class EnvironmentSerializer(serializers.ModelSerializer):
     project = serializers.UUIDField(source="project.code", read_only=True)
     servers = ServerSerializer(many=True, read_only=True)

@@ -3,6 +3,8 @@
 Writes go through the UI's forms and services: the same rules, the same messages.
 """
 
+from dataclasses import asdict
+
 from django.db import transaction
 from django.http import JsonResponse
 from django.utils import timezone
@@ -15,9 +17,9 @@ from rest_framework.response import Response
 
 from portal.accounts.models import Team
 from portal.api.base import ListByCodes, PartialUpdateMixin, QueryParams, StrictSerializer, TeamScopedViewSet
-from portal.api.errors import error_responses, write_schemas
+from portal.api.errors import TargetRefused, error_responses, write_schemas
 from portal.api.parsers import JSONParser
-from portal.projects import drift, services, wsactions
+from portal.projects import drift, services, tryit, wsactions
 from portal.projects.forms import (
     DataSetUploadForm,
     ProjectForm,
@@ -36,6 +38,7 @@ from .serializers import (
     ProjectSerializer,
     StepSerializer,
     TestCaseSerializer,
+    TryResultSerializer,
     VerificationSerializer,
     step_document,
 )
@@ -62,6 +65,10 @@ class DataSetUploadSerializer(StrictSerializer):
 
     file = serializers.FileField(help_text="CSV, UTF-8, at most 100,000 rows")
     mode = serializers.ChoiceField(choices=DataSet.Mode.choices, default=DataSet.Mode.SEQUENTIAL)
+
+
+class TryRequestSerializer(StrictSerializer):
+    environment = serializers.UUIDField(help_text="The code of one of the test case's project's environments")
 
 
 class DataSetModeSerializer(StrictSerializer):
@@ -589,6 +596,44 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
             raise exceptions.NotFound("This test case has no data set.")
         services.data_set_delete(data_set=data_set)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        summary="Try it: one user runs one iteration of the test case on an environment, every exchange returned",
+        description="As the test case page's Try it (portal/projects/tryit.py): through the engine, with the "
+        "steps' checks, extractions and data set, no think times, at most 15 s in all and 10 s per request, "
+        "answered in this request. The environment must be one of the test case's project's (another "
+        "project's is 400, another team's 404). A target outside the load-target allowlist gets nothing sent: "
+        "422 `target_not_allowed`. A failed check is not an error of the call: 200 with `completed` false and "
+        "the check in `errors`.",
+        request=TryRequestSerializer,
+        responses={200: TryResultSerializer, **error_responses(400, 403, 404, 422)},
+    )
+    @action(detail=True, methods=["post"], url_path="try")
+    def try_it(self, request, code=None):
+        test_case = self.get_object()  # a POST: an editor's or owner's, and a write token (else 403)
+        serializer = TryRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        environment = self.get_scoped(Environment.objects.all(), code=serializer.validated_data["environment"])
+        if environment.project_id != test_case.project_id:
+            raise serializers.ValidationError({"environment": ["Choose one of this project's environments."]})
+        if why := tryit.not_ready(test_case):
+            raise serializers.ValidationError({"non_field_errors": [why]})
+        result = tryit.test_case_try(test_case=test_case, environment=environment)
+        if result.refused:
+            raise TargetRefused(result.refused)
+        return Response(
+            TryResultSerializer(
+                {
+                    "test_case": test_case.code,
+                    "environment": environment.code,
+                    "base_url": result.base_url,
+                    "completed": result.completed,
+                    "errors": result.errors,
+                    "elapsed_s": result.elapsed_s,
+                    "exchanges": [asdict(exchange) for exchange in result.exchanges],
+                }
+            ).data
+        )
 
 
 @extend_schema_view(

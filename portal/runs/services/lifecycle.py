@@ -325,7 +325,9 @@ def _finalize_compute(run_id: int) -> None:
         Run.objects.filter(id=run_id, status=Status.FINISHING).update(
             status=status,
             summary=summary,
-            digest=run_digest(summary, run.plan_snapshot),
+            digest=run_digest(
+                RunSummary.from_json(summary), run.plan_snapshot
+            ),  # read again: its verdict may be cleared
             load=load,
             error_message="\n".join(problems),
             finished_at=timezone.now(),

@@ -617,13 +617,14 @@ def test_points_read_each_runs_digest_not_its_summary(plan, make_run):
     from django.test.utils import CaptureQueriesContext
 
     from portal.runs.models import run_digest
+    from portal.runs.summary import RunSummary
 
     # given: finished runs saved the usual way (the digest follows the summary), one saturated
     runs = [make_run(plan, T0 + timedelta(minutes=i), apd) for i, apd in enumerate((100, 200))]
     saturated = make_run(plan, T0 + timedelta(minutes=5), 300, saturated="loop lag 900 ms")
     for run in [*runs, saturated]:
         run.refresh_from_db()
-        assert run.digest == run_digest(run.summary, run.plan_snapshot) and run.digest["totals"]["apd_ms"]
+        assert run.digest == run_digest(RunSummary.of(run), run.plan_snapshot) and run.digest["totals"]["apd_ms"]
 
     with CaptureQueriesContext(connection) as queries:
         data = journey.environment_journey(plan.environment, plan)

@@ -225,7 +225,7 @@ def test_a_generator_that_lagged_short_of_saturation_carries_the_doubt(run, alic
     assert api["summary"]["generator"]["saturated"] == api["summary"]["generator"]["lagged"] == generator["lagged"]
     # and: the doubt is on its figures' highest percentiles; the run still counts in trends and baselines
     assert run.doubts == [] and run.counts
-    assert run_digest(run.summary, run.plan_snapshot)["generator"]["lagged"] == generator["lagged"]
+    assert run_digest(RunSummary.of(run), run.plan_snapshot)["generator"]["lagged"] == generator["lagged"]
 
 
 def test_a_summary_written_before_saturated_carried_the_lag_reads_it_from_lagged(run):
