@@ -1,6 +1,7 @@
 """HTTP/2, WebSocket and time-to-first-event: the engine side by side with k6, one core each.
 
     .venv/bin/python -m bench.protocols [--duration 8] [--users 50] [--reps 1] [--gen-core 0] [--server-core 1]
+        [--only h2|h1|ws|wsmem|ttfe] [--engine-root DIR]
 
 Three measurements, each tool pinned to the generator's core (``taskset``), the
 server to the other one, every process bounded in time and ended with the bench:
@@ -123,11 +124,11 @@ export default function () {{ http.get('{url}'); }}
 PER_SESSION = 100
 
 
-def _engine(plan: dict, core: int | None, duration: float, work: Path) -> dict[str, Any]:
+def _engine(plan: dict, core: int | None, duration: float, work: Path, root: str | None = None) -> dict[str, Any]:
     path = work / "plan.json"
     path.write_text(json.dumps(plan))
     argv = pin(core, [sys.executable, "-m", "workers.engine", "run", "--plan", str(path), "--json"])
-    r = procs.run(argv, timeout_s=duration + GRACE_S, cwd=str(REPO))
+    r = procs.run(argv, timeout_s=duration + GRACE_S, cwd=root or str(REPO))
     data = _last_json(r.stdout) or {}
     data["cpu_pct"] = round(r.cpu_pct, 1)
     data["cpu_s"] = round(r.cpu_s, 3)
@@ -189,7 +190,7 @@ def h2_requests(args: argparse.Namespace, work: Path, h1: bool = False) -> dict[
         }
         runs = []
         for _ in range(args.reps):
-            e = _engine(plan, args.gen_core, args.duration, work)
+            e = _engine(plan, args.gen_core, args.duration, work, args.engine_root)
             script = k6_script.format(users=args.users, duration=args.duration, url=url)
             k = _k6(script, args.gen_core, args.duration, work)
             label = (e.get("labels") or {}).get("H2: 2k", {})
@@ -258,7 +259,7 @@ def ws_messages(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         }
         runs = []
         for _ in range(args.reps):
-            e = _engine(plan, args.gen_core, args.duration, work)
+            e = _engine(plan, args.gen_core, args.duration, work, args.engine_root)
             script = K6_WS.format(
                 users=args.users, duration=args.duration, url=f"ws://127.0.0.1:{port}/", per_session=PER_SESSION // 2
             )
@@ -466,6 +467,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gen-core", type=int, default=0)
     p.add_argument("--server-core", type=int, default=1)
     p.add_argument("--only", choices=("h2", "h1", "ws", "wsmem", "ttfe"), action="append")
+    p.add_argument(
+        "--engine-root",
+        metavar="DIR",
+        help="h2, h1, ws: run `python -m workers.engine` from this checkout (to compare engine versions)",
+    )
     args = p.parse_args(argv)
     results: dict[str, Any] = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     todo = args.only or ["h2", "h1", "ws", "wsmem", "ttfe"]
