@@ -533,12 +533,15 @@ class _H2Conn(asyncio.Protocol):
         if observer is not None:
             s.observer = observer
             observer.begin(self.loop, lambda exc: self._stall(stream_id, s, exc))
+        if observer is not None:
+            # After HPACK (the time to first event is not the encoding's) and before the write: marked after
+            # it, a server on another thread or core could read the request (and its timer start) first, by
+            # up to 451 µs measured on loopback, and a 50 ms wait was timed 49.95 ms.
+            observer.mark_sent()
         if len(block) <= self.max_frame:  # one HEADERS frame (END_HEADERS, END_STREAM without a body)
             transport.write(w.HEAD.pack(len(block) << 8 | 1, 4 if body else 5, stream_id) + block)
         else:
             transport.write(w.headers_frames(stream_id, block, not body, self.max_frame))
-        if observer is not None:
-            observer.mark_sent()  # after HPACK: the time to first event is not the encoding's
         return stream_id, s
 
     async def _send_body(self, stream_id: int, s: _Stream, body: bytes) -> None:

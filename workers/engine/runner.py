@@ -234,7 +234,8 @@ class RunTotals:
     bytes_out: int = 0
     iterations_started: int = 0
     iterations_completed: int = 0
-    iterations_dropped: int = 0  # due but not started: no free user (arrival_rate), or a user too late (pacing)
+    iterations_dropped: int = 0  # due but not started: no free user (arrival_rate), a user too late (pacing), or a
+    # closed-model session the loop reached only after its window closed
     errors_by_kind: dict[str, int] = field(default_factory=dict)
     error_samples: dict[str, str] = field(default_factory=dict)
     histogram: Histogram = field(default_factory=Histogram)  # successful pages, all labels
@@ -1172,15 +1173,23 @@ class _Run:
         """
         loop = self.loop
         stop_at = self.t0 + stop_offset
+        pacing = self.profile.pacing if self.profile.kind == "pacing" else 0.0
+        n_due = math.ceil((stop_offset - start_offset) / pacing - 1e-9) if pacing else 0  # pacing: iterations due
         await _sleep_until(loop, self.t0 + start_offset)
-        if loop.time() >= stop_at or self.draining:
+        if self.draining:
+            return
+        if loop.time() >= stop_at:
+            # Due inside its window, reached only after it closed (a loop that lags: an overloaded generator).
+            # Starting it now would send requests after the window's end, so it does not start; its iterations
+            # were due, so they count as dropped (its first one, or every one pacing had due) and the report
+            # shows users that never ran instead of silently missing them.
+            if start_offset < stop_offset:  # (an empty window had nothing due)
+                self._interval().iterations_dropped += n_due or 1
             return
         client = self._new_client()
         interval = self._interval()  # before the change: a new interval notes the users at its start
         self.active += 1
         interval.peak_users = max(interval.peak_users, self.active)
-        pacing = self.profile.pacing if self.profile.kind == "pacing" else 0.0
-        n_due = math.ceil((stop_offset - start_offset) / pacing - 1e-9) if pacing else 0  # pacing: iterations due
         i = 0  # pacing: the next iteration, due at start_offset + i * pacing
         try:
             while True:
