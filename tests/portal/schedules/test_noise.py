@@ -56,6 +56,10 @@ def test_the_apd_rows_share_the_primary_part_of_the_budget():
     keys = ["apd_ms", "p95_ms", "apd_ms", "error_rate_pct", "pages_per_s"]
     weights = noise.row_weights(keys, 0.75)
     assert weights == pytest.approx([0.375, 0.25 / 3, 0.375, 0.25 / 3, 0.25 / 3])
+    # a streaming page's time to first event is primary too (its latency); its gaps and WebSocket round trips not
+    assert noise.row_weights(["apd_ms", "ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms"], 0.75) == pytest.approx(
+        [0.375, 0.375, 0.125, 0.125]
+    )
     assert noise.row_weights(["apd_ms", "apd_ms"], 0.75) is None  # all primary: plain Holm
     assert noise.row_weights(["p95_ms"], 0.75) is None
     assert noise.row_weights(keys, None) is None
@@ -84,7 +88,7 @@ def test_a_page_apd_beyond_plain_holms_threshold_but_within_its_primary_share_is
     assert weighted.rows[search].verdict == "regressed"
     assert [r.verdict for k, r in enumerate(weighted.rows) if k != search] == ["within_noise"] * 7
     # and the method says how the budget was shared
-    assert "the APD rows, the primary figures, carrying 75 % of it" in weighted.method
+    assert "the APD and time-to-first-event rows, the primary figures, carrying 75 % of it" in weighted.method
     assert "carrying" not in plain.method
 
 
