@@ -16,7 +16,8 @@ The same nights are judged by both rules, through the code the portal runs:
   baseline runs, 95 %), regressed when worse and beyond the 10 % tolerance; the rolling baseline is the last
   3 runs whatever their verdict (the rule before issue 24).
 * **new**: ``portal.schedules.noise.judge_cells`` (the spread between the baseline runs' own figures plus each
-  run's noise within it; Holm over all rows at 1 %; minimum pages per figure; the 10 % tolerance); the rolling
+  run's noise within it; Holm over all rows at 1 %, weighted: the APD and time-to-first-event rows carry 75 % of
+  it, ``--plain-holm`` equal shares; minimum pages per figure; the 10 % tolerance); the rolling
   baseline is the last 3 runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
 
 Streams (issue 26): each night also has two streaming pages (an SSE "Ask" with 600 streams a run, a
@@ -69,7 +70,8 @@ STREAMS = {  # label: (streams per run, median time to first event ms)
 TTFE_SIGMA = 0.4
 # The streams' own random numbers (None: no streams), apart from the pages' so that a seed's pages stay the same.
 stream_rng: np.random.Generator | None = None
-# The new rule's share of the false-alarm budget for the APD rows (None: plain Holm, the rule before 2026-12-07).
+# The new rule's share of the false-alarm budget for its primary rows, APD and time to first event (None: plain
+# Holm, the rule before 2026-12-07).
 primary_share: float | None = noise.PRIMARY_SHARE
 
 
@@ -304,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         "--plain-holm",
         action="store_true",
         help="the new rule with Holm's plain step-down, every row an equal share of the false-alarm budget (before "
-        f"2026-12-07; default: the APD rows carry {noise.PRIMARY_SHARE * 100:g} %% of it)",
+        f"2026-12-07; default: the APD and time-to-first-event rows carry {noise.PRIMARY_SHARE * 100:g} %% of it)",
     )
     args = parser.parse_args(argv)
     global primary_share
