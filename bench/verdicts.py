@@ -16,7 +16,8 @@ The same nights are judged by both rules, through the code the portal runs:
   baseline runs, 95 %), regressed when worse and beyond the 10 % tolerance; the rolling baseline is the last
   3 runs whatever their verdict (the rule before issue 24).
 * **new**: ``portal.schedules.noise.judge_cells`` (the spread between the baseline runs' own figures plus each
-  run's noise within it; Holm over all rows at 1 %; minimum pages per figure; the 10 % tolerance); the rolling
+  run's noise within it; Holm over all rows at 1 %, weighted: the APD and time-to-first-event rows carry 75 % of
+  it, ``--plain-holm`` equal shares; minimum pages per figure; the 10 % tolerance); the rolling
   baseline is the last 3 runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
 
 Streams (issue 26): each night also has two streaming pages (an SSE "Ask" with 600 streams a run, a
@@ -69,6 +70,9 @@ STREAMS = {  # label: (streams per run, median time to first event ms)
 TTFE_SIGMA = 0.4
 # The streams' own random numbers (None: no streams), apart from the pages' so that a seed's pages stay the same.
 stream_rng: np.random.Generator | None = None
+# The new rule's share of the false-alarm budget for its primary rows, APD and time to first event (None: plain
+# Holm, the rule before 2026-12-07).
+primary_share: float | None = noise.PRIMARY_SHARE
 
 
 @dataclass
@@ -193,7 +197,7 @@ def new_rule(baseline: list[Run], run: Run) -> set:
                 )
             )
     cells += stream_cells(baseline, run)
-    family = noise.judge_cells(cells, tolerance_pct=TOLERANCE)
+    family = noise.judge_cells(cells, tolerance_pct=TOLERANCE, primary_share=primary_share)
     return {(c.page, c.key) for c, j in zip(cells, family.rows, strict=True) if j.verdict == "regressed"}
 
 
@@ -298,7 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--detect", help="the detection trials only for these pages, comma-separated (default every page of the plan)"
     )
+    parser.add_argument(
+        "--plain-holm",
+        action="store_true",
+        help="the new rule with Holm's plain step-down, every row an equal share of the false-alarm budget (before "
+        f"2026-12-07; default: the APD and time-to-first-event rows carry {noise.PRIMARY_SHARE * 100:g} %% of it)",
+    )
     args = parser.parse_args(argv)
+    global primary_share
+    primary_share = None if args.plain_holm else noise.PRIMARY_SHARE
     if args.pages:
         chosen = [p.strip() for p in args.pages.split(",") if p.strip()]
         unknown = [p for p in chosen if p not in PAGES]

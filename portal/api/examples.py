@@ -2284,7 +2284,7 @@ DOCUMENTS = {
             "headline": "Run #41 regressed against Baseline: the last 3 valid runs (#38, #39, #40): Search APD 41 ms → 62 ms (51 % more).",
             "provisional": False,
             "provisional_reason": "",
-            "method": "Each of the 14 figures with enough pages was weighed against the spread between the 3 baseline runs' own figures plus each run's noise within it; Holm's correction over all 14 keeps the chance of a false alarm on a night with nothing changed at 1 %, and a figure moved only beyond the 10 % tolerance.",
+            "method": "Each of the 14 figures with enough pages was weighed against the spread between the 3 baseline runs' own figures plus each run's noise within it; Holm's correction over all 14 (the APD and time-to-first-event rows, the primary figures, carrying 75 % of it) keeps the chance of a false alarm on a night with nothing changed at 1 %, and a figure moved only beyond the 10 % tolerance.",
             "basis": "Batch means of each run's measured window.",
             "baseline": "Baseline: the last 3 valid runs (#38, #39, #40)",
             "tolerance_pct": 10.0,

@@ -37,6 +37,61 @@ def test_holm_rejects_step_down_only():
     assert noise.holm([0.012, 0.3, 0.4, 0.5, 0.6], 0.05) == [False] * 5
 
 
+def test_weighted_holm_gives_each_row_its_share_and_equal_weights_are_the_plain_rule():
+    p = [0.001, 0.04, 0.002, 0.5]
+    assert noise.holm(p, 0.05, [2.0, 2.0, 2.0, 2.0]) == noise.holm(p, 0.05)
+    # 0.012 is not rejected as the smallest of five with equal shares (0.01 each), but with half the budget on
+    # it (0.025) it is; the others, with an eighth each, then need p ≤ 0.05 × 0.125 / 0.5 = 0.0125
+    assert noise.holm([0.012, 0.3, 0.4, 0.5, 0.6], 0.05, [0.5, 0.125, 0.125, 0.125, 0.125]) == [True] + [False] * 4
+    assert (
+        noise.holm([0.012, 0.012, 0.4, 0.5, 0.6], 0.05, [0.5, 0.125, 0.125, 0.125, 0.125]) == [True, True] + [False] * 3
+    )
+    # a small share holds its row to a stricter threshold than the plain rule's
+    assert noise.holm([0.009, 0.3, 0.4, 0.5, 0.6], 0.05, [0.05, 0.2375, 0.2375, 0.2375, 0.2375]) == [False] * 5
+    with pytest.raises(ValueError, match="positive weight"):
+        noise.holm([0.1, 0.2], 0.05, [1.0, 0.0])
+
+
+def test_the_apd_rows_share_the_primary_part_of_the_budget():
+    keys = ["apd_ms", "p95_ms", "apd_ms", "error_rate_pct", "pages_per_s"]
+    weights = noise.row_weights(keys, 0.75)
+    assert weights == pytest.approx([0.375, 0.25 / 3, 0.375, 0.25 / 3, 0.25 / 3])
+    # a streaming page's time to first event is primary too (its latency); its gaps and WebSocket round trips not
+    assert noise.row_weights(["apd_ms", "ttfe_p95_ms", "gap_p95_ms", "rtt_p95_ms"], 0.75) == pytest.approx(
+        [0.375, 0.375, 0.125, 0.125]
+    )
+    assert noise.row_weights(["apd_ms", "apd_ms"], 0.75) is None  # all primary: plain Holm
+    assert noise.row_weights(["p95_ms"], 0.75) is None
+    assert noise.row_weights(keys, None) is None
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        noise.row_weights(keys, 1.0)
+
+
+def test_a_page_apd_beyond_plain_holms_threshold_but_within_its_primary_share_is_called_regressed():
+    # given: the totals and one page, each with an APD, a p95, an error rate and pages/s (8 rows); only the
+    # page's APD moved, 4.2 %, by an amount whose one-sided p lies between the plain share (1 % / 8) and the
+    # APD rows' (0.75 % / 2)
+    cells = []
+    for k, page in enumerate([None, "Search"]):
+        for key in ("apd_ms", "p95_ms", "error_rate_pct", "pages_per_s"):
+            base = 0.5 if key == "error_rate_pct" else 100.0
+            cells.append(
+                cell(base, [base * 0.99, base, base * 1.01], key=key, page=page, seed=k * 10 + len(key), spread=0.02)
+            )
+    search = next(i for i, c in enumerate(cells) if c.page == "Search" and c.key == "apd_ms")
+    cells[search].value = 104.2
+    plain = noise.judge_cells(cells, tolerance_pct=2, primary_share=None)
+    weighted = noise.judge_cells(cells, tolerance_pct=2)
+    assert 0.01 / 8 < plain.rows[search].p < 0.0075 / 2
+    # then: plain Holm over 8 rows does not call it, the APD rows' share does; no other row moves either way
+    assert plain.rows[search].verdict == "within_noise"
+    assert weighted.rows[search].verdict == "regressed"
+    assert [r.verdict for k, r in enumerate(weighted.rows) if k != search] == ["within_noise"] * 7
+    # and the method says how the budget was shared
+    assert "the APD and time-to-first-event rows, the primary figures, carrying 75 % of it" in weighted.method
+    assert "carrying" not in plain.method
+
+
 def test_the_spread_between_baseline_nights_widens_the_noise():
     # given: the same run, 15 % slower than the baseline's mean; batches say the runs themselves are steady
     steady_nights = [100.0, 100.5, 99.5]
