@@ -9,12 +9,15 @@ machine).
 
 - ``take(key, limit, window)``: a sliding window (the API's rate limit, mail and account limits);
 - ``slot_acquire(key, cap, ttl)`` / ``slot_release``: at most ``cap`` holders at once (long-polls),
-  each slot expiring after ``ttl`` seconds so a killed process cannot keep one for ever.
+  each slot expiring after ``ttl`` seconds so a killed process cannot keep one for ever;
+- ``slots_acquire(caps, ttl)``: one slot under each of several keys, all or none (``Slots``): what
+  long-polls (portal.api.longpoll) and *Try it* (portal.projects.tryit) hold while they hold a thread.
 """
 
 import contextlib
 import fcntl
 import hashlib
+import logging
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +25,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.cache import cache as default_cache
 from django.core.cache.backends.redis import RedisCache
+
+log = logging.getLogger(__name__)
 
 # KEYS[1]: a sorted set of request times; ARGV: window (s), limit, a unique member.
 # Redis's own clock, so that web machines with skewed clocks share one window.
@@ -117,6 +122,47 @@ def slot_release(key: str, holder: str, *, cache=None) -> None:
             now = time.time()
             live = {h: e for h, e in holders.items() if e > now}
             cache.set(key, live, max([e - now for e in live.values()], default=1))
+
+
+class Slots:
+    """Slots held under several shared keys (an account's, a token's …), given back together by ``release``."""
+
+    def __init__(self) -> None:
+        self.taken: list[tuple[str, str]] = []
+
+    def release(self) -> None:
+        """Gives every slot back; a failing cache is logged, not raised: the slots then expire with their TTL.
+
+        Callers release in a ``finally`` beside counts of their own (a process's long-polls): an error
+        raised here would skip those, and the process would lose a slot for good (issue 30).
+        """
+        try:
+            for key, holder in self.taken:
+                slot_release(key, holder)
+        except Exception:
+            log.warning("slots %s not given back to the shared cache", self.taken, exc_info=True)
+        self.taken = []
+
+
+def slots_acquire(caps: list[tuple[str, int]], ttl: float) -> Slots | None:
+    """One slot under each ``(key, cap)``, in order, for at most ``ttl`` seconds; None when one is full.
+
+    All or none: those taken before a full one are given back. A failing shared cache is None too
+    (logged), with nothing kept: refusing costs a retry, a thread held without a count costs the site.
+    """
+    slots = Slots()
+    try:
+        for key, cap in caps:
+            holder = slot_acquire(key, cap, ttl=ttl)
+            if holder is None:
+                break
+            slots.taken.append((key, holder))
+    except Exception:
+        log.warning("slots %s: the shared cache failed, refusing", [key for key, _ in caps], exc_info=True)
+    if len(slots.taken) < len(caps):
+        slots.release()
+        return None
+    return slots
 
 
 class TooMany(Exception):

@@ -366,6 +366,11 @@ PLIMSOLL_LONG_POLLS_PER_PROCESS = (
     if os.environ.get("PLIMSOLL_LONG_POLLS_PER_PROCESS")
     else None
 )
+# *Try it* (a test case page's, and POST /api/v1/test-cases/{code}/try/) runs one iteration in the web
+# request, holding a web thread up to 15 s: at most this many at once per account over the whole site
+# (its browser and tokens together); over it, nothing is sent and the page or the API (429) says so.
+# See portal/projects/tryit.py.
+PLIMSOLL_TRIES_PER_USER = envint("PLIMSOLL_TRIES_PER_USER", "2", minimum=0)
 # Request bodies (not uploaded files) above this are refused; a 100,000-row CSV is uploaded as a file.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 

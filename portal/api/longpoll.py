@@ -18,14 +18,11 @@ with the run's current state (and ``X-Plimsoll-Wait: capped``, ``Retry-After``):
 A process told to stop (SIGTERM, see ``stop_waiting``) answers its held long-polls at once the same way.
 """
 
-import logging
 import threading
 
 from django.conf import settings
 
 from portal import limits
-
-log = logging.getLogger(__name__)
 
 # Seconds to wait before asking again after a capped answer (sent as Retry-After).
 RETRY_AFTER_S = 5
@@ -63,18 +60,15 @@ def per_process_cap() -> int:
 
 
 class Slot:
-    """A long-poll's place: one of the process's, and one under each shared key (the account's, the token's)."""
+    """A long-poll's place: one of the process's, and the shared ones (``limits.Slots``: the account's, the token's)."""
 
-    def __init__(self) -> None:
-        self.taken: list[tuple[str, str]] = []
+    def __init__(self, shared: limits.Slots) -> None:
+        self.shared = shared
 
     def release(self) -> None:
         global _held
         try:
-            for key, holder in self.taken:
-                limits.slot_release(key, holder)
-        except Exception:  # the shared cache failed: the shared counts expire with their TTL
-            log.warning("long-poll slots %s not given back to the shared cache", self.taken, exc_info=True)
+            self.shared.release()  # a failing cache is logged there: the shared counts expire with their TTL
         finally:
             # The process's own count goes back whatever the cache did, or the process would lose a slot for good.
             with _lock:
@@ -92,22 +86,15 @@ def acquire(*, user_id: int, token_id: int | None, wait_s: float) -> Slot | None
         if _stopping.is_set() or _held >= per_process_cap():
             return None
         _held += 1
-    slot = Slot()
     # The account's cap first: tokens are free to make, so one account's tokens share it.
     caps = [(f"longpoll:user-{user_id}", settings.PLIMSOLL_LONG_POLLS_PER_USER)]
     if settings.PLIMSOLL_LONG_POLLS_TOTAL:  # the whole site's, when the operator sets one
         caps.insert(0, ("longpoll:all", settings.PLIMSOLL_LONG_POLLS_TOTAL))
     if token_id is not None:
         caps.append((f"longpoll:token-{token_id}", settings.PLIMSOLL_LONG_POLLS_PER_TOKEN))
-    try:
-        for key, cap in caps:
-            holder = limits.slot_acquire(key, cap, ttl=wait_s + 10)
-            if holder is None:
-                break
-            slot.taken.append((key, holder))
-    except Exception:
-        log.warning("long-poll slots: the shared cache failed, answering at once", exc_info=True)
-    if len(slot.taken) < len(caps):
-        slot.release()
+    shared = limits.slots_acquire(caps, ttl=wait_s + 10)
+    if shared is None:
+        with _lock:
+            _held -= 1
         return None
-    return slot
+    return Slot(shared)

@@ -11,13 +11,23 @@ It runs synchronously in the web request, bounded by ``BOUND_S``: one user's few
 what one page load takes, the person waits for the answer anyway, and a worker task would need a
 row, a poll and a queue slot shared with load shards for a few seconds' work. The bound holds
 whatever the target does: the engine stops at the end of its hold, and each request times out.
+
+Since a try holds a web thread, an account runs at most ``PLIMSOLL_TRIES_PER_USER`` at once over the
+whole site, its browser and its tokens together (``held``: slots in the shared cache, as long-polls'
+in portal.api.longpoll); one more is refused before anything is sent (issue 30: one account's tries,
+or its many free tokens', could otherwise take every web thread).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from django.conf import settings
+
+from portal import limits
 from portal.outbound import targets_allowlist
 from workers.engine.h2 import make_client
 from workers.engine.http import HttpClient, Response
@@ -30,6 +40,10 @@ BOUND_S = 15
 """The whole try, at most: the engine's hold (it stops every user at its end)."""
 REQUEST_TIMEOUT_S = 10.0
 """Each request, at most (the plan's timeout does not apply: a try has no plan)."""
+SLOT_TTL_S = BOUND_S + REQUEST_TIMEOUT_S + 10
+"""A try's slot expires after this, should its process die holding it (the try itself ends sooner)."""
+RETRY_AFTER_S = 5
+"""Seconds to wait before trying again when over the cap (a try usually takes a second or two)."""
 BODY_SHOWN = 4096
 """Bytes of each request and response body kept for the page."""
 MESSAGES_SHOWN = 200
@@ -134,6 +148,30 @@ class _Recorder:
 
     def __getattr__(self, name):  # anything else the runner reads from its client (cookies …)
         return getattr(self.inner, name)
+
+
+@contextlib.contextmanager
+def held(*, user_id: int) -> Iterator[None]:
+    """One of the account's try slots for the duration of the block; ``limits.TooMany`` when none is free.
+
+    Taken and given back by ``limits.slots_acquire`` / ``Slots.release``, as long-polls' are: a failing
+    shared cache refuses the try (nothing held without a count) and, when giving back, is logged and left
+    to the slot's TTL.
+    """
+    cap = settings.PLIMSOLL_TRIES_PER_USER
+    slots = limits.slots_acquire([(f"try:user-{user_id}", cap)], ttl=SLOT_TTL_S)
+    if slots is None:
+        raise limits.TooMany(
+            f"You already have {cap} tries running (at most {cap} at once per account, its tokens included): "
+            "wait for one to end, then try again."
+            if cap
+            else "Try it is turned off on this site (PLIMSOLL_TRIES_PER_USER is 0).",
+            RETRY_AFTER_S,
+        )
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 def not_ready(test_case: TestCase, steps: list[Step] | None = None) -> str:

@@ -25,6 +25,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 
+from portal import limits
 from portal.accounts import access
 from portal.accounts.models import Membership
 from portal.common import Invalid, is_fragment, plural
@@ -367,11 +368,22 @@ def testcase_try(request, code):
     elif why := tryit.not_ready(test_case, context["steps"]):
         context["try_error"] = why
     else:
-        context["try_result"] = tryit.test_case_try(test_case=test_case, environment=environment)
-    status = 400 if "try_error" in context else 200
+        try:  # one of the account's try slots (PLIMSOLL_TRIES_PER_USER), given back when the try ends
+            with tryit.held(user_id=request.user.pk):
+                context["try_result"] = tryit.test_case_try(test_case=test_case, environment=environment)
+        except limits.TooMany as exc:
+            context["try_error"] = str(exc)
+            context["try_retry_after"] = exc.retry_after
+    status = 429 if "try_retry_after" in context else 400 if "try_error" in context else 200
     if is_fragment(request):
-        return render(request, "projects/testcase_detail.html#try-it", context, status=status)
-    return render(request, "projects/testcase_detail.html", context, status=status)
+        # 200 whatever the outcome: HTMX swaps only 2xx answers (its default responseHandling), and the panel
+        # must show why nothing ran; the status is for the page without JavaScript.
+        response = render(request, "projects/testcase_detail.html#try-it", context)
+    else:
+        response = render(request, "projects/testcase_detail.html", context, status=status)
+    if "try_retry_after" in context:
+        response["Retry-After"] = str(context["try_retry_after"])
+    return response
 
 
 def _testcase_form(request, project: Project, test_case: TestCase | None):

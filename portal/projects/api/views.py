@@ -604,7 +604,8 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
         "answered in this request. The environment must be one of the test case's project's (another "
         "project's is 400, another team's 404). A target outside the load-target allowlist gets nothing sent: "
         "422 `target_not_allowed`. A failed check is not an error of the call: 200 with `completed` false and "
-        "the check in `errors`.",
+        "the check in `errors`. An account runs at most `PLIMSOLL_TRIES_PER_USER` tries at once (default 2, its "
+        "tokens and browser together): one more is 429 `throttled` with `Retry-After`, nothing sent.",
         request=TryRequestSerializer,
         responses={200: TryResultSerializer, **error_responses(400, 403, 404, 422)},
     )
@@ -618,7 +619,10 @@ class TestCaseViewSet(_ProjectDocumentViewSet):
             raise serializers.ValidationError({"environment": ["Choose one of this project's environments."]})
         if why := tryit.not_ready(test_case):
             raise serializers.ValidationError({"non_field_errors": [why]})
-        result = tryit.test_case_try(test_case=test_case, environment=environment)
+        # One of the account's try slots (PLIMSOLL_TRIES_PER_USER, its tokens together): over it, limits.TooMany,
+        # answered 429 with Retry-After (portal/api/errors.py), nothing sent.
+        with tryit.held(user_id=request.user.pk):
+            result = tryit.test_case_try(test_case=test_case, environment=environment)
         if result.refused:
             raise TargetRefused(result.refused)
         return Response(

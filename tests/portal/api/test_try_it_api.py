@@ -1,9 +1,15 @@
 """*Try it* through the API: ``POST /api/v1/test-cases/{code}/try/``, the page's service, allowlist and scoping."""
 
-import pytest
+import threading
+import uuid
 
+import pytest
+from django.db import connection
+
+from portal.accounts.services import token_create
+from portal.projects import tryit
 from portal.projects.models import Environment, Project, Step, TestCase
-from tests.processes import DemoTarget
+from tests.processes import DemoTarget, wait_until
 
 from .conftest import PERSONAS, bearer, expected, session
 
@@ -134,3 +140,66 @@ def test_it_is_throttled_per_token_like_every_call(project, token_secret, monkey
     statuses = [client.post(url(empty), {"environment": str(env.code)}, format="json") for _ in range(3)]
     assert [r.status_code for r in statuses] == [400, 400, 429]
     assert int(statuses[-1]["Retry-After"]) > 0
+
+
+def _slow_case(project) -> TestCase:
+    tc = TestCase.objects.create(project=project, name="Slow home")
+    Step.objects.create(test_case=tc, position=0, name="Home", path="/", text_present="Plimsoll demo")
+    return tc
+
+
+def _post_in_thread(secret: str, path: str, env_code: str, answers: list) -> threading.Thread:
+    """A real concurrent call through the whole Django stack, with its own token."""
+
+    def run():
+        try:
+            answers.append(bearer(secret).post(path, {"environment": env_code}, format="json"))
+        finally:
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)  # the threads' requests read what this test wrote
+def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, project, token_secret, demo):
+    # given: each of alice's tries held 3 s by the target, and two under way through two of her tokens
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"tries-{uuid.uuid4().hex[:8]}"}}
+    settings.PLIMSOLL_TRIES_PER_USER = 2
+    demo.set_knobs(latency_ms=3000)
+    demo.reset()
+    try:
+        tc = _slow_case(project)
+        env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+        held: list = []
+        threads = [_post_in_thread(token_secret("write"), url(tc), str(env.code), held) for _ in range(2)]
+        wait_until(lambda: demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
+
+        # when: a third token of hers tries
+        response = bearer(token_secret("write")).post(url(tc), {"environment": str(env.code)}, format="json")
+
+        # then: 429, with when to ask again and why, and nothing sent
+        assert response.status_code == 429 and response["Retry-After"] == str(tryit.RETRY_AFTER_S)
+        assert response.json()["code"] == "throttled"
+        assert "You already have 2 tries running" in response.json()["detail"]
+        assert demo.counters()["in_flight"] == 2
+
+        # and another account of the team tries at once, as usual
+        daves = token_create(user=dave, team=team, name="dave's", scope="write")[1]
+        response = bearer(daves).post(url(tc), {"environment": str(env.code)}, format="json")
+        assert response.status_code == 200 and response.json()["completed"] is True
+
+        for thread in threads:
+            thread.join(timeout=tryit.BOUND_S + 5)
+        assert [r.status_code for r in held] == [200, 200] and all(r.json()["completed"] for r in held)
+        assert demo.counters()["requests"] == 3  # alice's two and dave's: nothing of the refused one
+
+        # and once her tries ended, her slots are back
+        demo.set_knobs(latency_ms=0)
+        again = [bearer(token_secret("write")).post(url(tc), {"environment": str(env.code)}, format="json")]
+        again.append(session(alice).post(url(tc), {"environment": str(env.code)}, format="json"))
+        assert [r.status_code for r in again] == [200, 200]
+        assert demo.counters()["requests"] == 5
+    finally:
+        demo.set_knobs(latency_ms=0)

@@ -1,13 +1,18 @@
 """*Try it* on a test case: one user, one iteration through the engine, every request and response shown."""
 
+import threading
 import time
+import uuid
 
 import pytest
+from django.db import connection
+from django.test import Client
 from django.urls import reverse
 
+from portal import limits
 from portal.projects import tryit
-from portal.projects.models import Environment, Step, TestCase
-from tests.processes import DemoTarget
+from portal.projects.models import Environment, Project, Step, TestCase
+from tests.processes import DemoTarget, free_port, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -125,7 +130,11 @@ def test_try_it_needs_an_environment_of_the_project(alice_client, project, login
     )
     url = reverse("projects:testcase-try", args=[login_case.code])
     for value in (str(other.code), "not-a-code", ""):
+        # in the panel (HTMX swaps only a 2xx answer), and 400 for the page without JavaScript
         response = alice_client.post(url, {"environment": value}, **HTMX)
+        assert response.status_code == 200 and 'id="try-error"' in response.content.decode()
+        assert "Choose one of this project" in response.content.decode()
+        response = alice_client.post(url, {"environment": value})
         assert response.status_code == 400 and "Choose one of this project" in response.content.decode()
 
 
@@ -137,3 +146,125 @@ def test_a_viewer_cannot_try(bob_client, login_case, environment):
 def test_an_outsider_gets_404(charlie_client, login_case, environment):
     url = reverse("projects:testcase-try", args=[login_case.code])
     assert charlie_client.post(url, {"environment": str(environment.code)}).status_code == 404
+
+
+@pytest.fixture
+def own_cache(settings):
+    """The tests' own counts in the shared cache (a fresh key prefix): no slot left by another test."""
+    settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"tries-{uuid.uuid4().hex[:8]}"}}
+
+
+def _try_in_thread(user, url: str, env_code: str, answers: list, **headers) -> threading.Thread:
+    """A real concurrent request through the whole Django stack, as another browser of ``user`` would send it."""
+
+    def run():
+        try:
+            client = Client()
+            client.force_login(user)
+            answers.append(client.post(url, {"environment": env_code}, **headers))
+        finally:
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _slow_case(project) -> TestCase:
+    tc = TestCase.objects.create(project=project, name="Slow home")
+    Step.objects.create(test_case=tc, position=0, name="Home", path="/", text_present="Plimsoll demo")
+    return tc
+
+
+@pytest.mark.django_db(transaction=True)  # the threads' requests read what this test wrote
+def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
+    own_cache, settings, alice, charlie, project, demo
+):
+    # given: a target that holds each request 3 s, and alice's two tries on it under way (two browsers)
+    settings.PLIMSOLL_TRIES_PER_USER = 2
+    demo.set_knobs(latency_ms=3000)
+    demo.reset()
+    try:
+        tc = _slow_case(project)
+        env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+        url = reverse("projects:testcase-try", args=[tc.code])
+        held: list = []
+        threads = [_try_in_thread(alice, url, str(env.code), held, **HTMX) for _ in range(2)]
+        wait_until(lambda: demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
+
+        # when: alice tries a third time, in the panel (HTMX) and as the page without JavaScript
+        third = Client()
+        third.force_login(alice)
+        in_panel = third.post(url, {"environment": str(env.code)}, **HTMX)
+        whole_page = third.post(url, {"environment": str(env.code)})
+
+        # then: both refused at once with the reason, in the Try it panel, and nothing sent
+        html = in_panel.content.decode()
+        assert in_panel.status_code == 200 and "<html" not in html and 'id="try-error"' in html
+        assert "You already have 2 tries running" in html and "data-outcome" not in html
+        assert whole_page.status_code == 429 and whole_page["Retry-After"] == str(tryit.RETRY_AFTER_S)
+        assert "You already have 2 tries running" in whole_page.content.decode()
+        assert demo.counters()["in_flight"] == 2
+
+        # and another account is not held back by alice's tries
+        theirs = Project.objects.create(team=charlie.teams.get(), name="Theirs")
+        their_tc = _slow_case(theirs)
+        their_env = Environment.objects.create(project=theirs, name="Demo", base_url=demo.base_url)
+        charlie_client = Client()
+        charlie_client.force_login(charlie)
+        response = charlie_client.post(
+            reverse("projects:testcase-try", args=[their_tc.code]), {"environment": str(their_env.code)}, **HTMX
+        )
+        assert response.status_code == 200 and 'data-outcome="passed"' in response.content.decode()
+
+        for thread in threads:
+            thread.join(timeout=tryit.BOUND_S + 5)
+        assert [r.status_code for r in held] == [200, 200]
+        assert all('data-outcome="passed"' in r.content.decode() for r in held)
+        # the target served alice's two tries and charlie's one: nothing of the refused ones
+        assert demo.counters()["requests"] == 3
+
+        # and once alice's tries ended, her slots are back
+        demo.set_knobs(latency_ms=0)
+        again = [third.post(url, {"environment": str(env.code)}, **HTMX) for _ in range(3)]
+        assert all('data-outcome="passed"' in r.content.decode() for r in again)
+        assert demo.counters()["requests"] == 6
+    finally:
+        demo.set_knobs(latency_ms=0)
+
+
+def test_a_failing_cache_refuses_the_try_and_keeps_no_slot(own_cache, settings, alice_client, login_case, demo):
+    # given: the shared cache is down
+    live = settings.CACHES
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+        }
+    }
+    demo.reset()
+    env = Environment.objects.create(project=login_case.project, name="Demo", base_url=demo.base_url)
+    url = reverse("projects:testcase-try", args=[login_case.code])
+    # when: tries are asked for
+    refused = [alice_client.post(url, {"environment": str(env.code)}, **HTMX) for _ in range(3)]
+    # then: each is refused, nothing sent (no thread held without a count) ...
+    assert all('id="try-error"' in r.content.decode() for r in refused)
+    assert demo.counters()["requests"] == 0
+    # ... and once the cache is back, the account's tries run
+    settings.CACHES = live
+    response = alice_client.post(url, {"environment": str(env.code)}, **HTMX)
+    assert 'data-outcome="passed"' in response.content.decode()
+
+
+def test_a_slot_comes_back_when_the_try_fails(own_cache, settings, alice):
+    settings.PLIMSOLL_TRIES_PER_USER = 2
+    for _ in range(3):  # more failures than the cap: each gave its slot back
+        with pytest.raises(RuntimeError), tryit.held(user_id=alice.pk):
+            raise RuntimeError("the try broke")
+    with (
+        tryit.held(user_id=alice.pk),
+        tryit.held(user_id=alice.pk),
+        pytest.raises(limits.TooMany, match="You already have 2 tries running"),
+        tryit.held(user_id=alice.pk),
+    ):
+        pass
