@@ -1,10 +1,11 @@
 """/api/v1/: the REST API, its OpenAPI schema and its docs (Swagger UI, vendored: no CDN)."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from portal.accounts.api.views import TeamViewSet, TokenViewSet
+from portal.api.schema_view import SchemaView
 from portal.history.api.annotations import AnnotationViewSet, GrafanaViewSet
 from portal.history.api.views import (
     ExperimentViewSet,
@@ -53,7 +54,7 @@ files = [
 ]
 
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", SchemaView.as_view(), name="schema"),
     # The split view serves its start-up script as a file: no inline script, ready for a strict CSP.
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("test-cases/<str:code>/steps/", StepViewSet.as_view({"get": "list", "post": "create"}), name="steps"),

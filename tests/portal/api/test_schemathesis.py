@@ -4,10 +4,14 @@ Every operation gets generated requests (valid and invalid); every answer must b
 have a documented status and content type, and match its documented schema.
 """
 
+import http.cookiejar
+import socket
 import zlib
 
 import pytest
+import requests
 import schemathesis
+from django.test.testcases import QuietWSGIRequestHandler
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi import checks as openapi_checks
 
@@ -40,6 +44,27 @@ def write_token(alice, team, finished_run):
     return token_create(user=alice, team=team, name="schemathesis", scope="write")[1]
 
 
+@pytest.fixture
+def api_session(monkeypatch):
+    """One HTTP session for a test's requests, its connections kept alive: schemathesis otherwise makes a new
+    session and connection for each of its thousands (connecting, closing, reading the environment's proxy
+    settings again). The live server's handler writes an answer's headers and body apart: without TCP_NODELAY
+    each answer after a connection's first waited for the client's delayed ACK (~40 ms; part 1 took 227 s
+    instead of 123), so its connections get it. ``trust_env`` off: loopback only, never a proxy. It keeps no
+    cookie from an answer, so each request carries only what its case sends, as before."""
+    handle = QuietWSGIRequestHandler.setup
+
+    def setup(self):
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        handle(self)
+
+    monkeypatch.setattr(QuietWSGIRequestHandler, "setup", setup)
+    with requests.Session() as session:
+        session.trust_env = False
+        session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        yield session
+
+
 schema = schemathesis.pytest.from_fixture("api_schema")
 # The operations in four disjoint parts (by a stable hash of "METHOD /path"), four tests that cover
 # every operation together: one test of them all took minutes on one xdist process while the other
@@ -51,29 +76,31 @@ def part(index):
     return schema.include(lambda ctx: zlib.crc32(ctx.operation.label.encode()) % PARTS == index).parametrize()
 
 
-def check(case, live_server, write_token):
-    case.call_and_validate(base_url=live_server.url, headers={"Authorization": f"Bearer {write_token}"}, checks=CHECKS)
+def check(case, live_server, write_token, session):
+    case.call_and_validate(
+        base_url=live_server.url, session=session, headers={"Authorization": f"Bearer {write_token}"}, checks=CHECKS
+    )
 
 
 @part(0)
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_matches_its_schema_part_1(case, live_server, write_token):
-    check(case, live_server, write_token)
+def test_every_operation_matches_its_schema_part_1(case, live_server, write_token, api_session):
+    check(case, live_server, write_token, api_session)
 
 
 @part(1)
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_matches_its_schema_part_2(case, live_server, write_token):
-    check(case, live_server, write_token)
+def test_every_operation_matches_its_schema_part_2(case, live_server, write_token, api_session):
+    check(case, live_server, write_token, api_session)
 
 
 @part(2)
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_matches_its_schema_part_3(case, live_server, write_token):
-    check(case, live_server, write_token)
+def test_every_operation_matches_its_schema_part_3(case, live_server, write_token, api_session):
+    check(case, live_server, write_token, api_session)
 
 
 @part(3)
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_matches_its_schema_part_4(case, live_server, write_token):
-    check(case, live_server, write_token)
+def test_every_operation_matches_its_schema_part_4(case, live_server, write_token, api_session):
+    check(case, live_server, write_token, api_session)
