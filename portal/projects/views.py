@@ -375,12 +375,9 @@ def testcase_try(request, code):
             context["try_error"] = str(exc)
             context["try_retry_after"] = exc.retry_after
     status = 429 if "try_retry_after" in context else 400 if "try_error" in context else 200
-    if is_fragment(request):
-        # 200 whatever the outcome: HTMX swaps only 2xx answers (its default responseHandling), and the panel
-        # must show why nothing ran; the status is for the page without JavaScript.
-        response = render(request, "projects/testcase_detail.html#try-it", context)
-    else:
-        response = render(request, "projects/testcase_detail.html", context, status=status)
+    # The status is honest for HTMX too: base.html's responseHandling swaps a 4xx fragment into the panel.
+    template = "projects/testcase_detail.html#try-it" if is_fragment(request) else "projects/testcase_detail.html"
+    response = render(request, template, context, status=status)
     if "try_retry_after" in context:
         response["Retry-After"] = str(context["try_retry_after"])
     return response
@@ -608,12 +605,13 @@ def _plan_context(request, plan: Plan, **extra) -> dict:
 
 def _mix_changed(request, plan: Plan, *, status_ok: bool = True, **extra):
     """After a change to the mix: the mix fragment (with the run box out of band) for HTMX, else the page."""
+    status = 200 if status_ok else 400  # a refused change: 400, its message in the mix (HTMX swaps 4xx fragments)
     if is_fragment(request):
         context = _plan_context(request, plan, oob=True, **extra)
-        return render(request, "projects/plan_detail.html#mix", context)
+        return render(request, "projects/plan_detail.html#mix", context, status=status)
     if status_ok:
         return redirect(plan.get_absolute_url() + "#mix")
-    return render(request, "projects/plan_detail.html", _plan_context(request, plan, **extra))
+    return render(request, "projects/plan_detail.html", _plan_context(request, plan, **extra), status=status)
 
 
 @login_required

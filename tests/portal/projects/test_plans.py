@@ -241,8 +241,8 @@ def test_add_a_test_case_already_in_the_mix(alice_client, plan, test_case):
     response = alice_client.post(
         reverse("projects:mix-add", args=[plan.code]), {"test_case": str(test_case.code), "weight": "1"}, **HTMX
     )
-    # then
-    assert response.status_code == 200
+    # then: refused (400), the mix fragment says why (HTMX swaps a 4xx fragment: base.html's responseHandling)
+    assert response.status_code == 400
     assert plan.mix.count() == 1
 
 
@@ -255,7 +255,7 @@ def test_add_another_projects_test_case(alice_client, plan, team):
         reverse("projects:mix-add", args=[plan.code]), {"test_case": str(foreign.code), "weight": "1"}
     )
     # then
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "Select a valid choice" in response.content.decode()
     assert not MixEntry.objects.filter(test_case=foreign).exists()
 
@@ -276,8 +276,8 @@ def test_change_weight(alice_client, plan, mix_entry, search):
 def test_bad_weight_is_refused_with_a_message(alice_client, plan, mix_entry, weight):
     # when
     response = alice_client.post(reverse("projects:mix-update", args=[mix_entry.pk]), {"weight": weight}, **HTMX)
-    # then
-    assert response.status_code == 200
+    # then: 400, with the message in the mix fragment
+    assert response.status_code == 400
     assert escape("Weight of “Browse”:") in response.content.decode()
     # one rule, whatever the number: −2 and 0 used to say "≥ 0" and "≥ 1"
     assert "Give a whole number from 1 to 10,000." in response.content.decode()

@@ -130,9 +130,10 @@ def test_try_it_needs_an_environment_of_the_project(alice_client, project, login
     )
     url = reverse("projects:testcase-try", args=[login_case.code])
     for value in (str(other.code), "not-a-code", ""):
-        # in the panel (HTMX swaps only a 2xx answer), and 400 for the page without JavaScript
+        # 400, in the panel (the fragment alone, which base.html's responseHandling swaps) and on the whole page
         response = alice_client.post(url, {"environment": value}, **HTMX)
-        assert response.status_code == 200 and 'id="try-error"' in response.content.decode()
+        html = response.content.decode()
+        assert response.status_code == 400 and 'id="try-error"' in html and "<html" not in html
         assert "Choose one of this project" in response.content.decode()
         response = alice_client.post(url, {"environment": value})
         assert response.status_code == 400 and "Choose one of this project" in response.content.decode()
@@ -200,7 +201,8 @@ def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
 
         # then: both refused at once with the reason, in the Try it panel, and nothing sent
         html = in_panel.content.decode()
-        assert in_panel.status_code == 200 and "<html" not in html and 'id="try-error"' in html
+        assert in_panel.status_code == 429 and "<html" not in html and 'id="try-error"' in html
+        assert in_panel["Retry-After"] == str(tryit.RETRY_AFTER_S)
         assert "You already have 2 tries running" in html and "data-outcome" not in html
         assert whole_page.status_code == 429 and whole_page["Retry-After"] == str(tryit.RETRY_AFTER_S)
         assert "You already have 2 tries running" in whole_page.content.decode()
