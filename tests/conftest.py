@@ -12,6 +12,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+# Fixtures shared by modules of different folders (loaded for the whole suite, defined where they belong).
+pytest_plugins = ["tests.portal.tryit_fixtures"]
+
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_setupnodes(config, specs):

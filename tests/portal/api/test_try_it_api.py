@@ -9,44 +9,21 @@ from django.db import connection
 from portal.accounts.services import token_create
 from portal.projects import tryit
 from portal.projects.models import Environment, Project, Step, TestCase
-from tests.processes import DemoTarget, wait_until
+from tests.processes import wait_until
 
 from .conftest import PERSONAS, bearer, expected, session
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    target = DemoTarget(tmp_path_factory.mktemp("try-api-demo"), items=200)
-    yield target
-    target.close()
-
-
-@pytest.fixture
-def login_case(project):
-    """The demo's authenticated path: the CSRF token extracted from the form and posted back."""
-    tc = TestCase.objects.create(project=project, name="Log in")
-    Step.objects.create(
-        test_case=tc,
-        position=0,
-        name="Login form",
-        path="/login",
-        think_time=5,
-        extract=[{"name": "csrf", "source": "form_field", "expression": "csrfmiddlewaretoken"}],
-    )
-    Step.objects.create(test_case=tc, position=1, name="Home", path="/", think_time=5, text_present="Plimsoll demo")
-    return tc
-
-
 def url(test_case) -> str:
     return f"/api/v1/test-cases/{test_case.code}/try/"
 
 
-def test_one_iteration_returns_every_exchange_as_the_target_served_it(alice, project, login_case, demo):
+def test_one_iteration_returns_every_exchange_as_the_target_served_it(alice, project, login_case, try_demo):
     # given
-    demo.reset()
-    env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+    try_demo.reset()
+    env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
     # when
     response = session(alice).post(url(login_case), {"environment": str(env.code)}, format="json")
     # then: the two pages, answered by the target, and nothing more sent
@@ -55,17 +32,17 @@ def test_one_iteration_returns_every_exchange_as_the_target_served_it(alice, pro
     assert body["completed"] is True and body["errors"] == {}
     assert body["test_case"] == str(login_case.code) and body["environment"] == str(env.code)
     assert [(e["method"], e["url"], e["status"]) for e in body["exchanges"]] == [
-        ("GET", f"{demo.base_url}/login", 200),
-        ("GET", f"{demo.base_url}/", 200),
+        ("GET", f"{try_demo.base_url}/login", 200),
+        ("GET", f"{try_demo.base_url}/", 200),
     ]
     assert "csrfmiddlewaretoken" in body["exchanges"][0]["response_body"]
     assert "Plimsoll demo" in body["exchanges"][1]["response_body"]
     assert body["exchanges"][1]["response_bytes"] >= len(body["exchanges"][1]["response_body"].encode()) > 0
-    assert demo.counters()["requests"] == 2  # one iteration, not a second
+    assert try_demo.counters()["requests"] == 2  # one iteration, not a second
 
 
-def test_a_failed_check_is_200_with_the_check_named(alice, project, login_case, demo):
-    env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+def test_a_failed_check_is_200_with_the_check_named(alice, project, login_case, try_demo):
+    env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
     Step.objects.filter(test_case=login_case, name="Home").update(text_present="Not on the page")
     response = session(alice).post(url(login_case), {"environment": str(env.code)}, format="json")
     body = response.json()
@@ -163,18 +140,18 @@ def _post_in_thread(secret: str, path: str, env_code: str, answers: list) -> thr
 
 
 @pytest.mark.django_db(transaction=True)  # the threads' requests read what this test wrote
-def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, project, token_secret, demo):
+def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, project, token_secret, try_demo):
     # given: each of alice's tries held 3 s by the target, and two under way through two of her tokens
     settings.CACHES = {"default": {**settings.CACHES["default"], "KEY_PREFIX": f"tries-{uuid.uuid4().hex[:8]}"}}
     settings.PLIMSOLL_TRIES_PER_USER = 2
-    demo.set_knobs(latency_ms=3000)
-    demo.reset()
+    try_demo.set_knobs(latency_ms=3000)
+    try_demo.reset()
     try:
         tc = _slow_case(project)
-        env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+        env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
         held: list = []
         threads = [_post_in_thread(token_secret("write"), url(tc), str(env.code), held) for _ in range(2)]
-        wait_until(lambda: demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
+        wait_until(lambda: try_demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
 
         # when: a third token of hers tries
         response = bearer(token_secret("write")).post(url(tc), {"environment": str(env.code)}, format="json")
@@ -183,7 +160,7 @@ def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, pro
         assert response.status_code == 429 and response["Retry-After"] == str(tryit.RETRY_AFTER_S)
         assert response.json()["code"] == "throttled"
         assert "You already have 2 tries running" in response.json()["detail"]
-        assert demo.counters()["in_flight"] == 2
+        assert try_demo.counters()["in_flight"] == 2
 
         # and another account of the team tries at once, as usual
         daves = token_create(user=dave, team=team, name="dave's", scope="write")[1]
@@ -193,13 +170,13 @@ def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, pro
         for thread in threads:
             thread.join(timeout=tryit.BOUND_S + 5)
         assert [r.status_code for r in held] == [200, 200] and all(r.json()["completed"] for r in held)
-        assert demo.counters()["requests"] == 3  # alice's two and dave's: nothing of the refused one
+        assert try_demo.counters()["requests"] == 3  # alice's two and dave's: nothing of the refused one
 
         # and once her tries ended, her slots are back
-        demo.set_knobs(latency_ms=0)
+        try_demo.set_knobs(latency_ms=0)
         again = [bearer(token_secret("write")).post(url(tc), {"environment": str(env.code)}, format="json")]
         again.append(session(alice).post(url(tc), {"environment": str(env.code)}, format="json"))
         assert [r.status_code for r in again] == [200, 200]
-        assert demo.counters()["requests"] == 5
+        assert try_demo.counters()["requests"] == 5
     finally:
-        demo.set_knobs(latency_ms=0)
+        try_demo.set_knobs(latency_ms=0)

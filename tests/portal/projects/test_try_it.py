@@ -12,45 +12,15 @@ from django.urls import reverse
 from portal import limits
 from portal.projects import tryit
 from portal.projects.models import Environment, Project, Step, TestCase
-from tests.processes import DemoTarget, free_port, wait_until
+from tests.processes import free_port, wait_until
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    target = DemoTarget(tmp_path_factory.mktemp("try-demo"), items=200)
-    yield target
-    target.close()
-
-
-@pytest.fixture
-def login_case(project):
-    """The demo's authenticated path: the CSRF token extracted from the form and posted back."""
-    tc = TestCase.objects.create(project=project, name="Log in")
-    Step.objects.create(
-        test_case=tc,
-        position=0,
-        name="Login form",
-        path="/login",
-        think_time=5,
-        extract=[{"name": "csrf", "source": "form_field", "expression": "csrfmiddlewaretoken"}],
-    )
-    Step.objects.create(
-        test_case=tc,
-        position=1,
-        name="Home",
-        path="/",
-        think_time=5,
-        text_present="Plimsoll demo",
-    )
-    return tc
-
-
-def test_one_iteration_shows_every_request_and_response(project, login_case, demo):
+def test_one_iteration_shows_every_request_and_response(project, login_case, try_demo):
     # given
-    demo.reset()
-    env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+    try_demo.reset()
+    env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
     # when
     started = time.monotonic()
     result = tryit.test_case_try(test_case=login_case, environment=env)
@@ -58,18 +28,18 @@ def test_one_iteration_shows_every_request_and_response(project, login_case, dem
     # then: one iteration of two pages, no think time (5 s each), answered by the target
     assert result.completed and result.errors == {} and result.refused == ""
     assert [(e.method, e.url) for e in result.exchanges] == [
-        ("GET", f"{demo.base_url}/login"),
-        ("GET", f"{demo.base_url}/"),
+        ("GET", f"{try_demo.base_url}/login"),
+        ("GET", f"{try_demo.base_url}/"),
     ]
     assert [e.status for e in result.exchanges] == [200, 200]
     assert "csrfmiddlewaretoken" in result.exchanges[0].response_body
     assert "Plimsoll demo" in result.exchanges[1].response_body
-    assert demo.counters()["requests"] == 2  # one iteration, not a second
+    assert try_demo.counters()["requests"] == 2  # one iteration, not a second
     assert took < 5
 
 
-def test_a_failed_check_is_named_and_the_response_still_shown(project, login_case, demo):
-    env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+def test_a_failed_check_is_named_and_the_response_still_shown(project, login_case, try_demo):
+    env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
     Step.objects.filter(test_case=login_case, name="Home").update(text_present="Not on the page")
     result = tryit.test_case_try(test_case=login_case, environment=env)
     assert not result.completed
@@ -108,8 +78,8 @@ def test_the_bound_holds_against_a_target_that_never_answers(project, login_case
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-def test_the_page_tries_it_and_shows_the_exchanges(alice_client, project, login_case, demo):
-    env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+def test_the_page_tries_it_and_shows_the_exchanges(alice_client, project, login_case, try_demo):
+    env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
     url = reverse("projects:testcase-try", args=[login_case.code])
     # the form is on the test case's page
     assert url in alice_client.get(login_case.get_absolute_url()).content.decode()
@@ -179,19 +149,19 @@ def _slow_case(project) -> TestCase:
 
 @pytest.mark.django_db(transaction=True)  # the threads' requests read what this test wrote
 def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
-    own_cache, settings, alice, charlie, project, demo
+    own_cache, settings, alice, charlie, project, try_demo
 ):
     # given: a target that holds each request 3 s, and alice's two tries on it under way (two browsers)
     settings.PLIMSOLL_TRIES_PER_USER = 2
-    demo.set_knobs(latency_ms=3000)
-    demo.reset()
+    try_demo.set_knobs(latency_ms=3000)
+    try_demo.reset()
     try:
         tc = _slow_case(project)
-        env = Environment.objects.create(project=project, name="Demo", base_url=demo.base_url)
+        env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
         url = reverse("projects:testcase-try", args=[tc.code])
         held: list = []
         threads = [_try_in_thread(alice, url, str(env.code), held, **HTMX) for _ in range(2)]
-        wait_until(lambda: demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
+        wait_until(lambda: try_demo.counters()["in_flight"] == 2, timeout=10, what="alice's two tries at the target")
 
         # when: alice tries a third time, in the panel (HTMX) and as the page without JavaScript
         third = Client()
@@ -206,12 +176,12 @@ def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
         assert "You already have 2 tries running" in html and "data-outcome" not in html
         assert whole_page.status_code == 429 and whole_page["Retry-After"] == str(tryit.RETRY_AFTER_S)
         assert "You already have 2 tries running" in whole_page.content.decode()
-        assert demo.counters()["in_flight"] == 2
+        assert try_demo.counters()["in_flight"] == 2
 
         # and another account is not held back by alice's tries
         theirs = Project.objects.create(team=charlie.teams.get(), name="Theirs")
         their_tc = _slow_case(theirs)
-        their_env = Environment.objects.create(project=theirs, name="Demo", base_url=demo.base_url)
+        their_env = Environment.objects.create(project=theirs, name="Demo", base_url=try_demo.base_url)
         charlie_client = Client()
         charlie_client.force_login(charlie)
         response = charlie_client.post(
@@ -224,18 +194,18 @@ def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
         assert [r.status_code for r in held] == [200, 200]
         assert all('data-outcome="passed"' in r.content.decode() for r in held)
         # the target served alice's two tries and charlie's one: nothing of the refused ones
-        assert demo.counters()["requests"] == 3
+        assert try_demo.counters()["requests"] == 3
 
         # and once alice's tries ended, her slots are back
-        demo.set_knobs(latency_ms=0)
+        try_demo.set_knobs(latency_ms=0)
         again = [third.post(url, {"environment": str(env.code)}, **HTMX) for _ in range(3)]
         assert all('data-outcome="passed"' in r.content.decode() for r in again)
-        assert demo.counters()["requests"] == 6
+        assert try_demo.counters()["requests"] == 6
     finally:
-        demo.set_knobs(latency_ms=0)
+        try_demo.set_knobs(latency_ms=0)
 
 
-def test_a_failing_cache_refuses_the_try_and_keeps_no_slot(own_cache, settings, alice_client, login_case, demo):
+def test_a_failing_cache_refuses_the_try_and_keeps_no_slot(own_cache, settings, alice_client, login_case, try_demo):
     # given: the shared cache is down
     live = settings.CACHES
     settings.CACHES = {
@@ -244,14 +214,14 @@ def test_a_failing_cache_refuses_the_try_and_keeps_no_slot(own_cache, settings, 
             "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
         }
     }
-    demo.reset()
-    env = Environment.objects.create(project=login_case.project, name="Demo", base_url=demo.base_url)
+    try_demo.reset()
+    env = Environment.objects.create(project=login_case.project, name="Demo", base_url=try_demo.base_url)
     url = reverse("projects:testcase-try", args=[login_case.code])
     # when: tries are asked for
     refused = [alice_client.post(url, {"environment": str(env.code)}, **HTMX) for _ in range(3)]
     # then: each is refused, nothing sent (no thread held without a count) ...
     assert all('id="try-error"' in r.content.decode() for r in refused)
-    assert demo.counters()["requests"] == 0
+    assert try_demo.counters()["requests"] == 0
     # ... and once the cache is back, the account's tries run
     settings.CACHES = live
     response = alice_client.post(url, {"environment": str(env.code)}, **HTMX)
