@@ -179,6 +179,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.HtmxLoginRedirectMiddleware",  # a panel whose session ended goes to the login page
     # Last, as django-axes requires: turns a refused login into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]

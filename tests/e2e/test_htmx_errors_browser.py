@@ -152,3 +152,24 @@ def test_a_500_and_a_network_failure_show_the_generic_message(page, live_server,
     page.locator("#try-it .alert").first.wait_for()
     wait_for_js(page, "document.querySelector('#htmx-messages').hidden")
     assert page.refused == []
+
+
+def test_a_panel_whose_session_ended_takes_the_user_to_the_login_page_and_back(page, live_server, test_case):
+    # given: alice's test case page open, then her session ends (expired, or logged out in another tab)
+    page.goto(f"{live_server.url}{test_case.get_absolute_url()}")
+    page.context.clear_cookies(name="sessionid")
+    # when: a panel asks the server for something
+    with page.expect_navigation():
+        page.click("#try-it button[type=submit]")
+    # then: the browser is on the login page as a whole page (not the login form inside the panel),
+    # and logging in brings her back to the test case's page
+    page.locator("#id_username").wait_for()
+    assert page.url.startswith(f"{live_server.url}/login/")
+    _no_page_in_a_panel(page)
+    assert page.locator("#try-it").count() == 0
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "alice-password")
+    page.click("button[type=submit]")
+    page.locator("#try-it").wait_for()
+    assert page.url == f"{live_server.url}{test_case.get_absolute_url()}"
+    assert page.refused == []
