@@ -14,11 +14,14 @@ The same nights are judged by both rules, through the code the portal runs:
 
 * **old**: each row on its own (``portal.stats.analysis.compare``, Welch on batch means pooled over the
   baseline runs, 95 %), regressed when worse and beyond the 10 % tolerance; the rolling baseline is the last
-  3 runs whatever their verdict (the rule before issue 24).
+  N runs whatever their verdict (the rule before issue 24).
 * **new**: ``portal.schedules.noise.judge_cells`` (the spread between the baseline runs' own figures plus each
   run's noise within it; Holm over all rows at 1 %, weighted: the APD and time-to-first-event rows carry 75 % of
   it, ``--plain-holm`` equal shares; minimum pages per figure; the 10 % tolerance); the rolling
-  baseline is the last 3 runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
+  baseline is the last N runs not judged regressed (``portal.schedules.selectors.baseline_eligible``).
+
+N is the portal's default, 7 (``--last-n``: 3 was the default before 2026-12-07, and gives the figures measured
+before then).
 
 Streams (issue 26): each night also has two streaming pages (an SSE "Ask" with 600 streams a run, a
 "Summarise" with 150), whose time to first event is log-normal (σ 0.4) around its median, times the same
@@ -61,7 +64,9 @@ COMMON_DRIFT = 0.05
 PAGE_DRIFT = 0.02
 ERROR_RATE = 0.001
 TOLERANCE = 10.0
-LAST_N = 3
+# The rolling baseline's number of runs: the portal's default (``portal.schedules.models.DEFAULT_LAST_N``, a week of
+# nightly runs since 2026-12-07; the figures measured before it are those of ``--last-n 3``).
+LAST_N = 7
 FIGURES = (("apd_ms", True), ("p95_ms", True), ("pages_per_s", False), ("error_rate_pct", True))
 STREAMS = {  # label: (streams per run, median time to first event ms)
     "Ask": (600, 250.0),
@@ -283,6 +288,12 @@ def lasting(rng, trials: int, nights: int = 10, page: str = "Search", factor: fl
             for name, v in reported.items()}  # fmt: skip
 
 
+def set_last_n(n: int) -> None:
+    """The rolling baseline's number of runs for both rules (``--last-n``)."""
+    global LAST_N
+    LAST_N = n
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench verdicts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nights", type=int, default=400, help="nights with nothing changed (default 400)")
@@ -293,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
         "--lasting", type=int, default=50, help="lasting regressions of 10 nights (default 50; 0: none)"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--last-n",
+        type=int,
+        default=LAST_N,
+        help=f"the rolling baseline's number of runs, both rules (default {LAST_N}, the portal's default N; "
+        "3 before 2026-12-07)",
+    )
     parser.add_argument("--no-streams", action="store_true", help="the five pages alone, without streaming pages")
     parser.add_argument(
         "--pages",
@@ -309,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         f"2026-12-07; default: the APD and time-to-first-event rows carry {noise.PRIMARY_SHARE * 100:g} %% of it)",
     )
     args = parser.parse_args(argv)
+    if args.last_n < 2:
+        parser.error("--last-n: at least 2 baseline runs (one has no spread between nights)")
     global primary_share
+    set_last_n(args.last_n)
     primary_share = None if args.plain_holm else noise.PRIMARY_SHARE
     if args.pages:
         chosen = [p.strip() for p in args.pages.split(",") if p.strip()]

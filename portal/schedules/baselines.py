@@ -35,25 +35,45 @@ from portal.stats import analysis
 from workers.engine.histogram import Histogram
 
 from . import noise, selectors, soak
-from .models import Baseline, RunVerdict
+from .models import DEFAULT_LAST_N, Baseline, RunVerdict
 
 log = logging.getLogger(__name__)
 Verdict = RunVerdict.Verdict
 
-DEFAULT_LAST_N = 3
 DEFAULT_TOLERANCE_PCT = 10.0
 # Looking back for the last N valid runs: at most this many earlier runs are read.
 LOOKBACK = 60
 
 
 def baseline_of(plan) -> Baseline:
-    """The plan's baseline, or the default one (the last 3 valid runs, 10 %) when none was pinned."""
+    """The plan's baseline, or the default one (the last ``DEFAULT_LAST_N`` valid runs, 10 %) when none was pinned."""
     try:
         return plan.baseline
     except Baseline.DoesNotExist:
         return Baseline(
             plan=plan, kind=Baseline.Kind.LAST_N, last_n=DEFAULT_LAST_N, tolerance_pct=DEFAULT_TOLERANCE_PCT
         )
+
+
+def _accepted_regression(run: Run) -> bool:
+    try:
+        verdict = run.baseline_verdict
+    except RunVerdict.DoesNotExist:
+        return False
+    return verdict.verdict == Verdict.REGRESSED and verdict.is_accepted
+
+
+def since_accepted_level(runs: list[Run]) -> list[Run]:
+    """The rolling baseline's runs (newest first) from the newest accepted level on: a regression someone accepted
+    as the new normal is the level the next runs are judged against, so the runs before its streak (the old
+    level) are left out; with a week of baseline runs (``DEFAULT_LAST_N``) they would otherwise outnumber it."""
+    start = next((i for i, r in enumerate(runs) if _accepted_regression(r)), None)
+    if start is None:
+        return runs
+    end = start
+    while end + 1 < len(runs) and _accepted_regression(runs[end + 1]):
+        end += 1
+    return runs[: end + 1]
 
 
 def baseline_side(*, run: Run, baseline: Baseline):
@@ -70,8 +90,10 @@ def baseline_side(*, run: Run, baseline: Baseline):
         side = side_for_trialset(baseline.trial_set)
         side.label = f"Baseline: {side.label}"
         return side, ""
-    earlier = selectors.baseline_candidates(plan_id=run.plan_id, before_number=run.number)[:LOOKBACK]
-    valid = [r for r in earlier if r.counts][: baseline.last_n]
+    earlier = selectors.baseline_candidates(plan_id=run.plan_id, before_number=run.number).select_related(
+        "baseline_verdict"
+    )[:LOOKBACK]
+    valid = since_accepted_level([r for r in earlier if r.counts][: baseline.last_n])
     if not valid:
         return None, f"No earlier valid run of the plan “{run.plan_name}” to compare with."
     numbers = ", ".join(f"#{r.number}" for r in sorted(valid, key=lambda r: r.number))

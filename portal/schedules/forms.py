@@ -3,7 +3,7 @@
 from django import forms
 
 from . import timing
-from .models import Baseline, Schedule
+from .models import DEFAULT_LAST_N, Baseline, Schedule
 
 
 class ScheduleForm(forms.Form):
@@ -78,7 +78,9 @@ class ScheduleForm(forms.Form):
 
 class BaselineForm(forms.Form):
     kind = forms.ChoiceField(choices=Baseline.Kind.choices, label="Judge each run against")
-    last_n = forms.IntegerField(min_value=1, max_value=20, initial=3, label="N (for the last N valid runs)")
+    last_n = forms.IntegerField(
+        min_value=1, max_value=20, initial=DEFAULT_LAST_N, label="N (for the last N valid runs)"
+    )
     run = forms.ModelChoiceField(queryset=None, required=False, label="Pinned run")
     trial_set = forms.ModelChoiceField(queryset=None, required=False, label="Pinned trial set")
     tolerance_pct = forms.FloatField(

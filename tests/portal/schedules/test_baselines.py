@@ -45,6 +45,20 @@ def make_run(plan, seed, *, slow=None, status=Run.Status.PASSED):
     return run
 
 
+def test_the_default_baseline_is_the_last_seven_valid_runs(soak_plan):
+    # given: a plan without a baseline of its own, nine runs of which one was cancelled
+    for seed in range(1, 10):
+        make_run(soak_plan, seed, status=Run.Status.CANCELLED if seed == 4 else Run.Status.PASSED)
+    run = make_run(soak_plan, 10)
+
+    verdict = run_judge(run_id=run.id)
+
+    # then: it is judged against the last seven valid runs (a week of nights), the cancelled one skipped
+    assert verdict.baseline_label == "Baseline: the last 7 valid runs (#2, #3, #5, #6, #7, #8, #9)"
+    assert not verdict.provisional
+    assert Baseline._meta.get_field("last_n").default == 7
+
+
 def by_page(verdict: RunVerdict) -> dict:
     pages = {}
     for row in verdict.rows:

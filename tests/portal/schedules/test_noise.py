@@ -360,3 +360,36 @@ def test_a_night_of_three_pages_one_noisy_with_nothing_changed_is_not_called_reg
         verdicts.PAGES.update(saved)
     # then: with the drift estimate's noise in each page's, nothing is called regressed
     assert verdicts.new_rule(baseline, run) == set()
+
+
+@pytest.mark.parametrize("seed", [2, 4])
+def test_a_week_of_baseline_runs_finds_a_page_that_three_nights_leave_within_noise(seed):
+    # given: the benchmark's five pages over seven nights, each night with a drift common to the pages (±5 %) and
+    # one of each page's own (±2 %); the judged night has Search (400 pages) 12.5 % slower, the rest as before
+    pages = {"Home": (4000, 0.027), "Articles": (1500, 0.044), "Search": (400, 0.084), "Upload": (120, 0.15),
+             "Admin": (46, 0.25)}  # fmt: skip
+    rng = random.Random(seed)
+    common = [1 + rng.uniform(-0.05, 0.05) for _ in range(7)]
+    nights = {p: [100 * c * (1 + rng.uniform(-0.02, 0.02)) for c in common] for p in pages}
+
+    def judged(n: int) -> noise.Judged:
+        cells = [cell(112.5 if p == "Search" else 100.0, nights[p][-n:], page=p, pages=k, spread=s, seed=i)
+                 for i, (p, (k, s)) in enumerate(pages.items())]  # fmt: skip
+        return noise.judge_cells(cells, tolerance_pct=10).rows[2]
+
+    three, week = judged(3), judged(noise_default_n())
+
+    # then: against the last three nights it is within noise; against the week (the default N) it regressed: the
+    # spread between nights has twice the degrees of freedom, and the baseline's mean a smaller noise of its own
+    assert three.verdict == "within_noise"
+    assert week.verdict == "regressed"
+    assert week.dof > 1.8 * three.dof
+    assert week.noise_pct < three.noise_pct
+    assert week.p < three.p / 3
+
+
+def noise_default_n() -> int:
+    from portal.schedules.models import DEFAULT_LAST_N
+
+    assert DEFAULT_LAST_N == 7  # a week of nightly runs (docs/verdicts.md, "A week of baseline runs")
+    return DEFAULT_LAST_N
