@@ -67,3 +67,6 @@ urlpatterns = [
     # Issue 15: browsers ask for /favicon.ico on every page whatever the <link> says; send them to the icon.
     path("favicon.ico", RedirectView.as_view(url=static("img/favicon.svg"), permanent=True)),
 ]
+
+# A request Django refuses before any view (an empty or foreign Host, a malformed multipart body): JSON under /api/.
+handler400 = "portal.api.errors.bad_request"

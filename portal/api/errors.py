@@ -142,3 +142,16 @@ def write_schemas(
         ),
         "destroy": extend_schema(summary=destroy, responses={204: None, **error_responses(*destroy_errors)}),
     }
+
+
+def bad_request(request, exception=None):
+    """Django's 400 (``handler400``: a request it refuses before any view, as an empty or foreign Host
+    header, or a malformed multipart body) in the API's JSON shape under /api/, so an automation client
+    reads every error the same way; the site's own 400 page elsewhere."""
+    from django.http import JsonResponse
+    from django.views import defaults
+
+    if request.path.startswith("/api/"):
+        detail = "The request could not be read (its Host header, or its body's framing, is malformed)."
+        return JsonResponse(_body(400, "bad_request", detail), status=400)
+    return defaults.bad_request(request, exception)
