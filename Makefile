@@ -32,26 +32,18 @@ run: migrate
 # Tests keep their database, broker folder and key under var/test, apart from a running `make run`.
 # First, what the tests need from Debian (Chromium, JMeter, a JDK, nginx): scripts/install-test-deps.sh
 # installs it when missing (as root), or stops at once with the apt-get command to run.
-# Two passes: the tests that measure nothing in time run on three processes (pytest-xdist, each with a
-# broker and a var/test/gwN of its own; worksteal, so that a process left with long end-to-end tests
-# hands its queue to an idle one); then the `serial` ones (the engine, the demo, the end-to-end tests
-# that measure time and a few more: tests/conftest.py) run alone. A pass that PYTEST_ARGS leaves
-# without tests (pytest's exit 5) is not a failure. Three on CI's two cores: at two, the first pass kept the
-# CPU 47 % busy (its end-to-end tests mostly wait on workers, servers and browsers); at four, tests that
-# count pages in a few seconds or compare rates failed from the load (docs/development/tests.md).
+# Then scripts/run-tests.sh: three lanes at once, each a pytest session with pytest-xdist processes of its own
+# (a broker, a var/test/<lane>/gwN and test databases each): the tests that measure nothing in time on three
+# processes at nice 19; the `serial` ones (durations, rates, latency bounds: tests/conftest.py) on two at
+# nice 5; the `alone` ones (verdicts weighed against noise) on one at nice 0. The timed lanes mostly wait,
+# and the kernel hands them the CPU first when they wake; the niced lane takes what they leave. A lane that
+# PYTEST_ARGS leaves without tests (pytest's exit 5) is not a failure (docs/development/tests.md).
 # Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE (as containers often do):
 # otherwise each of the hundreds of Python processes the tests start (workers, targets, manage.py,
-# gunicorn) compiles the portal again (≈ 1 s of CPU each), and the serial pass rewrites every test
-# module's asserts again (≈ 16 s).
-# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes, which the
-# serial pass's import test needs) is made while the first pass runs; a failed install is tried again there.
+# gunicorn) compiles the portal again (≈ 1 s of CPU each).
+export PYTEST_ARGS
 test: test-deps install
-	@mkdir -p var/test
-	$(BIN)/python -c "from bench.prereq import ensure_locust; ensure_locust()" >var/test/locust-install.log 2>&1 & \
-	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -n 3 --dist worksteal -m "not serial" $(PYTEST_ARGS); \
-	status=$$?; wait $$! || echo "Locust's install failed (var/test/locust-install.log): the serial pass tries again"; \
-	[ $$status -eq 0 ] || [ $$status -eq 5 ]
-	PLIMSOLL_VAR_DIR=$(CURDIR)/var/test env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	bash scripts/run-tests.sh
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite in three lanes that run at the same time, each a pytest session of its own
+# (pytest-xdist processes with brokers, var folders and test databases of their own: tests/conftest.py).
+#
+#   alone     nice 0   the end-to-end tests whose verdicts weigh latencies against noise (marker `alone`), on
+#                      one process: another test's CPU burst in one of their runs makes a false regression.
+#   timed     nice 5   the rest of the `serial` tests (durations, rates, latency bounds), on two processes:
+#                      they mostly wait on holds and timers (the pass kept the CPU 4 % busy alone).
+#   parallel  nice 19  everything else (marker `not serial`), on three processes, CPU-bound.
+#
+# The kernel gives a waking process of a lower nice value the CPU before a niced one that is running, so the
+# timed lanes see the machine much as if they ran alone, and the parallel lane takes the CPU they leave idle
+# (docs/development/tests.md, "Three lanes"). PYTEST_ARGS (word-split as a shell would) goes to every lane;
+# a lane it leaves without tests (pytest's exit 5) is no failure. Exits non-zero if any lane failed.
+set -u
+cd "$(dirname "$0")/.."
+PY=$PWD/.venv/bin/python
+VAR=$PWD/var/test
+mkdir -p "$VAR"
+eval "set -- ${PYTEST_ARGS:-}"
+# Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE (Makefile, `test`).
+unset PYTHONDONTWRITEBYTECODE
+
+lane_ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
+
+# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes) is made before
+# the alone lane's Locust import test can ask for it, at the parallel lane's priority.
+(
+  nice -n 19 "$PY" -c "from bench.prereq import ensure_locust; ensure_locust()" >"$VAR/locust-install.log" 2>&1 ||
+    echo "Locust's install failed ($VAR/locust-install.log): the import test tries again"
+  PLIMSOLL_TEST_LANE=alone PLIMSOLL_VAR_DIR=$VAR/alone "$PY" -m pytest -n 1 -m alone "$@"
+) >"$VAR/lane-alone.log" 2>&1 &
+alone=$!
+PLIMSOLL_TEST_LANE=timed PLIMSOLL_VAR_DIR=$VAR/timed nice -n 5 "$PY" -m pytest -n 2 --dist worksteal \
+  -m "serial and not alone" "$@" >"$VAR/lane-timed.log" 2>&1 &
+timed=$!
+PLIMSOLL_VAR_DIR=$VAR nice -n 19 "$PY" -m pytest -n 3 --dist worksteal -m "not serial" "$@"
+parallel=$?
+wait "$timed"
+timed=$?
+wait "$alone"
+alone=$?
+
+status=0
+for lane in timed alone; do
+  echo
+  echo "==================== lane $lane (var/test/lane-$lane.log) ===================="
+  cat "$VAR/lane-$lane.log"
+done
+echo
+for pair in "parallel $parallel" "timed $timed" "alone $alone"; do
+  set -- $pair
+  if lane_ok "$2"; then echo "lane $1: passed (exit $2)"; else echo "lane $1: FAILED (exit $2)"; status=1; fi
+done
+exit $status
