@@ -530,9 +530,10 @@ class _WsCompiled:
     regex: re.Pattern[str] | None
     path: tuple[str | int, ...]
     extractors: tuple[Extractor, ...]
-    kind: str  # the action's, and its text and "contains" value, at hand for the runner's driver
+    kind: str  # the action's, and its text, "contains" value and timeout, at hand for the runner's driver
     text: str
     contains: str | None
+    timeout: float | None
 
     @classmethod
     def build(cls, a: WsAction) -> _WsCompiled:
@@ -545,6 +546,7 @@ class _WsCompiled:
             kind=a.kind,
             text=a.text,
             contains=a.value if a.kind == "expect" and a.check == "contains" else None,
+            timeout=a.timeout,
         )
 
     def matches(self, text: str) -> bool:
@@ -702,9 +704,11 @@ class _WsDriver:
                 break
             messages = session.messages
             if not self.deadline:
-                a = compiled.action
-                self.limit = a.timeout if a.timeout is not None else self.step_timeout
-                self.deadline = deadline = self.loop.time() + self.limit
+                limit = compiled.timeout
+                if limit is None:
+                    limit = self.step_timeout
+                self.limit = limit
+                self.deadline = deadline = self.loop.time() + limit
                 if self.timer is None:
                     self.timer = self.loop.call_at(deadline, self._expired)
             contains = compiled.contains
@@ -1568,7 +1572,6 @@ class _Run:
         finally:
             driver.detach()
             session.abort()  # whatever is left of the connection (a no-op after a clean close)
-        rtts = driver.rtts
         if observe is not None:
             observe("error", failure[1]) if failure is not None else observe("closed")
         li = self._label(step.label)
@@ -1576,8 +1579,7 @@ class _Run:
             li.rtt_hist = Histogram()
         li.ws_sent += session.sent
         li.ws_received += session.received
-        for rtt in rtts:
-            li.rtt_hist.record(rtt * 1_000_000)
+        li.rtt_hist.record_seconds(driver.rtts)
         if failure is not None:
             self._record_error(step, failure[0], failure[1], 1, 0, 0)
             return False

@@ -56,7 +56,18 @@ _PROTOCOL_CODES = frozenset({1002, 1007})  # protocol error, invalid frame paylo
 _REMOTE_CLOSE_CODES = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014})
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _now = time.perf_counter
-_MASKS_AT_ONCE = 64  # masking keys drawn from os.urandom 64 at a time (one syscall, not one per message)
+_KEYS_AT_ONCE = 256  # masking keys drawn from os.urandom 256 at a time (one syscall, not one per message)
+# The masking keys not used yet, as 32-bit integers, shared by every session of the process (each is used once).
+_keys: list[int] = []
+_keys_pop = _keys.pop
+# For a payload of n < 126 bytes: a 4-byte key K repeated over n bytes is (K * rep) >> shift, as an integer.
+_REPEAT = tuple((sum(1 << (32 * j) for j in range((n + 3) // 4)), 8 * (4 * ((n + 3) // 4) - n)) for n in range(126))
+
+
+def _new_key() -> int:
+    """A masking key when the pool is empty: the pool refilled (the key is then taken from it)."""
+    _keys.extend(memoryview(os.urandom(4 * _KEYS_AT_ONCE)).cast("I"))
+    return _keys_pop()
 
 
 class WsRejected(ConnectionError):
@@ -113,7 +124,8 @@ class WsSession(asyncio.Protocol):
     UTF-8 (1007 otherwise); a close carries nothing, or a code a server may send
     and a UTF-8 reason (a 1-byte payload is an error). A ping is answered with a
     pong carrying its payload; a pong is ignored. Client frames are masked with
-    a fresh key each (§5.3, ``os.urandom``), the payload XORed as one integer.
+    a fresh key each (§5.3, ``os.urandom``, drawn for many frames at once), the
+    payload XORed as one integer (a frame under 126 bytes built as one integer).
     """
 
     __slots__ = (
@@ -134,7 +146,6 @@ class WsSession(asyncio.Protocol):
         "_close_sent",
         "_buf",
         "_need",
-        "_masks",
         "_frag_op",
         "_parts",
         "_size",
@@ -161,7 +172,6 @@ class WsSession(asyncio.Protocol):
         self._close_sent = False
         self._buf: bytes | bytearray = b""  # the start of a frame (or of the handshake's response) not complete yet
         self._need = 0  # the bytes that frame needs before it is looked at again
-        self._masks = b""
         self._frag_op = 0  # the opcode (1 or 2) of a fragmented message under way, else 0
         self._parts: list[bytes] = []
         self._size = 0
@@ -444,15 +454,15 @@ class WsSession(asyncio.Protocol):
             raise self.error
         payload = text.encode("utf-8")
         n = len(payload)
-        if n < 126:  # _frame() inline, for the common case
-            masks = self._masks
-            if not masks:
-                masks = os.urandom(4 * _MASKS_AT_ONCE)
-            key, self._masks = masks[:4], masks[4:]
-            if n:
-                mask = int.from_bytes((key * ((n >> 2) + 1))[:n], "big")
-                payload = (int.from_bytes(payload, "big") ^ mask).to_bytes(n, "big")
-            frame = bytes((0x81, 0x80 | n)) + key + payload
+        if n < 126:  # _frame() inline, for the common case: head, key and masked payload as one integer
+            try:
+                k = _keys_pop()
+            except IndexError:
+                k = _new_key()
+            rep, shift = _REPEAT[n]
+            frame = (
+                (((0x8180 | n) << 32 | k) << (n << 3)) | (int.from_bytes(payload, "big") ^ ((k * rep) >> shift))
+            ).to_bytes(n + 6, "big")
         else:
             frame = self._frame(payload, 0x81)
         transport = self.transport
@@ -462,10 +472,11 @@ class WsSession(asyncio.Protocol):
 
     def _frame(self, payload: bytes, b0: int) -> bytes:
         """One masked, final frame (RFC 6455 §5.2-5.3) with first byte ``b0`` (FIN and the opcode)."""
-        masks = self._masks
-        if not masks:
-            masks = os.urandom(4 * _MASKS_AT_ONCE)
-        key, self._masks = masks[:4], masks[4:]
+        try:
+            k = _keys_pop()
+        except IndexError:
+            k = _new_key()
+        key = k.to_bytes(4, "big")
         n = len(payload)
         if n < 126:
             head = bytes((b0, 0x80 | n))
