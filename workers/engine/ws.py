@@ -60,8 +60,18 @@ _KEYS_AT_ONCE = 256  # masking keys drawn from os.urandom 256 at a time (one sys
 # The masking keys not used yet, as 32-bit integers, shared by every session of the process (each is used once).
 _keys: list[int] = []
 _keys_pop = _keys.pop
-# For a payload of n < 126 bytes: a 4-byte key K repeated over n bytes is (K * rep) >> shift, as an integer.
-_REPEAT = tuple((sum(1 << (32 * j) for j in range((n + 3) // 4)), 8 * (4 * ((n + 3) // 4) - n)) for n in range(126))
+# For a payload of n < 126 bytes: a 4-byte key K repeated over n bytes is (K * rep) >> shift, as an integer; the
+# frame is ((head | K) << bits) | (payload ^ mask), ``size`` bytes. _SHORT[n] = (head, bits, rep, shift, size).
+_SHORT = tuple(
+    (
+        (0x8180 | n) << 32,
+        8 * n,
+        sum(1 << (32 * j) for j in range((n + 3) // 4)),
+        8 * (4 * ((n + 3) // 4) - n),
+        n + 6,
+    )
+    for n in range(126)
+)
 
 
 def _new_key() -> int:
@@ -479,10 +489,10 @@ class WsSession(asyncio.Protocol):
                 k = _keys_pop()
             except IndexError:
                 k = _new_key()
-            rep, shift = _REPEAT[n]
-            frame = (
-                (((0x8180 | n) << 32 | k) << (n << 3)) | (int.from_bytes(payload, "big") ^ ((k * rep) >> shift))
-            ).to_bytes(n + 6, "big")
+            head, bits, rep, shift, size = _SHORT[n]
+            frame = (((head | k) << bits) | (int.from_bytes(payload, "big") ^ ((k * rep) >> shift))).to_bytes(
+                size, "big"
+            )
         else:
             frame = self._frame(payload, 0x81)
         transport = self.transport
