@@ -626,3 +626,26 @@ def test_a_handshake_never_answered_times_out_within_the_steps_timeout():
         conn.close()
     finally:
         listener.close()
+
+
+def test_masking_keys_are_not_shared_with_a_forked_process():
+    # The keys come from one pool per process: a child forked with keys left in the pool draws its own.
+    import os
+
+    from workers.engine import ws
+
+    ws._keys_pop() if ws._keys else ws._new_key()  # the pool is filled
+    assert ws._keys
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first key, to the parent
+        try:
+            os.write(write, (ws._keys_pop() if ws._keys else ws._new_key()).to_bytes(4, "big"))
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = int.from_bytes(os.read(read, 4), "big")
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = ws._keys_pop() if ws._keys else ws._new_key()
+    assert child != parent

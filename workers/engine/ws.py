@@ -60,6 +60,7 @@ _KEYS_AT_ONCE = 256  # masking keys drawn from os.urandom 256 at a time (one sys
 # The masking keys not used yet, as 32-bit integers, shared by every session of the process (each is used once).
 _keys: list[int] = []
 _keys_pop = _keys.pop
+os.register_at_fork(after_in_child=_keys.clear)  # a forked worker draws its own keys, not its parent's next ones
 # For a payload of n < 126 bytes: a 4-byte key K repeated over n bytes is (K * rep) >> shift, as an integer; the
 # frame is ((head | K) << bits) | (payload ^ mask), ``size`` bytes. _SHORT[n] = (head, bits, rep, shift, size).
 _SHORT = tuple(
