@@ -176,3 +176,26 @@ def test_variance_is_the_sample_variance_within_the_buckets_width(latencies):
     one = Histogram()
     one.record(500)
     assert one.variance() == 0.0 and Histogram().variance() == 0.0
+
+
+def test_record_seconds_equals_recording_each_value_in_microseconds():
+    # The WebSocket round trips are recorded in one call per session: the same buckets, count, sum, min and max
+    # as record(s * 1_000_000) one at a time, clamping and rounding included, into a histogram not empty before.
+    rng = random.Random(3)
+    seconds = [rng.lognormvariate(math.log(0.0004), 1.5) for _ in range(5_000)]
+    seconds += [0.0, 2.4e-7, 5e-7, 0.0020475, 0.0020485, 700.0, 1e-6 * 2047.5]
+    rng.shuffle(seconds)
+    one, batch = Histogram(), Histogram()
+    for h in (one, batch):
+        h.record(1234)
+    for s in seconds:
+        one.record(s * 1_000_000)
+    batch.record_seconds(seconds)
+    assert batch.to_dict() == one.to_dict()
+    assert (batch.count, batch.min, batch.max, batch.mean) == (one.count, one.min, one.max, one.mean)
+    empty = Histogram()
+    empty.record_seconds([])
+    assert empty.to_dict() == Histogram().to_dict()
+    first = Histogram()
+    first.record_seconds([0.5, 0.25])
+    assert (first.min, first.max, first.count) == (250_000, 500_000, 2)

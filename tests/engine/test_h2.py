@@ -408,3 +408,16 @@ def test_response_header_checks_refuse_what_rfc_9113_forbids():
             check_response(bad)
     with pytest.raises(MalformedHeaders):  # a trailer may not carry pseudo-fields
         check_trailers(good)
+    # Each byte a name or a value may not hold, wherever it is (the checks delete them and compare lengths).
+    for c in b": \r\n\x00":
+        for name in (bytes((c,)) + b"x", b"x" + bytes((c,)), b"x" + bytes((c,)) + b"y"):
+            with pytest.raises(MalformedHeaders, match="bad field name|pseudo-header field"):
+                check_trailers([(name, b"v")])
+    for c in b"\r\n\x00":
+        for value in (bytes((c,)), b"a" + bytes((c,)), bytes((c,)) + b"a", b"a" + bytes((c,)) + b"b"):
+            with pytest.raises(MalformedHeaders, match="bad value"):
+                check_trailers([(b"x", value)])
+    for value in (b" a", b"a\t", b"\t"):
+        with pytest.raises(MalformedHeaders, match="bad value"):
+            check_trailers([(b"x", value)])
+    assert check_trailers([(b"x-a", b"a b:c\td"), (b"x", b"")]) == (0, (), None, -1)

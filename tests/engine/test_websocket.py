@@ -587,3 +587,65 @@ def test_a_handshake_refused_or_answered_wrong_is_a_named_error(response, kind, 
     error = _handshake_against(response)
     assert getattr(error, "kind", None) == kind, error
     assert words in str(error)
+
+
+def test_a_handshake_never_answered_times_out_within_the_steps_timeout():
+    # A server that takes the upgrade and never answers: the handshake's deadline (the loop's deadline wheel, as
+    # a request's) ends it with a TimeoutError (kind timeout) about the timeout after, not before, and the session's
+    # connection is closed; a cancellation from outside stays a cancellation.
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    url = f"ws://127.0.0.1:{port}/"
+
+    async def go():
+        client = H1Client("127.0.0.1")
+        try:
+            start = time.perf_counter()
+            with pytest.raises(TimeoutError) as info:
+                await open_websocket(client, url, {}, 0.3)
+            took = time.perf_counter() - start
+            assert errors.classify(info.value)[0] == errors.TIMEOUT
+            assert 0.3 <= took < 1.5, took
+            task = asyncio.ensure_future(open_websocket(client, url, {}, 5.0))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(go())
+        conn, _ = listener.accept()  # the first connection: closed by the client when its handshake timed out
+        conn.settimeout(2)
+        assert conn.recv(4096).startswith(b"GET / HTTP/1.1\r\n")
+        while conn.recv(4096):
+            pass
+        conn.close()
+    finally:
+        listener.close()
+
+
+def test_masking_keys_are_not_shared_with_a_forked_process():
+    # The keys come from one pool per process: a child forked with keys left in the pool draws its own.
+    import os
+
+    from workers.engine import ws
+
+    ws._keys_pop() if ws._keys else ws._new_key()  # the pool is filled
+    assert ws._keys
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first key, to the parent
+        try:
+            os.write(write, (ws._keys_pop() if ws._keys else ws._new_key()).to_bytes(4, "big"))
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = int.from_bytes(os.read(read, 4), "big")
+    os.close(read)
+    os.waitpid(pid, 0)
+    parent = ws._keys_pop() if ws._keys else ws._new_key()
+    assert child != parent

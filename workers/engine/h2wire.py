@@ -265,7 +265,10 @@ class CachingDecoder(hpack.hpack.Decoder):
 # -- checks on received fields (RFC 9113 §8.2, §8.3.2) -------------------------------------------------------
 
 _CONNECTION_SPECIFIC = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
-_BAD_VALUE = (b"\r", b"\n", b"\x00")
+# Bytes a field's name (and value) must not hold, found by deleting them: ``bytes in bytes`` costs more on CPython
+# 3.11 (it first tries its left operand as an integer, and builds the TypeError it then discards).
+_BAD_NAME = b": \r\n\x00"
+_BAD_VALUE = b"\r\n\x00"
 
 
 class MalformedHeaders(ValueError):
@@ -305,9 +308,13 @@ def check_trailers(fields: list[tuple[bytes, bytes]]) -> tuple[int, tuple[tuple[
 
 
 def _check_field(name: bytes, value: bytes) -> None:
-    if not name or name.lower() != name or b":" in name or any(c in name for c in (b" ", b"\r", b"\n", b"\x00")):
+    if not name or name.lower() != name or len(name.translate(None, _BAD_NAME)) != len(name):
         raise MalformedHeaders(f"bad field name {name!r}")
     if name in _CONNECTION_SPECIFIC or (name == b"te" and value != b"trailers"):
         raise MalformedHeaders(f"connection-specific field {name!r}")
-    if any(c in value for c in _BAD_VALUE) or value[:1] in (b" ", b"\t") or value[-1:] in (b" ", b"\t"):
+    if (
+        len(value.translate(None, _BAD_VALUE)) != len(value)
+        or value[:1] in (b" ", b"\t")
+        or value[-1:] in (b" ", b"\t")
+    ):
         raise MalformedHeaders(f"bad value of {name!r}")

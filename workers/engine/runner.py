@@ -530,9 +530,10 @@ class _WsCompiled:
     regex: re.Pattern[str] | None
     path: tuple[str | int, ...]
     extractors: tuple[Extractor, ...]
-    kind: str  # the action's, and its text and "contains" value, at hand for the runner's driver
+    kind: str  # the action's, and its text, "contains" value and timeout, at hand for the runner's driver
     text: str
     contains: str | None
+    timeout: float | None
 
     @classmethod
     def build(cls, a: WsAction) -> _WsCompiled:
@@ -545,6 +546,7 @@ class _WsCompiled:
             kind=a.kind,
             text=a.text,
             contains=a.value if a.kind == "expect" and a.check == "contains" else None,
+            timeout=a.timeout,
         )
 
     def matches(self, text: str) -> bool:
@@ -643,19 +645,77 @@ class _WsDriver:
             self.timer = None
 
     def pump(self) -> None:
-        """Called when the session has news (a message, its end) and by ``run``."""
+        """Called when the session has news (a message, its end) and by ``run``: the actions from ``self.i`` on,
+        as far as the messages that came allow; the future is resolved at the next wait (or the end)."""
         if self.busy:  # news while a send is under way: looked at when the current pass ends
             self.again = True
             return
+        done = self.done
+        if done is None or done.done():  # (only this method and the timer's _finish resolve it)
+            return
         self.busy = True
+        session = self.session
+        messages = session.messages
+        actions = self.actions
+        observe = self.observe
+        n = len(actions)
+        i = self.i
         try:
             while True:
                 self.again = False
-                done = self.done
-                if done is None or done.done():
-                    return
-                i = self._advance()
-                if i >= 0:
+                waiting = False
+                while i < n:
+                    compiled = actions[i]
+                    kind = compiled.kind
+                    if kind == "send":
+                        template = compiled.template
+                        text = compiled.text if template is None else template.render(self.values)
+                        self.last_send = _perf_counter()
+                        session.send_text(text)
+                        if observe is not None:
+                            observe("sent", text)
+                        i += 1
+                        continue
+                    if kind == "wait":
+                        break
+                    if not self.deadline:
+                        limit = compiled.timeout
+                        if limit is None:
+                            limit = self.step_timeout
+                        self.limit = limit
+                        self.deadline = deadline = self.loop.time() + limit
+                        if self.timer is None:
+                            self.timer = self.loop.call_at(deadline, self._expired)
+                    contains = compiled.contains
+                    while messages:
+                        message, arrived = messages.popleft()
+                        text = message if isinstance(message, str) else message.decode("utf-8", "replace")
+                        if observe is not None:
+                            observe("received", text)
+                        if contains is not None:
+                            if contains in text:
+                                break
+                        elif compiled.matches(text):
+                            break
+                    else:
+                        self.i = i
+                        if session.error is not None:
+                            raise session.error
+                        waiting = True  # for the next message
+                        break
+                    self.deadline = 0.0
+                    last_send = self.last_send
+                    if last_send is not None:
+                        self.rtts.append(arrived - last_send)
+                        self.last_send = None
+                    if compiled.extractors:
+                        self.i = i
+                        page = Page(text.encode(), _JSON_HEADERS)
+                        for extractor in compiled.extractors:
+                            self.values[extractor.name] = extractor.extract(page)
+                    i += 1
+                self.i = i
+                if not waiting:  # at a wait, or the end
                     self._finish(i)
                     return
                 if not self.again:
@@ -678,63 +738,6 @@ class _WsDriver:
             else:
                 done.set_result(result)
 
-    def _advance(self) -> int:
-        """The actions from ``self.i`` on, as far as the messages that came allow: the index of the next wait
-        (or the end) when there, -1 when waiting for a message."""
-        session = self.session
-        actions = self.actions
-        observe = self.observe
-        n = len(actions)
-        i = self.i
-        while i < n:
-            compiled = actions[i]
-            kind = compiled.kind
-            if kind == "send":
-                template = compiled.template
-                text = compiled.text if template is None else template.render(self.values)
-                self.last_send = time.perf_counter()
-                session.send_text(text)
-                if observe is not None:
-                    observe("sent", text)
-                i += 1
-                continue
-            if kind == "wait":
-                break
-            messages = session.messages
-            if not self.deadline:
-                a = compiled.action
-                self.limit = a.timeout if a.timeout is not None else self.step_timeout
-                self.deadline = deadline = self.loop.time() + self.limit
-                if self.timer is None:
-                    self.timer = self.loop.call_at(deadline, self._expired)
-            contains = compiled.contains
-            while messages:
-                message, arrived = messages.popleft()
-                text = message if isinstance(message, str) else message.decode("utf-8", "replace")
-                if observe is not None:
-                    observe("received", text)
-                if contains is not None:
-                    if contains in text:
-                        break
-                elif compiled.matches(text):
-                    break
-            else:
-                self.i = i
-                if session.error is not None:
-                    raise session.error
-                return -1  # waits for the next message
-            self.deadline = 0.0
-            if self.last_send is not None:
-                self.rtts.append(arrived - self.last_send)
-                self.last_send = None
-            if compiled.extractors:
-                page = Page(text.encode(), _JSON_HEADERS)
-                for extractor in compiled.extractors:
-                    self.values[extractor.name] = extractor.extract(page)
-            i += 1
-        self.i = i
-        return i
-
     def _expired(self) -> None:
         self.timer = None
         deadline = self.deadline
@@ -747,6 +750,7 @@ class _WsDriver:
         self._finish(_WsCheckFailed(f"no message matching {compiled.describe()} within {self.limit:g} s"))
 
 
+_perf_counter = time.perf_counter  # (a module global: one look-up less per WebSocket send)
 _CONTENT_TYPES = {"form": "application/x-www-form-urlencoded", "json": "application/json"}
 RESOURCE_CONNECTIONS = 6  # resources fetched at once per page, as a browser per host
 _NO_HEADERS: Mapping[str, str] = {}
@@ -1568,7 +1572,6 @@ class _Run:
         finally:
             driver.detach()
             session.abort()  # whatever is left of the connection (a no-op after a clean close)
-        rtts = driver.rtts
         if observe is not None:
             observe("error", failure[1]) if failure is not None else observe("closed")
         li = self._label(step.label)
@@ -1576,8 +1579,7 @@ class _Run:
             li.rtt_hist = Histogram()
         li.ws_sent += session.sent
         li.ws_received += session.received
-        for rtt in rtts:
-            li.rtt_hist.record(rtt * 1_000_000)
+        li.rtt_hist.record_seconds(driver.rtts)
         if failure is not None:
             self._record_error(step, failure[0], failure[1], 1, 0, 0)
             return False

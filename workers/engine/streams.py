@@ -194,7 +194,7 @@ class StreamObserver:
 
     def _feed_sse(self, data: bytes, now: float) -> None:
         buf = self._buf + data if self._buf else data
-        if b"\r" in buf:
+        if buf.find(b"\r") >= 0:  # (not ``in``: see h2wire._BAD_NAME)
             if buf.endswith(b"\r"):  # a CRLF may be split across pieces: wait for the next one
                 self._buf = buf
                 return
@@ -222,7 +222,7 @@ class StreamObserver:
 
     def _feed_lines(self, data: bytes, now: float) -> None:
         buf = self._buf + data if self._buf else data
-        if b"\n" not in buf:
+        if buf.find(b"\n") < 0:
             self._buf = buf[-MAX_PENDING:]
             return
         *lines, rest = buf.split(b"\n")

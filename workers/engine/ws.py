@@ -56,7 +56,29 @@ _PROTOCOL_CODES = frozenset({1002, 1007})  # protocol error, invalid frame paylo
 _REMOTE_CLOSE_CODES = frozenset({1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1012, 1013, 1014})
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _now = time.perf_counter
-_MASKS_AT_ONCE = 64  # masking keys drawn from os.urandom 64 at a time (one syscall, not one per message)
+_KEYS_AT_ONCE = 256  # masking keys drawn from os.urandom 256 at a time (one syscall, not one per message)
+# The masking keys not used yet, as 32-bit integers, shared by every session of the process (each is used once).
+_keys: list[int] = []
+_keys_pop = _keys.pop
+os.register_at_fork(after_in_child=_keys.clear)  # a forked worker draws its own keys, not its parent's next ones
+# For a payload of n < 126 bytes: a 4-byte key K repeated over n bytes is (K * rep) >> shift, as an integer; the
+# frame is ((head | K) << bits) | (payload ^ mask), ``size`` bytes. _SHORT[n] = (head, bits, rep, shift, size).
+_SHORT = tuple(
+    (
+        (0x8180 | n) << 32,
+        8 * n,
+        sum(1 << (32 * j) for j in range((n + 3) // 4)),
+        8 * (4 * ((n + 3) // 4) - n),
+        n + 6,
+    )
+    for n in range(126)
+)
+
+
+def _new_key() -> int:
+    """A masking key when the pool is empty: the pool refilled (the key is then taken from it)."""
+    _keys.extend(memoryview(os.urandom(4 * _KEYS_AT_ONCE)).cast("I"))
+    return _keys_pop()
 
 
 class WsRejected(ConnectionError):
@@ -113,7 +135,8 @@ class WsSession(asyncio.Protocol):
     UTF-8 (1007 otherwise); a close carries nothing, or a code a server may send
     and a UTF-8 reason (a 1-byte payload is an error). A ping is answered with a
     pong carrying its payload; a pong is ignored. Client frames are masked with
-    a fresh key each (§5.3, ``os.urandom``), the payload XORed as one integer.
+    a fresh key each (§5.3, ``os.urandom``, drawn for many frames at once), the
+    payload XORed as one integer (a frame under 126 bytes built as one integer).
     """
 
     __slots__ = (
@@ -134,7 +157,6 @@ class WsSession(asyncio.Protocol):
         "_close_sent",
         "_buf",
         "_need",
-        "_masks",
         "_frag_op",
         "_parts",
         "_size",
@@ -161,7 +183,6 @@ class WsSession(asyncio.Protocol):
         self._close_sent = False
         self._buf: bytes | bytearray = b""  # the start of a frame (or of the handshake's response) not complete yet
         self._need = 0  # the bytes that frame needs before it is looked at again
-        self._masks = b""
         self._frag_op = 0  # the opcode (1 or 2) of a fragmented message under way, else 0
         self._parts: list[bytes] = []
         self._size = 0
@@ -261,6 +282,26 @@ class WsSession(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         """Take every complete frame off the front of what came; keep the start of an incomplete one."""
+        n = len(data) - 2
+        # The common case first: what came is exactly one short, final, unmasked text frame (FIN and opcode 1,
+        # no reserved bit, a 7-bit length: data[1] == n < 126 also says the mask bit is clear), not inside a
+        # fragmented message, nothing pending: the same as the general loop below does with it.
+        if 0 <= n < 126 and data[0] == 0x81 and data[1] == n and self._open and not self._buf and not self._frag_op:
+            if n > self.max_message:
+                self._end(WsMessageTooBig(f"a message over {self.max_message} bytes"), 1009)
+                return None
+            try:
+                message = data[2:].decode("utf-8")
+            except UnicodeDecodeError:
+                return self._fail("text that is not UTF-8", 1007)
+            self.received += 1
+            self.messages.append((message, _now()))
+            listener = self.listener
+            if listener is not None:
+                listener()
+            else:
+                self._wake()
+            return None
         if not self._open:
             if not self._done:
                 self._response(data)  # the handshake's response
@@ -444,15 +485,15 @@ class WsSession(asyncio.Protocol):
             raise self.error
         payload = text.encode("utf-8")
         n = len(payload)
-        if n < 126:  # _frame() inline, for the common case
-            masks = self._masks
-            if not masks:
-                masks = os.urandom(4 * _MASKS_AT_ONCE)
-            key, self._masks = masks[:4], masks[4:]
-            if n:
-                mask = int.from_bytes((key * ((n >> 2) + 1))[:n], "big")
-                payload = (int.from_bytes(payload, "big") ^ mask).to_bytes(n, "big")
-            frame = bytes((0x81, 0x80 | n)) + key + payload
+        if n < 126:  # _frame() inline, for the common case: head, key and masked payload as one integer
+            try:
+                k = _keys_pop()
+            except IndexError:
+                k = _new_key()
+            head, bits, rep, shift, size = _SHORT[n]
+            frame = (((head | k) << bits) | (int.from_bytes(payload, "big") ^ ((k * rep) >> shift))).to_bytes(
+                size, "big"
+            )
         else:
             frame = self._frame(payload, 0x81)
         transport = self.transport
@@ -462,10 +503,11 @@ class WsSession(asyncio.Protocol):
 
     def _frame(self, payload: bytes, b0: int) -> bytes:
         """One masked, final frame (RFC 6455 §5.2-5.3) with first byte ``b0`` (FIN and the opcode)."""
-        masks = self._masks
-        if not masks:
-            masks = os.urandom(4 * _MASKS_AT_ONCE)
-        key, self._masks = masks[:4], masks[4:]
+        try:
+            k = _keys_pop()
+        except IndexError:
+            k = _new_key()
+        key = k.to_bytes(4, "big")
         n = len(payload)
         if n < 126:
             head = bytes((b0, 0x80 | n))
@@ -639,25 +681,48 @@ async def open_websocket(
         client._deadlines = _deadlines_of(loop)
     session = WsSession(loop, max_message)
     client.last_connect_s = 0.0
-    async with asyncio.timeout(timeout):
-        await client._open(prep, session, client._tls(prep) if prep.scheme == "https" else None)
-        request = [_upgrade_head(prep)]
-        cookie = client._cookie(prep)
-        if cookie:
-            request.append(cookie)  # b"Cookie: ...\r\n"
-        trace = client.trace
-        if trace is not None and not prep.user_trace:
-            client.last_traceparent = line = trace.line()
-            request.append(line)  # b"traceparent: ...\r\n"
-        else:
-            client.last_traceparent = b""
-        key = base64.b64encode(os.urandom(16))
-        session._accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())
-        request.append(b"Sec-WebSocket-Key: " + key + b"\r\n\r\n")
-        try:
-            session._write(b"".join(request))
-            await session.handshake
-        except BaseException:
-            session.abort()
-            raise
+    task = _current_tasks.get(loop) if _current_tasks is not None else asyncio.current_task()
+    if task is None:  # not in a task (a bare coroutine runner): the standard way
+        async with asyncio.timeout(timeout):
+            await _handshake(client, prep, session)
+        return session, client.last_connect_s
+    # The deadline on the loop's shared wheel (h1._Deadlines), as a request's: asyncio.timeout()'s loop timer
+    # and its three Python calls cost more; the same TimeoutError, at most 10 ms later.
+    deadlines = client._deadlines
+    if deadlines is None:
+        deadlines = client._deadlines = _deadlines_of(loop)
+    cancelling = task.cancelling()
+    slot = deadlines.arm(loop, loop.time() + timeout, task)
+    try:
+        await _handshake(client, prep, session)
+    except asyncio.CancelledError:
+        if deadlines.expired(task) and task.uncancel() <= cancelling:
+            raise TimeoutError(f"no WebSocket handshake within {timeout:g} s") from None
+        raise
+    finally:
+        deadlines.disarm(slot, task)
     return session, client.last_connect_s
+
+
+async def _handshake(client: H1Client, prep: _Prepared, session: WsSession) -> None:
+    """Connect and send the upgrade; wait for the 101 (the session is aborted if anything fails)."""
+    await client._open(prep, session, client._tls(prep) if prep.scheme == "https" else None)
+    request = [_upgrade_head(prep)]
+    cookie = client._cookie(prep)
+    if cookie:
+        request.append(cookie)  # b"Cookie: ...\r\n"
+    trace = client.trace
+    if trace is not None and not prep.user_trace:
+        client.last_traceparent = line = trace.line()
+        request.append(line)  # b"traceparent: ...\r\n"
+    else:
+        client.last_traceparent = b""
+    key = base64.b64encode(os.urandom(16))
+    session._accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())
+    request.append(b"Sec-WebSocket-Key: " + key + b"\r\n\r\n")
+    try:
+        session._write(b"".join(request))
+        await session.handshake
+    except BaseException:
+        session.abort()
+        raise
