@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -95,7 +96,17 @@ def locust_bin() -> Path:
 
 
 def ensure_locust(*, install: bool = True) -> Path:
-    """``bench/.venv-locust/bin/locust``, creating or refreshing the venv when needed."""
+    """``bench/.venv-locust/bin/locust``, creating or refreshing the venv when needed.
+
+    Under an exclusive lock (``bench/.venv-locust.lock``): ``make test`` installs while its lanes run, and a test
+    that asks meanwhile waits for that install instead of starting a second one into the same folder."""
+    LOCUST_VENV.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCUST_VENV.parent / ".venv-locust.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_locust(install=install)
+
+
+def _ensure_locust(*, install: bool) -> Path:
     stamp = LOCUST_VENV / ".installed"
     want = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
     if locust_bin().exists() and stamp.exists() and stamp.read_text().strip() == want:

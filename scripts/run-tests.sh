@@ -21,15 +21,28 @@ eval "set -- ${PYTEST_ARGS:-}"
 # Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE (Makefile, `test`).
 unset PYTHONDONTWRITEBYTECODE
 
+# Under the kernel's autogroup (on by default on most distributions) every session is a scheduling group of its
+# own, shared fairly with the others whatever their processes' nice values: a Celery worker, a browser or
+# PostgreSQL in a session of its own would take the CPU from the timed lanes as an equal. Turned off for the run
+# where we may (root), and back on after; otherwise said, and the lanes interfere more.
+AUTOGROUP=/proc/sys/kernel/sched_autogroup_enabled
+if [ -r "$AUTOGROUP" ] && [ "$(cat "$AUTOGROUP")" = 1 ]; then
+  if (echo 0 >"$AUTOGROUP") 2>/dev/null; then
+    trap 'echo 1 >"$AUTOGROUP"' EXIT
+    echo "make test: the kernel's autogroup is off while the tests run (nice values then reach every process)"
+  else
+    echo "make test: the kernel's autogroup is on and cannot be turned off here (not root): the niced parallel lane" \
+      "may slow the timed lanes' tests (sysctl kernel.sched_autogroup_enabled=0)"
+  fi
+fi
+
 lane_ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 
-# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes) is made before
-# the alone lane's Locust import test can ask for it, at the parallel lane's priority.
-(
-  nice -n 19 "$PY" -c "from bench.prereq import ensure_locust; ensure_locust()" >"$VAR/locust-install.log" 2>&1 ||
-    echo "Locust's install failed ($VAR/locust-install.log): the import test tries again"
-  PLIMSOLL_TEST_LANE=alone PLIMSOLL_VAR_DIR=$VAR/alone "$PY" -m pytest -n 1 -m alone "$@"
-) >"$VAR/lane-alone.log" 2>&1 &
+# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes) is made while the
+# lanes run, at the parallel lane's priority; the alone lane's Locust import test comes last in it and waits for
+# the install to end (bench/prereq.py holds a lock), trying again if it failed.
+nice -n 19 "$PY" -c "from bench.prereq import ensure_locust; ensure_locust()" >"$VAR/locust-install.log" 2>&1 &
+PLIMSOLL_TEST_LANE=alone PLIMSOLL_VAR_DIR=$VAR/alone "$PY" -m pytest -n 1 -m alone "$@" >"$VAR/lane-alone.log" 2>&1 &
 alone=$!
 PLIMSOLL_TEST_LANE=timed PLIMSOLL_VAR_DIR=$VAR/timed nice -n 5 "$PY" -m pytest -n 2 --dist worksteal \
   -m "serial and not alone" "$@" >"$VAR/lane-timed.log" 2>&1 &

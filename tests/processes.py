@@ -201,8 +201,10 @@ class Worker:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            # Its own process group, so a test can kill the worker with its pool processes at once.
-            start_new_session=True,
+            # Its own process group, so a test can kill the worker with its pool processes at once; not a session
+            # of its own: under the kernel's autogroup a new session is a scheduling group of its own, which
+            # `make test`'s nice values do not reach (scripts/run-tests.sh).
+            process_group=0,
         )
         wait_until(self._ready, timeout=60, what="the Celery worker")
 

@@ -89,7 +89,7 @@ def make_run(worker_env, tmp_path):
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
+        process_group=0,  # killed as a group; not a session of its own (tests/processes.py)
     )
     honcho.web = f"http://127.0.0.1:{web}"
     honcho.demo = f"http://127.0.0.1:{demo}"

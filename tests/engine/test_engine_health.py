@@ -68,6 +68,7 @@ def test_a_blocked_loop_shows_as_lag_in_that_second():
     assert totals.to_dict()["loop_lag_ms"]["max"] >= 250
 
 
+@pytest.mark.alone  # a busy loop's CPU share: it needs a core
 def test_a_busy_loop_shows_as_cpu():
     def spin():
         end = time.process_time() + 0.6  # 0.6 s of CPU, however long the machine takes to give it

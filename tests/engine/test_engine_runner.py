@@ -577,6 +577,7 @@ def test_users_leaving_at_the_end_of_the_hold_count_in_the_last_second(target):
     assert [r["active_users"] for r in sink.reports][:2] == [3, 3]
 
 
+@pytest.mark.alone  # 1,000 users started within their ramp: the loop needs a core
 def test_users_are_created_when_due_not_all_at_the_start(target):
     # given: 1,000 users ramping up over 2 s; a client factory that notes how many tasks the loop holds.
     # The hold is the margin the loop has to reach the last users (due at 2.0 s) before the run ends: a
