@@ -656,7 +656,6 @@ def test_the_missing_value_message_says_when_only_a_later_step_extracts_it(serve
     }
 
 
-@pytest.mark.serial  # the 0.6 s hold ends in a think time (a late user ends between two steps)
 def test_histograms_of_a_templated_run_merge_like_any_other(server):
     cases = one_case(
         {
@@ -675,5 +674,8 @@ def test_histograms_of_a_templated_run_merge_like_any_other(server):
         for v in r["labels"].values():
             merged.merge(Histogram.from_dict(v["hist"]))
     assert totals.errors == 0
-    assert merged.count == totals.pages == 2 * totals.iterations_completed
+    assert merged.count == totals.pages
+    # every finished iteration made its two pages; the hold's end may catch the one user between its two steps
+    # (23 pages in 11 iterations on a busy machine, 2026-12-07), never further
+    assert totals.pages - 2 * totals.iterations_completed in (0, 1), totals
     assert {r["path"] for r in server.records} == {"/items/7"}
