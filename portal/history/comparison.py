@@ -658,15 +658,15 @@ _P95_SOURCES = {
 def _p95_noise(run: Run, key: str) -> tuple[float, int] | None:
     """(the standard error in ms, the number of samples) of a run's p95 total of ``key``, or None without the
     figures (``portal.stats.quantiles.percentile_se``, the rule the nightly verdicts use)."""
-    proto = RunSummary.of(run).protocols
-    totals = proto.get("totals") or {}
+    summary = RunSummary.of(run)
+    totals = summary.protocol_totals
     figures = totals.get(_P95_SOURCES[key][0]) or {}
     if key == "ttfe_p95_ms":
         n = totals.get("streams") or 0
     elif key == "gap_p95_ms":  # each response of e events has e − 1 gaps
         n = (totals.get("events") or 0) - (totals.get("streams") or 0)
     else:
-        n = sum(((p.get("websocket") or {}).get("round_trips") or 0) for p in proto.get("pages") or [])
+        n = summary.ws_round_trips
     se = percentile_se(figures.get("p90"), figures.get("p99"), n) if n >= 2 else None
     return None if se is None else (se, n)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from .summary import ProtocolPage
+
 
 class RunSeries(TypedDict):
     """Per-second (or per-bucket) figures over the whole run, with its status and measurement windows."""
@@ -75,4 +77,4 @@ class RunDetail(TypedDict):
     errors: list[dict]  # kind, count, sample
     slowest: list[dict]  # second, page, ms, trace_id, url
     windows: list[list[int]]  # [start, end] of each window read (empty for a range)
-    protocols: list[dict]  # streams, WebSocket sessions and protocols of the same seconds
+    protocols: list[ProtocolPage]  # streams, WebSocket sessions and protocols of the same seconds

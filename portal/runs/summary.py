@@ -28,8 +28,20 @@ class Latency(TypedDict, total=False):
     p99_ms: float | None
 
 
-class Totals(Latency, total=False):
-    """The figures of a measured window (or of all of them)."""
+class ProtocolFigures(TypedDict, total=False):
+    """Streams, WebSocket sessions and protocols of a window (issue 26; portal.runs.results.protocols.totals_of),
+    each only when the run has it: the thresholds judge the first four."""
+
+    ttfe_p95_ms: float | None
+    gap_p95_ms: float | None
+    rtt_p95_ms: float | None
+    h2_share_pct: float | None
+    ws_messages_per_s: float  # WebSocket messages per second, sent and received (a window's, a level's)
+
+
+class Totals(Latency, ProtocolFigures, total=False):
+    """The figures of a measured window (or of all of them): a window's protocol figures are in its totals, the
+    run's totals have the threshold-able ones (``ProtocolFigures``)."""
 
     pages: int
     hits: int
@@ -287,6 +299,131 @@ class Degradation(TypedDict, total=False):
     began_sentence: str
 
 
+class ProtocolLatency(TypedDict):
+    """A stream's or WebSocket session's histogram in ms (portal.runs.results.protocols._ms)."""
+
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    max: float
+    mean: float
+
+
+class PerResponse(TypedDict):
+    mean: float
+    min: int
+    max: int
+
+
+class StreamEvents(TypedDict):
+    total: int  # events of all streamed responses
+    per_response: PerResponse
+
+
+class StreamFigures(TypedDict):
+    """A label's streamed responses (SSE or chunked) that ended."""
+
+    responses: int
+    ttfe_ms: ProtocolLatency | None  # time to first event
+    gap_ms: ProtocolLatency | None  # gaps between consecutive events
+    events: StreamEvents
+
+
+class WebSocketFigures(TypedDict):
+    """A label's WebSocket sessions: round trips (a send to the next expected message) and messages."""
+
+    round_trips: int
+    rtt_ms: ProtocolLatency | None
+    sent: int
+    received: int
+    sent_per_s: float | None
+    received_per_s: float | None
+
+
+class ProtocolPage(TypedDict):
+    """One label's streams, WebSocket sessions and protocols (portal.runs.results.protocols.label_figures): a row
+    of the summary's ``protocols.pages``, of the drill-down's ``protocols`` and of protocols.csv."""
+
+    label: str
+    protocols: dict[str, int]  # hits by protocol, most first: {"h2": 30, "http/1.1": 2}
+    h2_share_pct: float | None
+    stream: StreamFigures | None  # None: the label streamed nothing
+    websocket: WebSocketFigures | None  # None: no WebSocket session
+
+
+class _ProtocolTotals(TypedDict):
+    protocols: dict[str, int]
+    streams: int
+    events: int
+    ttfe_ms: ProtocolLatency | None
+    gap_ms: ProtocolLatency | None
+    rtt_ms: ProtocolLatency | None
+    ws_sent: int
+    ws_received: int
+    ws_messages_per_s: float | None
+
+
+class ProtocolTotals(_ProtocolTotals, total=False):
+    """All labels together over the measured windows; the p95s and the HTTP/2 share only when the run has them
+    (the thresholds' figures, also in the summary's ``totals``)."""
+
+    ttfe_p95_ms: float | None
+    gap_p95_ms: float | None
+    rtt_p95_ms: float | None
+    h2_share_pct: float | None
+
+
+class Protocols(TypedDict, total=False):
+    """The summary's ``protocols`` section (portal.runs.results.protocols.summary_of): both parts, or absent (and
+    read as {}) for a run without protocol rows — HTTP/1.1 only, recorded before issue 26, or imported."""
+
+    pages: list[ProtocolPage]
+    totals: ProtocolTotals
+
+
+class _StopRule(TypedDict):
+    metric: str  # error_rate_pct, pages_per_s, apd_ms, p95_ms … (workers.engine.stop_criteria.METRICS)
+    window_s: int
+
+
+class StopRule(_StopRule, total=False):
+    """A stop criterion as the plan has it (``Rule.to_dict``): ``above`` or ``below``, as its metric goes."""
+
+    above: float
+    below: float
+
+
+class StopWindow(TypedDict):
+    """The figures of the window that broke a stop criterion (portal.runs.services.criteria.figures_of)."""
+
+    from_s: int  # first second of the window, since the run's start
+    to_s: int  # the second it ends at (exclusive)
+    seconds: int
+    pages: int
+    errors: int
+    error_rate_pct: float
+    pages_per_s: float
+    timed_pages: int | None  # the pages durations were measured on (None: the rule read no durations)
+    apd_ms: float | None
+    p50_ms: float | None
+    p90_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+
+
+class StoppedBy(TypedDict):
+    """The stop criterion that ended the run (portal.runs.services.criteria.run_stop): ``Run.stopped_by``, copied
+    into the summary when the run ends stopped."""
+
+    rule: StopRule
+    text: str  # the rule in words: "error rate > 50 % over 60 s"
+    value: float | None  # the rule's figure over the window
+    window: StopWindow
+    sentence: str  # the rule and the window's figures in one sentence
+    at: str  # ISO 8601: when the evaluator saw it broken
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The typed view of ``Run.summary``; ``of(run)`` reads it, ``to_json()`` writes the stored form."""
@@ -305,8 +442,8 @@ class RunSummary:
     capacity: Capacity = field(default_factory=dict)  # type: ignore[assignment]  # steps runs (capacity.py)
     degradation: Degradation = field(default_factory=dict)  # type: ignore[assignment]  # one-window runs
     # streams, WebSocket sessions and protocols per page and in total (portal/runs/results/protocols.py); {} without
-    protocols: dict[str, Any] = field(default_factory=dict)
-    stopped_by: dict[str, Any] | None = None  # the stop criterion that ended the run (services/criteria.py)
+    protocols: Protocols = field(default_factory=dict)  # type: ignore[assignment]
+    stopped_by: StoppedBy | None = None  # the stop criterion that ended the run (services/criteria.py)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # as stored, every key
 
     @classmethod
@@ -359,6 +496,24 @@ class RunSummary:
 
     def page(self, label: str) -> PageRow | None:
         return next((p for p in self.pages if p.get("label") == label), None)
+
+    @property
+    def protocol_pages(self) -> list[ProtocolPage]:
+        """Each label's streams, WebSocket sessions and protocols ([] for a run without any)."""
+        return self.protocols.get("pages") or []
+
+    @property
+    def protocol_totals(self) -> ProtocolTotals:
+        """All labels' streams, WebSocket sessions and protocols ({} for a run without any)."""
+        return self.protocols.get("totals") or {}  # type: ignore[typeddict-item]
+
+    def protocol_page(self, label: str) -> ProtocolPage | None:
+        return next((p for p in self.protocol_pages if p.get("label") == label), None)
+
+    @property
+    def ws_round_trips(self) -> int:
+        """The WebSocket round trips of all labels: the samples behind the round trip's percentiles."""
+        return sum((p.get("websocket") or {}).get("round_trips") or 0 for p in self.protocol_pages)
 
     @property
     def _capacity_levels(self) -> bool:

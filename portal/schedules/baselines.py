@@ -276,18 +276,14 @@ _PROTOCOL_PLACES = {
 def _protocol_figure(run: Run, page: str | None, key: str) -> tuple[dict, int] | None:
     """A run's percentiles ({p90, p95, p99 …} in ms) of a protocol figure of a page (or of all pages) and
     the streams or round trips behind them; None when the run has none."""
-    proto = RunSummary.of(run).protocols
+    summary = RunSummary.of(run)
     part, field, _ = _PROTOCOL_PLACES[key]
-    pages = proto.get("pages") or []
     if page is None:
-        totals = proto.get("totals") or {}
-        if part == "stream":
-            n = totals.get("streams") or 0
-        else:
-            n = sum(((p.get("websocket") or {}).get("round_trips") or 0) for p in pages)
+        totals = summary.protocol_totals
+        n = (totals.get("streams") or 0) if part == "stream" else summary.ws_round_trips
         figures = totals.get(field)
     else:
-        found = next((p.get(part) for p in pages if p.get("label") == page), None) or {}
+        found = (summary.protocol_page(page) or {}).get(part) or {}
         n = found.get("responses" if part == "stream" else "round_trips") or 0
         figures = found.get(field)
     if not figures or figures.get("p95") is None:
@@ -299,10 +295,10 @@ def protocol_cells(baseline_runs: list[Run], run: Run) -> list[noise.Cell]:
     """The stream and WebSocket rows (per page and in total) of the figures the judged run and every baseline
     run have: none for a run without streams or WebSocket sessions. Their noise within a run is the standard
     error of a percentile (``noise.percentile_var``): the runs keep no batch figures of them."""
-    proto = RunSummary.of(run).protocols
-    if not proto or not baseline_runs:
+    summary = RunSummary.of(run)
+    if not summary.protocols or not baseline_runs:
         return []
-    pages = [None, *sorted(p["label"] for p in proto.get("pages") or [] if p.get("label") is not None)]
+    pages = [None, *sorted(p["label"] for p in summary.protocol_pages if p.get("label") is not None)]
     cells = []
     for page in pages:
         for fig in PROTOCOL_FIGURES:

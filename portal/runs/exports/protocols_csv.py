@@ -31,6 +31,6 @@ def protocols_csv(run: Run) -> str:
     out = io.StringIO()
     writer = csvsafe.dict_writer(out, protocols.CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
-    for p in (RunSummary.of(run).protocols or {}).get("pages") or []:
+    for p in RunSummary.of(run).protocol_pages:
         writer.writerow(protocols.csv_row(p))
     return out.getvalue()

@@ -27,7 +27,7 @@ from workers.engine.histogram import Histogram
 
 from ..analysis import cut_windows, distribution_of, last_second
 from ..models import PageInterval, PageRollup, Run, SlowTrace
-from ..summary import RunSummary
+from ..summary import ProtocolPage, RunSummary
 from . import protocols, storage
 
 MAX_POINTS = 2000
@@ -346,7 +346,7 @@ def page_detail(
     }
 
 
-def _protocols(run: Run, label: str | None, windows: list[tuple[int, int]]) -> list[dict]:
+def _protocols(run: Run, label: str | None, windows: list[tuple[int, int]]) -> list[ProtocolPage]:
     labels = None if label is None else {label}
     if not protocols.ProtocolInterval.objects.filter(run=run).exists():
         return []

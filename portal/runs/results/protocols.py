@@ -20,6 +20,7 @@ from django.db.models import Q
 from workers.engine.histogram import Histogram
 
 from ..models import PageRollup, ProtocolInterval
+from ..summary import ProtocolFigures, ProtocolLatency, ProtocolPage
 from . import columns, storage
 
 H1 = "http/1.1"
@@ -240,7 +241,7 @@ def in_windows(windows: list[dict], *, rolled: bool = True) -> Q:
 # --------------------------------------------------------------------------------------
 
 
-def _ms(h: Histogram) -> dict | None:
+def _ms(h: Histogram) -> ProtocolLatency | None:
     if not h.count:
         return None
     q = h.percentiles((50, 90, 95, 99))
@@ -263,7 +264,7 @@ def _share(counts: dict[str, int], protocol: str) -> float | None:
     return round(100.0 * counts.get(protocol, 0) / whole, 2) if whole else None
 
 
-def label_figures(label: str, cell: Cell, *, hits: int | None, seconds: int) -> dict:
+def label_figures(label: str, cell: Cell, *, hits: int | None, seconds: int) -> ProtocolPage:
     """One label's protocol figures as the summary, the API and the exports give them."""
     counts = cell.protocol_hits(hits)
     stream = None
@@ -297,11 +298,11 @@ def label_figures(label: str, cell: Cell, *, hits: int | None, seconds: int) -> 
     }
 
 
-def totals_of(cell: Cell, *, hits: int | None, seconds: int | None = None) -> dict:
+def totals_of(cell: Cell, *, hits: int | None, seconds: int | None = None) -> ProtocolFigures:
     """The threshold-able totals of merged cells (only those the run has: a run without streams has no TTFE);
     with ``seconds``, also the WebSocket messages per second (sent + received) where it has sessions (a level's
     figure in the capacity table, no threshold's)."""
-    out = {}
+    out: ProtocolFigures = {}
     if cell.ttfe.count:
         out["ttfe_p95_ms"] = _p95(cell.ttfe)
     if cell.gap.count:
@@ -370,14 +371,16 @@ def summary_of(run, windows: list[dict], label_hits: dict[str, int], window_hits
     }
 
 
-def range_figures(run, lo: int, hi: int, label_hits: dict[str, int], labels: set[str] | None = None) -> list[dict]:
+def range_figures(
+    run, lo: int, hi: int, label_hits: dict[str, int], labels: set[str] | None = None
+) -> list[ProtocolPage]:
     """Per-label protocol figures of the seconds [lo, hi) (the drill-down's range)."""
     return spans_figures(run, [(lo, hi)], label_hits, labels)
 
 
 def spans_figures(
     run, spans: list[tuple[int, int]], label_hits: dict[str, int], labels: set[str] | None = None
-) -> list[dict]:
+) -> list[ProtocolPage]:
     """Per-label protocol figures of the seconds of ``spans`` ([(from, to), …]); a rolled-up row counts in the
     span its first second is in. ``label_hits``: each label's hits in those seconds (for the HTTP/1.1 hits of
     seconds without a protocol row), {} to count the recorded protocols only."""

@@ -32,6 +32,7 @@ from workers.engine.stop_criteria import CriteriaError, Rule, evaluable, first_b
 
 from ..models import Run, RunShard
 from ..results import read
+from ..summary import StoppedBy, StopWindow
 
 log = logging.getLogger(__name__)
 Status = Run.Status
@@ -165,9 +166,9 @@ def figures_of(rows, *, first: int, last: int, durations: bool = True) -> dict:
     return figures
 
 
-def run_stop(run_id: int, rule: Rule, window: dict, *, now) -> bool:
+def run_stop(run_id: int, rule: Rule, window: StopWindow, *, now) -> bool:
     """Stops the run as a user's Stop does, recording the rule and its window; once (a conditional UPDATE)."""
-    stopped_by = {
+    stopped_by: StoppedBy = {
         "rule": rule.to_dict(),
         "text": rule.text,
         "value": window.get(rule.metric),
