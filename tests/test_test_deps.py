@@ -58,11 +58,13 @@ def test_a_fresh_machine_is_told_every_package_at_once(tmp_path):
 
 
 def test_make_test_and_ci_run_the_script_before_the_tests():
-    # make -n prints the recipe without running it: the script comes before any pytest.
+    # make -n prints the recipe without running it: the script comes before the lanes' runner (whose every pytest
+    # is in scripts/run-tests.sh).
     plan = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     lines = plan.splitlines()
-    first_pytest = next(i for i, line in enumerate(lines) if "pytest" in line)
-    assert any("scripts/install-test-deps.sh" in line for line in lines[:first_pytest]), plan
+    first_tests = next(i for i, line in enumerate(lines) if "scripts/run-tests.sh" in line or "pytest" in line)
+    assert any("scripts/install-test-deps.sh" in line for line in lines[:first_tests]), plan
+    assert "pytest" in (ROOT / "scripts" / "run-tests.sh").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     assert "bash scripts/install-test-deps.sh" in ci
     assert ci.index("\nbash scripts/install-test-deps.sh") < ci.rindex("\nmake test")

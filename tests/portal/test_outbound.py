@@ -7,6 +7,7 @@ test-only resolver hook: a resolver that answers differently on each call.
 """
 
 import ast
+import errno
 import itertools
 import socket
 import ssl
@@ -56,9 +57,22 @@ def _serve(address: str, port: int) -> ThreadingHTTPServer:
 
 @pytest.fixture
 def servers():
-    """(allowed, forbidden): recording servers on 127.0.0.1:P and 127.0.0.2:P."""
-    allowed = _serve(ALLOWED, 0)
-    forbidden = _serve(FORBIDDEN, allowed.server_address[1])
+    """(allowed, forbidden): recording servers on 127.0.0.1:P and 127.0.0.2:P.
+
+    P is a free port of 127.0.0.1 that another process may hold on 127.0.0.2 (or on every address): then the
+    next free one is tried."""
+    for _ in range(20):
+        allowed = _serve(ALLOWED, 0)
+        try:
+            forbidden = _serve(FORBIDDEN, allowed.server_address[1])
+            break
+        except OSError as e:
+            allowed.shutdown()
+            allowed.server_close()
+            if e.errno != errno.EADDRINUSE:
+                raise
+    else:
+        pytest.fail("no port was free on both 127.0.0.1 and 127.0.0.2 in 20 tries")
     allowed.port = forbidden.port = allowed.server_address[1]
     yield allowed, forbidden
     for server in (allowed, forbidden):
