@@ -27,10 +27,14 @@ CHECKS = [
 
 @pytest.fixture(autouse=True)
 def no_throttling(monkeypatch):
-    """Hundreds of requests a minute from one token: every operation must be reached, not answered 429."""
+    """Hundreds of requests a minute from one token: every operation must be reached, not answered 429.
+
+    No rate at all (as in the malformed-request walk): a rate that is never reached still counted each of the
+    walk's ~5,000 requests in the cache (a locked file read and written, or a Redis script), a tenth of the
+    live server's time; the limit itself is tested in tests/portal/api/test_throttle_shared.py and test_tokens.py."""
     from portal.api.throttling import TokenRateThrottle
 
-    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": "100000/min"})
+    monkeypatch.setattr(TokenRateThrottle, "THROTTLE_RATES", {"token": None})
 
 
 @pytest.fixture
@@ -50,8 +54,10 @@ def api_session(monkeypatch):
     session and connection for each of its thousands (connecting, closing, reading the environment's proxy
     settings again). The live server's handler writes an answer's headers and body apart: without TCP_NODELAY
     each answer after a connection's first waited for the client's delayed ACK (~40 ms; part 1 took 227 s
-    instead of 123), so its connections get it. ``trust_env`` off: loopback only, never a proxy. It keeps no
-    cookie from an answer, so each request carries only what its case sends, as before."""
+    instead of 123), so its connections get it; and a buffer (``wbufsize``) so that an answer's status line,
+    headers and body leave in one write, not in about eight (each a system call, a packet and a wake-up of
+    this thread, which parses what arrived and waits again). ``trust_env`` off: loopback only, never a proxy.
+    It keeps no cookie from an answer, so each request carries only what its case sends, as before."""
     handle = QuietWSGIRequestHandler.setup
 
     def setup(self):
@@ -59,6 +65,7 @@ def api_session(monkeypatch):
         handle(self)
 
     monkeypatch.setattr(QuietWSGIRequestHandler, "setup", setup)
+    monkeypatch.setattr(QuietWSGIRequestHandler, "wbufsize", 1 << 16)  # flushed by wsgiref after each answer
     with requests.Session() as session:
         session.trust_env = False
         session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
