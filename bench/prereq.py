@@ -118,7 +118,9 @@ def _ensure_locust(*, install: bool) -> Path:
         # The app's interpreter (3.11); venv builds on its base interpreter, not on the app's venv.
         steps.append([sys.executable, "-m", "venv", str(LOCUST_VENV)])
     py = str(LOCUST_VENV / "bin" / "python")
-    steps.append([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", str(REQUIREMENTS)])
+    steps.append(
+        [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile", "-r", str(REQUIREMENTS)]
+    )
     for argv in steps:
         print(f"bench: installing Locust: {' '.join(argv)}", flush=True)
         try:
