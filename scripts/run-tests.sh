@@ -6,7 +6,8 @@
 #                      one process: another test's CPU burst in one of their runs makes a false regression.
 #   timed     nice 5   the rest of the `serial` tests (durations, rates, latency bounds), on two processes:
 #                      they mostly wait on holds and timers (the pass kept the CPU 4 % busy alone).
-#   parallel  nice 19  everything else (marker `not serial`), on three processes, CPU-bound.
+#   parallel  nice 19  everything else (marker `not serial`), on three processes, CPU-bound; less the end-to-end
+#                      tests that mostly wait (marker `waits`), which the timed lane's slot runs after its own.
 #
 # The kernel gives a waking process of a lower nice value the CPU before a niced one that is running, so the
 # timed lanes see the machine much as if they ran alone, and the parallel lane takes the CPU they leave idle
@@ -38,22 +39,32 @@ fi
 
 lane_ok() { [ "$1" -eq 0 ] || [ "$1" -eq 5 ]; }
 
-# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes) is made while the
-# lanes run, at the parallel lane's priority; the alone lane's Locust import test comes last in it and waits for
-# the install to end (bench/prereq.py holds a lock), trying again if it failed.
-nice -n 19 "$PY" -c "from bench.prereq import ensure_locust; ensure_locust()" >"$VAR/locust-install.log" 2>&1 &
-PLIMSOLL_TEST_LANE=alone PLIMSOLL_VAR_DIR=$VAR/alone "$PY" -m pytest -n 1 -m alone "$@" >"$VAR/lane-alone.log" 2>&1 &
-alone=$!
-PLIMSOLL_TEST_LANE=timed PLIMSOLL_VAR_DIR=$VAR/timed nice -n 5 "$PY" -m pytest -n 2 --dist worksteal \
-  -m "serial and not alone" "$@" >"$VAR/lane-timed.log" 2>&1 &
-timed=$!
 # Chromium, run as root, raises its own browser process's priority (nice -8): in the parallel lane it may not (the
 # capability to lower a nice value is dropped for that lane and all it starts).
 DROP_NICE=()
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
   DROP_NICE=(setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice)
 fi
-PLIMSOLL_VAR_DIR=$VAR "${DROP_NICE[@]}" nice -n 19 "$PY" -m pytest -n 3 --dist worksteal -m "not serial" "$@"
+
+# Locust's virtualenv (bench/.venv-locust: on a clean clone a pip install of one to two minutes) is made while the
+# lanes run, at the parallel lane's priority; the alone lane's Locust import test comes last in it and waits for
+# the install to end (bench/prereq.py holds a lock), trying again if it failed.
+nice -n 19 "$PY" -c "from bench.prereq import ensure_locust; ensure_locust()" >"$VAR/locust-install.log" 2>&1 &
+PLIMSOLL_TEST_LANE=alone PLIMSOLL_VAR_DIR=$VAR/alone "$PY" -m pytest -n 1 -m alone "$@" >"$VAR/lane-alone.log" 2>&1 &
+alone=$!
+# The timed lane's slot, once its timed tests are done, runs the end-to-end tests that mostly wait (marker `waits`),
+# niced like the parallel lane: they no longer fill the parallel lane's last minutes.
+(
+  PLIMSOLL_TEST_LANE=timed PLIMSOLL_VAR_DIR=$VAR/timed nice -n 5 "$PY" -m pytest -n 2 --dist worksteal \
+    -m "serial and not alone" "$@"
+  first=$?
+  PLIMSOLL_TEST_LANE=timed PLIMSOLL_VAR_DIR=$VAR/timed "${DROP_NICE[@]}" nice -n 19 "$PY" -m pytest -n 2 \
+    --dist worksteal -m "waits and not serial" "$@"
+  waits=$?
+  lane_ok $first && lane_ok $waits
+) >"$VAR/lane-timed.log" 2>&1 &
+timed=$!
+PLIMSOLL_VAR_DIR=$VAR "${DROP_NICE[@]}" nice -n 19 "$PY" -m pytest -n 3 --dist worksteal -m "not serial and not waits" "$@"
 parallel=$?
 wait "$timed"
 timed=$?

@@ -138,6 +138,16 @@ SERIAL_MODULES = {
 # their verdicts weigh latencies against the noise of runs measured minutes apart, so a burst of another test's
 # CPU during one run is a false regression. Run two-wide with the timed tests on a busy machine (2026-12-07), the
 # CI gate called an unchanged build regressed (APD 26.2 → 29.9 ms) and the experiment's trials were within noise.
+# End-to-end modules of the parallel lane that mostly wait (on holds of 26-46 s, handoffs, an outage, restarts) and
+# time nothing: `make test` runs them in the timed lane's slot once its timed tests are done (niced like the parallel
+# lane), where two processes sat idle for the last ten minutes. In the parallel lane they filled its last minutes,
+# when the CPU was 37-65 % busy (2026-12-08).
+WAITS_MODULES = {
+    "test_handoff.py",
+    "test_outages.py",
+    "test_server_metrics_restart.py",
+    "test_remote_workers.py",
+}
 ALONE_MODULES = {
     "test_tempdb_scalability.py",
     "test_baseline_end_to_end.py",
@@ -212,6 +222,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.serial)
         if name in ALONE_MODULES:
             item.add_marker(pytest.mark.alone)
+        if name in WAITS_MODULES:
+            item.add_marker(pytest.mark.waits)
 
 
 CHROMIUM = "/usr/bin/chromium"
