@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.processes import DemoTarget
+from tests.processes import DemoTarget, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +29,13 @@ def login_case(project):
     )
     Step.objects.create(test_case=tc, position=1, name="Home", path="/", think_time=5, text_present="Plimsoll demo")
     return tc
+
+
+def wait_for_two_tries(try_demo, held: list) -> None:
+    """Until the user's two tries (threads filling ``held`` with their answers) are both at the target; if they never
+    are, say what the tries were answered meanwhile and what the target counted."""
+    try:
+        wait_until(lambda: try_demo.counters()["in_flight"] == 2, timeout=20, what="alice's two tries at the target")
+    except TimeoutError as exc:
+        answered = [(r.status_code, r.content[:300]) for r in held]
+        raise AssertionError(f"{exc}: answered {answered}, target {try_demo.counters()}") from exc

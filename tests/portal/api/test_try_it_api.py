@@ -9,7 +9,7 @@ from django.db import connection
 from portal.accounts.services import token_create
 from portal.projects import tryit
 from portal.projects.models import Environment, Project, Step, TestCase
-from tests.processes import wait_until
+from tests.portal.tryit_fixtures import wait_for_two_tries
 
 from .conftest import PERSONAS, bearer, expected, session
 
@@ -153,13 +153,7 @@ def test_an_accounts_tokens_share_its_tries_cap(settings, alice, dave, team, pro
         env = Environment.objects.create(project=project, name="Demo", base_url=try_demo.base_url)
         held: list = []
         threads = [_post_in_thread(token_secret("write"), url(tc), str(env.code), held) for _ in range(2)]
-        try:
-            wait_until(
-                lambda: try_demo.counters()["in_flight"] == 2, timeout=20, what="alice's two tries at the target"
-            )
-        except TimeoutError as exc:  # say what her tries were answered meanwhile, and what the target counted
-            answered = [(r.status_code, r.content[:300]) for r in held]
-            raise AssertionError(f"{exc}: answered {answered}, target {try_demo.counters()}") from exc
+        wait_for_two_tries(try_demo, held)
 
         # when: a third token of hers tries
         response = bearer(token_secret("write")).post(url(tc), {"environment": str(env.code)}, format="json")

@@ -12,7 +12,8 @@ from django.urls import reverse
 from portal import limits
 from portal.projects import tryit
 from portal.projects.models import Environment, Project, Step, TestCase
-from tests.processes import free_port, wait_until
+from tests.portal.tryit_fixtures import wait_for_two_tries
+from tests.processes import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -163,13 +164,7 @@ def test_a_third_concurrent_try_of_one_account_is_refused_and_sends_nothing(
         url = reverse("projects:testcase-try", args=[tc.code])
         held: list = []
         threads = [_try_in_thread(alice, url, str(env.code), held, **HTMX) for _ in range(2)]
-        try:
-            wait_until(
-                lambda: try_demo.counters()["in_flight"] == 2, timeout=20, what="alice's two tries at the target"
-            )
-        except TimeoutError as exc:  # say what her tries were answered meanwhile, and what the target counted
-            answered = [(r.status_code, r.content[:300]) for r in held]
-            raise AssertionError(f"{exc}: answered {answered}, target {try_demo.counters()}") from exc
+        wait_for_two_tries(try_demo, held)
 
         # when: alice tries a third time, in the panel (HTMX) and as the page without JavaScript
         third = Client()
