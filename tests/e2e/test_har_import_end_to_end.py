@@ -126,7 +126,9 @@ def test_a_recorded_login_and_search_import_and_run_against_the_demo(
     plan = {
         "base_url": demo_target.base_url,
         "test_cases": [TestCase.objects.get(pk=test_case.pk).to_engine_dict(1)],
-        "profile": {"kind": "constant", "users": 2, "hold": 3},
+        # long enough for each user to finish the journey: its think times are the recording's own pauses, which
+        # grow with the machine's load while the browser records (0 of 2 users finished in 3 s on a busy CI run)
+        "profile": {"kind": "constant", "users": 2, "hold": 3 + 1.5 * sum(s.think_time or 0 for s in steps)},
     }
     totals = run_sync(plan, sink=None)
 
